@@ -1,0 +1,73 @@
+"""The Python API: a storage or a DB from a URL and keyword options."""
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import ZODB
+
+from zodbsql.backends.sqlite.adapter import SQLiteOptions
+from zodbsql.errors import ConfigurationError
+from zodbsql.options import Options
+from zodbsql.storage import SQLStorage
+
+_BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
+             "false": False, "no": False, "off": False, "0": False}
+#: Query parameters of a URL that are storage options, with their types.
+_OPTION_TYPES = {"keep_history": bool, "read_only": bool, "create_schema": bool,
+                 "cache_size_mb": float, "commit_lock_timeout": float,
+                 "pack_batch_size": int, "pack_duty_cycle": float, "name": str}
+#: Query parameters that belong to the SQLite backend.
+_SQLITE_KEYS = {"synchronous"}
+
+
+def _convert(key: str, value: str) -> Any:
+    kind = _OPTION_TYPES[key]
+    if kind is bool:
+        try:
+            return _BOOLEANS[value.lower()]
+        except KeyError:
+            raise ConfigurationError(f"{key} must be true or false, got {value!r}") from None
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigurationError(f"{key} must be a {kind.__name__}, got {value!r}") from None
+
+
+def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
+    """Split ``scheme://...?opts`` into backend options and storage options.
+
+    ``sqlite:///abs/path`` and ``sqlite://rel/path`` name an SQLite file; the scheme may
+    carry a ``zodbsql+`` prefix (the zodburi form).
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower().removeprefix("zodbsql+")
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    backend_kw = {k: query.pop(k) for k in list(query) if k in _SQLITE_KEYS}
+    for key, value in query.items():
+        key = key.replace("-", "_")
+        if key not in _OPTION_TYPES:
+            raise ConfigurationError(f"unknown option {key!r} in {url!r}")
+        options.setdefault(key, _convert(key, value))
+    if scheme in ("sqlite", "sqlite3"):
+        path = unquote(parts.netloc + parts.path)
+        return SQLiteOptions(path=path, **backend_kw), Options(**options)
+    raise ConfigurationError(
+        f"unknown database in {url!r}: expected a sqlite:// URL")
+
+
+def open_storage(url: str | Any, **options: Any) -> SQLStorage:
+    """Open a storage from a URL, or from backend options (such as ``SQLiteOptions``)."""
+    if isinstance(url, str):
+        backend_options, opts = parse_url(url, **options)
+    else:
+        backend_options, opts = url, Options(**options)
+    backend = backend_options.create_backend(opts.keep_history, opts.commit_lock_timeout,
+                                             opts.read_only)
+    return SQLStorage(backend, opts)
+
+
+def open_db(url: str | Any, db_options: dict[str, Any] | None = None,
+            **options: Any) -> ZODB.DB:
+    """Open a ``ZODB.DB`` on a new storage (see :func:`open_storage`)."""
+    return ZODB.DB(open_storage(url, **options), **(db_options or {}))

@@ -1,0 +1,80 @@
+"""The backend: one database, its parts declared as classes.
+
+A reader sees a whole backend in the ``*_class`` attributes of its subclass; the storage
+core talks only to the instances made from them.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.features import Features
+from zodbsql.backends.base.history import History
+from zodbsql.backends.base.locker import Locker
+from zodbsql.backends.base.mover import Mover
+from zodbsql.backends.base.oidalloc import OidAllocator
+from zodbsql.backends.base.packer import Packer
+from zodbsql.backends.base.poller import Poller
+from zodbsql.backends.base.schema import Schema
+
+
+class Backend:
+    """Base class of every backend.
+
+    Subclasses implement :meth:`connect` (a new :class:`DBConnection`),
+    :meth:`describe` (where the data lives, for messages) and :meth:`sort_key`.
+    """
+
+    #: Short name used in URIs, ZConfig section names and messages.
+    name: ClassVar[str] = "base"
+    features_class: ClassVar[type[Features]] = Features
+    schema_class: ClassVar[type[Schema]] = Schema
+    locker_class: ClassVar[type[Locker]] = Locker
+    mover_class: ClassVar[type[Mover]] = Mover
+    poller_class: ClassVar[type[Poller]] = Poller
+    oids_class: ClassVar[type[OidAllocator]] = OidAllocator
+    history_class: ClassVar[type[History]] = History
+    packer_class: ClassVar[type[Packer]] = Packer
+
+    def __init__(self, keep_history: bool) -> None:
+        self.keep_history = keep_history
+        self.features = self.features_class()
+        self.schema = self.schema_class(self)
+        self.locker = self.locker_class(self)
+        self.mover = self.mover_class(self)
+        self.poller = self.poller_class(self)
+        self.oids = self.oids_class(self)
+        self.history = self.history_class(self)
+        self.packer = self.packer_class(self)
+
+    def connect(self) -> DBConnection:
+        """Open a new connection (autocommit between explicit transactions)."""
+        raise NotImplementedError
+
+    def connect_for_commit(self, lock_timeout: float) -> DBConnection:
+        """Open a connection for committing: temp tables made, lock timeouts set."""
+        conn = self.connect()
+        self.mover.prepare_connection(conn)
+        return conn
+
+    def describe(self) -> str:
+        """Where the data is, for messages (never includes a password)."""
+        raise NotImplementedError
+
+    def sort_key(self) -> str:
+        """A key that is the same for every storage on the same database."""
+        raise NotImplementedError
+
+    def database_size(self, conn: DBConnection) -> int:
+        """Approximate size of the stored data in bytes."""
+        return 0
+
+    def destroy(self) -> None:
+        """Remove every zodbsql table (tests and the benchmark's scratch databases)."""
+        conn = self.connect()
+        try:
+            conn.begin_write()
+            self.schema.drop_all(conn)
+            conn.commit()
+        finally:
+            conn.close()

@@ -1,0 +1,172 @@
+"""Connections: the one place that knows the driver.
+
+``DBConnection`` wraps a DB-API connection with the handful of calls the roles use.  SQL
+is written with ``%s`` placeholders everywhere; a driver that wants another style
+converts it here.  Every driver error is translated into :mod:`zodbsql.errors` with the
+statement attached, and every statement sent is counted (the benchmark and the
+round-trip tests read ``statements``).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterable, Sequence
+
+from zodbsql.errors import ConnectionLost, DatabaseError
+
+Row = tuple[Any, ...]
+
+
+class DBConnection:
+    """A database connection with error translation and a statement counter.
+
+    Subclasses set ``driver_name`` and implement :meth:`translate_error`, and may
+    override :meth:`convert_sql`, :meth:`begin_read` and :meth:`begin_write`.
+    """
+
+    driver_name = "dbapi"
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.statements = 0
+        self.in_transaction = False
+        self.broken = False
+        self._sql_cache: dict[str, str] = {}
+
+    # -- what subclasses specialise -------------------------------------------------
+    def convert_sql(self, sql: str) -> str:
+        return sql
+
+    def translate_error(self, exc: Exception, sql: str | None) -> Exception:
+        """Return the zodbsql exception for a driver exception (never raises)."""
+        return DatabaseError(f"{self.driver_name}: {exc}", sql)
+
+    def begin_read(self) -> None:
+        """Start a transaction that reads one consistent snapshot."""
+        self.execute("BEGIN")
+        self.in_transaction = True
+
+    def begin_write(self) -> None:
+        """Start a transaction that will write."""
+        self.execute("BEGIN")
+        self.in_transaction = True
+
+    # -- the calls the roles use ----------------------------------------------------
+    def _sql(self, sql: str) -> str:
+        converted = self._sql_cache.get(sql)
+        if converted is None:
+            converted = self._sql_cache[sql] = self.convert_sql(sql)
+        return converted
+
+    def _fail(self, exc: Exception, sql: str | None) -> Exception:
+        error = self.translate_error(exc, sql)
+        if isinstance(error, ConnectionLost):
+            self.broken = True
+        error.__cause__ = exc
+        return error
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; return the number of rows it changed."""
+        self.statements += 1
+        try:
+            cursor = self.raw.cursor()
+            cursor.execute(self._sql(sql), params)
+            return int(cursor.rowcount)
+        except Exception as exc:  # driver errors have no common base class
+            raise self._fail(exc, sql) from exc
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.statements += 1
+        try:
+            self.raw.cursor().executemany(self._sql(sql), rows)
+        except Exception as exc:
+            raise self._fail(exc, sql) from exc
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        self.statements += 1
+        try:
+            cursor = self.raw.cursor()
+            cursor.execute(self._sql(sql), params)
+            return list(cursor.fetchall())
+        except Exception as exc:
+            raise self._fail(exc, sql) from exc
+
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        self.statements += 1
+        try:
+            cursor = self.raw.cursor()
+            cursor.execute(self._sql(sql), params)
+            row = cursor.fetchone()
+            return tuple(row) if row is not None else None
+        except Exception as exc:
+            raise self._fail(exc, sql) from exc
+
+    def commit(self) -> None:
+        self.statements += 1
+        try:
+            self.raw.commit()
+        except Exception as exc:
+            raise self._fail(exc, "COMMIT") from exc
+        finally:
+            self.in_transaction = False
+
+    def rollback(self) -> None:
+        """Roll back; a connection that is already gone is marked broken, not raised."""
+        if not self.in_transaction:
+            return
+        self.statements += 1
+        self.in_transaction = False
+        try:
+            self.raw.rollback()
+        except Exception:
+            self.broken = True
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        except Exception:
+            pass
+
+
+class ConnectionPool:
+    """A bounded pool of connections shared by every instance of one storage.
+
+    Committing takes a connection from here and gives it back afterwards, so a site with
+    many ZODB connections holds at most ``max_size`` committing server connections.
+    """
+
+    def __init__(self, open_connection: Callable[[], DBConnection], max_size: int) -> None:
+        self._open = open_connection
+        self._idle: queue.LifoQueue[DBConnection] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(max_size)
+        self.max_size = max_size
+
+    def acquire(self, timeout: float | None = None) -> DBConnection:
+        if not self._slots.acquire(timeout=timeout if timeout is not None else -1):
+            raise DatabaseError(
+                f"all {self.max_size} pooled connections stayed busy for {timeout}s"
+                " (raise the pool size or find the long commits)")
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        try:
+            return self._open()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self, conn: DBConnection) -> None:
+        conn.rollback()
+        if conn.broken:
+            conn.close()
+        else:
+            self._idle.put(conn)
+        self._slots.release()
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return

@@ -1,0 +1,118 @@
+"""History: transaction metadata, the undo log, revisions of one object, iteration.
+
+Only the history-preserving schema has a ``transactions`` table; in history-free mode
+iteration groups the current states by the tid that wrote them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection, Row
+
+READ_COMMIT_ROW = "SELECT last_tid FROM commit_row"
+SET_COMMIT_ROW = "UPDATE commit_row SET last_tid = %s"
+INSERT_TRANSACTION = (
+    "INSERT INTO transactions (tid, packed, username, description, extension)"
+    " VALUES (%s, %s, %s, %s, %s)")
+OBJECT_HISTORY = (
+    "SELECT s.tid, s.state_size, t.username, t.description, t.extension"
+    " FROM object_state s JOIN transactions t ON t.tid = s.tid"
+    " WHERE s.zoid = %s ORDER BY s.tid DESC LIMIT %s")
+HF_OBJECT_HISTORY = "SELECT tid, state_size FROM object_state WHERE zoid = %s"
+UNDO_LOG = (
+    "SELECT tid, username, description, extension FROM transactions"
+    " WHERE packed = 0 AND tid > %s ORDER BY tid DESC LIMIT %s OFFSET %s")
+TRANSACTION_INFO = "SELECT packed FROM transactions WHERE tid = %s"
+TRANSACTION_STATES = (
+    "SELECT zoid, checksum, state FROM object_state WHERE tid = %s ORDER BY zoid")
+STATE_BEFORE = (
+    "SELECT tid, checksum, state FROM object_state WHERE zoid = %s AND tid < %s"
+    " ORDER BY tid DESC LIMIT 1")
+ITER_TRANSACTIONS = (
+    "SELECT tid, packed, username, description, extension FROM transactions"
+    " WHERE tid >= %s AND tid <= %s ORDER BY tid LIMIT %s")
+HP_ITER_RECORDS = "SELECT zoid, state FROM object_state WHERE tid = %s ORDER BY zoid"
+HF_ITER_TIDS = "SELECT DISTINCT tid FROM object_state WHERE tid >= %s AND tid <= %s ORDER BY tid LIMIT %s"
+HF_ITER_RECORDS = "SELECT zoid, state FROM object_state WHERE tid = %s ORDER BY zoid"
+HP_CURRENT_RECORDS = (
+    "SELECT c.zoid, c.tid, s.state FROM current_object c"
+    " JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid"
+    " WHERE c.zoid > %s AND s.state IS NOT NULL ORDER BY c.zoid LIMIT %s")
+HF_CURRENT_RECORDS = (
+    "SELECT zoid, tid, state FROM object_state WHERE zoid > %s ORDER BY zoid LIMIT %s")
+META_GET = "SELECT value FROM zodbsql_meta WHERE name = %s"
+META_DELETE = "DELETE FROM zodbsql_meta WHERE name = %s"
+META_INSERT = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
+
+MAX_TID = (1 << 63) - 1
+
+
+class History:
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+        self.keep_history = backend.keep_history
+
+    # -- the commit row: the tid clock ------------------------------------------------------
+    def read_last_tid(self, conn: "DBConnection") -> int:
+        row = conn.fetchone(READ_COMMIT_ROW)
+        return int(row[0]) if row else 0
+
+    def record_commit(self, conn: "DBConnection", tid: int, user: bytes, description: bytes,
+                      extension: bytes) -> None:
+        conn.execute(SET_COMMIT_ROW, (tid,))
+        if self.keep_history:
+            conn.execute(INSERT_TRANSACTION, (tid, 0, user, description, extension))
+
+    # -- meta values (pack time) ---------------------------------------------------------------
+    def get_meta(self, conn: "DBConnection", name: str) -> str | None:
+        row = conn.fetchone(META_GET, (name,))
+        return str(row[0]) if row else None
+
+    def set_meta(self, conn: "DBConnection", name: str, value: str) -> None:
+        conn.execute(META_DELETE, (name,))
+        conn.execute(META_INSERT, (name, value))
+
+    # -- reading ------------------------------------------------------------------------------------
+    def object_history(self, conn: "DBConnection", oid: int, size: int) -> list["Row"]:
+        """Rows ``(tid, size, user, description, extension)``, newest first."""
+        if self.keep_history:
+            return conn.fetchall(OBJECT_HISTORY, (oid, size))
+        return [(tid, sz, b"", b"", b"") for tid, sz in conn.fetchall(HF_OBJECT_HISTORY, (oid,))]
+
+    def undo_log(self, conn: "DBConnection", after_tid: int, offset: int,
+                 limit: int) -> list["Row"]:
+        """Undoable transactions newer than ``after_tid``: ``(tid, user, desc, ext)``."""
+        return conn.fetchall(UNDO_LOG, (after_tid, limit, offset))
+
+    def transaction_exists(self, conn: "DBConnection", tid: int) -> bool:
+        return conn.fetchone(TRANSACTION_INFO, (tid,)) is not None
+
+    def transaction_states(self, conn: "DBConnection", tid: int) -> list["Row"]:
+        """``(oid, checksum, state)`` of every record ``tid`` wrote."""
+        return conn.fetchall(TRANSACTION_STATES, (tid,))
+
+    def state_before(self, conn: "DBConnection", oid: int, tid: int) -> "Row | None":
+        return conn.fetchone(STATE_BEFORE, (oid, tid))
+
+    def current_records(self, conn: "DBConnection", after_oid: int, limit: int) -> list["Row"]:
+        """``(oid, tid, state)`` of current, non-deleted objects with oid > after_oid."""
+        sql = HP_CURRENT_RECORDS if self.keep_history else HF_CURRENT_RECORDS
+        return conn.fetchall(sql, (after_oid, limit))
+
+    def iter_transactions(self, conn: "DBConnection", start: int, stop: int,
+                          batch: int = 100) -> Iterator[tuple["Row", list["Row"]]]:
+        """Yield ``((tid, packed, user, desc, ext), [(oid, state), ...])`` in tid order."""
+        while start <= stop:
+            if self.keep_history:
+                rows = conn.fetchall(ITER_TRANSACTIONS, (start, stop, batch))
+            else:
+                rows = [(tid, 0, b"", b"", b"")
+                        for (tid,) in conn.fetchall(HF_ITER_TIDS, (start, stop, batch))]
+            if not rows:
+                return
+            for row in rows:
+                sql = HP_ITER_RECORDS if self.keep_history else HF_ITER_RECORDS
+                yield row, conn.fetchall(sql, (row[0],))
+            start = int(rows[-1][0]) + 1

@@ -1,0 +1,69 @@
+"""Locker: who may commit, and which staged states conflict.
+
+A commit takes its locks in two steps.  During vote, ``lock_objects`` locks the rows of
+the objects being changed or read-current (in oid order, so two committers can never
+deadlock) and returns what conflicts.  At finish, ``lock_commit`` takes the short,
+database-wide lock under which the tid is allocated and the commit made visible.  A
+backend without row locks (SQLite) takes the database write lock already in vote.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection
+
+# Staged states whose expected previous tid is not the current one: (oid, expected, actual).
+HP_FIND_CONFLICTS = (
+    "SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t"
+    " LEFT JOIN current_object c ON c.zoid = t.zoid"
+    " WHERE COALESCE(c.tid, 0) <> t.prev_tid")
+HF_FIND_CONFLICTS = (
+    "SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t"
+    " LEFT JOIN object_state c ON c.zoid = t.zoid"
+    " WHERE COALESCE(c.tid, 0) <> t.prev_tid")
+HP_CURRENT_TIDS = "SELECT zoid, tid FROM current_object WHERE zoid IN ({oids})"
+HF_CURRENT_TIDS = "SELECT zoid, tid FROM object_state WHERE zoid IN ({oids})"
+
+
+class Locker:
+    """Commit and row locking with conflict detection."""
+
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+        self.keep_history = backend.keep_history
+
+    def begin_commit(self, conn: "DBConnection", timeout: float) -> None:
+        """Start the transaction a commit writes in (vote)."""
+        conn.begin_write()
+
+    def lock_objects(self, conn: "DBConnection", read_current: dict[int, int],
+                     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+        """Lock staged and read-current rows; return (write conflicts, read conflicts).
+
+        Each conflict is ``(oid, expected tid, current tid)``; a missing object has
+        current tid 0.
+        """
+        sql = HP_FIND_CONFLICTS if self.keep_history else HF_FIND_CONFLICTS
+        conflicts = [(int(o), int(e), int(a)) for o, e, a in conn.fetchall(sql)]
+        read_conflicts: list[tuple[int, int, int]] = []
+        if read_current:
+            current = self.current_tids(conn, sorted(read_current))
+            for oid, expected in read_current.items():
+                actual = current.get(oid, 0)
+                if actual != expected:
+                    read_conflicts.append((oid, expected, actual))
+        return conflicts, read_conflicts
+
+    def current_tids(self, conn: "DBConnection", oids: list[int]) -> dict[int, int]:
+        template = HP_CURRENT_TIDS if self.keep_history else HF_CURRENT_TIDS
+        result: dict[int, int] = {}
+        for start in range(0, len(oids), 500):
+            chunk = oids[start:start + 500]
+            sql = template.format(oids=", ".join(["%s"] * len(chunk)))
+            result.update((int(o), int(t)) for o, t in conn.fetchall(sql, chunk))
+        return result
+
+    def lock_commit(self, conn: "DBConnection", timeout: float) -> None:
+        """Take the database-wide lock for tid allocation (finish)."""

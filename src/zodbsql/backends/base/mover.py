@@ -1,0 +1,160 @@
+"""Mover: object states into and out of the database.
+
+A commit stages its states in a per-connection temporary table (``temp_store``) and their
+references in ``temp_ref`` during vote; ``move_staged`` copies them into the permanent
+tables under the final tid in a few set-based statements.  Loads come in three kinds:
+the current revision, the revision current at a snapshot tid, and one exact revision.
+
+Loaded rows are ``(tid, checksum, state)``; ``state`` is None for a deleted object.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection, Row
+
+# -- staging (both modes) -----------------------------------------------------------------
+CLEAR_TEMP_STORE = "DELETE FROM temp_store"
+CLEAR_TEMP_REF = "DELETE FROM temp_ref"
+STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, checksum, state_size, state)"
+               " VALUES (%s, %s, %s, %s, %s)")
+STAGE_REF = "INSERT INTO temp_ref (zoid, to_zoid) VALUES (%s, %s)"
+RESTAGE_STATE = ("UPDATE temp_store SET prev_tid = %s, checksum = %s, state_size = %s,"
+                 " state = %s WHERE zoid = %s")
+UNSTAGE_REFS = "DELETE FROM temp_ref WHERE zoid = %s"
+MAX_STAGED_OID = "SELECT MAX(zoid) FROM temp_store"
+
+# -- history-preserving ---------------------------------------------------------------------
+HP_LOAD_CURRENT = (
+    "SELECT c.tid, s.checksum, s.state FROM current_object c"
+    " JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid WHERE c.zoid = %s")
+HP_LOAD_AT = (
+    "SELECT tid, checksum, state FROM object_state WHERE zoid = %s AND tid <= %s"
+    " ORDER BY tid DESC LIMIT 1")
+HP_LOAD_SERIAL = "SELECT tid, checksum, state FROM object_state WHERE zoid = %s AND tid = %s"
+HP_LOAD_BEFORE = (
+    "SELECT tid, checksum, state FROM object_state WHERE zoid = %s AND tid < %s"
+    " ORDER BY tid DESC LIMIT 1")
+HP_NEXT_TID = "SELECT MIN(tid) FROM object_state WHERE zoid = %s AND tid > %s"
+HP_EXISTS = "SELECT 1 FROM object_state WHERE zoid = %s LIMIT 1"
+HP_CURRENT_TID = "SELECT tid FROM current_object WHERE zoid = %s"
+HP_MOVE_STATES = (
+    "INSERT INTO object_state (zoid, tid, checksum, state_size, state)"
+    " SELECT zoid, %s, checksum, state_size, state FROM temp_store")
+HP_MOVE_REFS = "INSERT INTO object_ref (zoid, tid, to_zoid) SELECT zoid, %s, to_zoid FROM temp_ref"
+HP_SET_CURRENT = (
+    "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store WHERE true"
+    " ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid")
+HP_COUNT_OBJECTS = "SELECT COUNT(*) FROM current_object"
+
+# -- history-free -----------------------------------------------------------------------------
+HF_LOAD_CURRENT = "SELECT tid, checksum, state FROM object_state WHERE zoid = %s"
+HF_CURRENT_TID = "SELECT tid FROM object_state WHERE zoid = %s"
+HF_MOVE_STATES = (
+    "INSERT INTO object_state (zoid, tid, checksum, state_size, state)"
+    " SELECT zoid, %s, checksum, state_size, state FROM temp_store WHERE state IS NOT NULL"
+    " ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid, checksum = excluded.checksum,"
+    " state_size = excluded.state_size, state = excluded.state")
+HF_DELETE_REMOVED = (
+    "DELETE FROM object_state WHERE zoid IN (SELECT zoid FROM temp_store WHERE state IS NULL)")
+HF_DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
+HF_MOVE_REFS = "INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref"
+HF_COUNT_OBJECTS = "SELECT COUNT(*) FROM object_state"
+
+
+class Mover:
+    """Moves states between Python and the database for one history mode."""
+
+    #: Statements that create the per-connection temporary tables.
+    CREATE_TEMP_TABLES: tuple[str, ...] = ()
+
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+        self.keep_history = backend.keep_history
+
+    def prepare_connection(self, conn: "DBConnection") -> None:
+        """Create the temporary tables a committing connection stages into."""
+        for statement in self.CREATE_TEMP_TABLES:
+            conn.execute(statement)
+
+    # -- loading --------------------------------------------------------------------------
+    def load_current(self, conn: "DBConnection", oid: int) -> "Row | None":
+        sql = HP_LOAD_CURRENT if self.keep_history else HF_LOAD_CURRENT
+        return conn.fetchone(sql, (oid,))
+
+    def load_at(self, conn: "DBConnection", oid: int, snapshot_tid: int) -> "Row | None":
+        """The revision current as of ``snapshot_tid`` (HP); the current one (HF)."""
+        if self.keep_history:
+            return conn.fetchone(HP_LOAD_AT, (oid, snapshot_tid))
+        return conn.fetchone(HF_LOAD_CURRENT, (oid,))
+
+    def load_serial(self, conn: "DBConnection", oid: int, tid: int) -> "Row | None":
+        if self.keep_history:
+            return conn.fetchone(HP_LOAD_SERIAL, (oid, tid))
+        row = conn.fetchone(HF_LOAD_CURRENT, (oid,))
+        return row if row is not None and row[0] == tid else None
+
+    def load_before(self, conn: "DBConnection", oid: int,
+                    before_tid: int) -> "tuple[Row, int | None] | None":
+        """The revision before ``before_tid`` and the tid that replaced it (or None)."""
+        if not self.keep_history:
+            row = conn.fetchone(HF_LOAD_CURRENT, (oid,))
+            return (row, None) if row is not None and row[0] < before_tid else None
+        row = conn.fetchone(HP_LOAD_BEFORE, (oid, before_tid))
+        if row is None:
+            return None
+        following = conn.fetchone(HP_NEXT_TID, (oid, row[0]))
+        return row, (following[0] if following else None)
+
+    def exists(self, conn: "DBConnection", oid: int) -> bool:
+        sql = HP_EXISTS if self.keep_history else HF_CURRENT_TID
+        return conn.fetchone(sql, (oid,)) is not None
+
+    def current_tid(self, conn: "DBConnection", oid: int) -> int | None:
+        row = conn.fetchone(HP_CURRENT_TID if self.keep_history else HF_CURRENT_TID, (oid,))
+        return int(row[0]) if row else None
+
+    def count_objects(self, conn: "DBConnection") -> int:
+        row = conn.fetchone(HP_COUNT_OBJECTS if self.keep_history else HF_COUNT_OBJECTS)
+        return int(row[0]) if row else 0
+
+    # -- committing -----------------------------------------------------------------------
+    def clear_staged(self, conn: "DBConnection") -> None:
+        conn.execute(CLEAR_TEMP_STORE)
+        conn.execute(CLEAR_TEMP_REF)
+
+    def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
+              refs: Iterable[tuple[int, int]]) -> None:
+        """Stage ``(oid, prev_tid, checksum, size, state)`` rows and ``(oid, to_oid)`` refs."""
+        if states:
+            conn.executemany(STAGE_STATE, states)
+        refs = list(refs)
+        if refs:
+            conn.executemany(STAGE_REF, refs)
+
+    def restage(self, conn: "DBConnection", oid: int, prev_tid: int, checksum: int | None,
+                size: int, state: bytes | None, refs: Iterable[int]) -> None:
+        """Replace one staged state (after conflict resolution)."""
+        conn.execute(RESTAGE_STATE, (prev_tid, checksum, size, state, oid))
+        conn.execute(UNSTAGE_REFS, (oid,))
+        rows = [(oid, ref) for ref in refs]
+        if rows:
+            conn.executemany(STAGE_REF, rows)
+
+    def max_staged_oid(self, conn: "DBConnection") -> int | None:
+        row = conn.fetchone(MAX_STAGED_OID)
+        return int(row[0]) if row and row[0] is not None else None
+
+    def move_staged(self, conn: "DBConnection", tid: int) -> None:
+        """Make the staged states the revisions of ``tid``."""
+        if self.keep_history:
+            conn.execute(HP_MOVE_STATES, (tid,))
+            conn.execute(HP_SET_CURRENT, (tid,))
+            conn.execute(HP_MOVE_REFS, (tid,))
+        else:
+            conn.execute(HF_MOVE_STATES, (tid,))
+            conn.execute(HF_DELETE_REMOVED)
+            conn.execute(HF_DELETE_OLD_REFS)
+            conn.execute(HF_MOVE_REFS)

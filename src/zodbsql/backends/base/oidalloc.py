@@ -1,0 +1,46 @@
+"""Oid allocation: blocks of oids handed out safely across processes.
+
+The base implementation keeps a one-row counter table and advances it by a whole block
+in one short write transaction, so a process asks the database once per ``BLOCK`` oids.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection
+
+BLOCK = 16
+ADVANCE = "UPDATE oid_counter SET last_oid = last_oid + %s"
+READ = "SELECT last_oid FROM oid_counter"
+RAISE_TO = "UPDATE oid_counter SET last_oid = %s WHERE last_oid < %s"
+
+
+class OidAllocator:
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+
+    def allocate(self, conn: "DBConnection") -> list[int]:
+        """Reserve a block of new oids; runs in (and commits) its own transaction.
+
+        When ``conn`` is already in a write transaction, the block is reserved inside it.
+        """
+        own = not conn.in_transaction
+        if own:
+            conn.begin_write()
+        try:
+            conn.execute(ADVANCE, (BLOCK,))
+            row = conn.fetchone(READ)
+            if own:
+                conn.commit()
+        except BaseException:
+            if own:
+                conn.rollback()
+            raise
+        last = int(row[0]) if row else BLOCK
+        return list(range(last - BLOCK + 1, last + 1))
+
+    def ensure_above(self, conn: "DBConnection", oid: int) -> None:
+        """Make sure no oid up to ``oid`` is handed out again (copies bring their own)."""
+        conn.execute(RAISE_TO, (oid, oid))

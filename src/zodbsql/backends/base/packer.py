@@ -1,0 +1,140 @@
+"""Packer: the set-based steps of pack and garbage collection.
+
+Pack works on two work tables: ``pack_object`` (every object that existed at the pack
+tid, with ``keep_tid``, the revision current then) and ``pack_reach`` (objects reachable
+from the root, found generation by generation).  Deleting happens afterwards in batches
+of explicit oid lists, each batch in its own short write transaction, so writers commit
+between batches; deletes name oids instead of using a subquery, which every database
+plans well.
+
+Reachability follows the references recorded at commit: in history-preserving mode the
+edges of each object's ``keep_tid`` revision and of every revision after the pack tid.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection
+
+CLEAR_PACK_OBJECT = "DELETE FROM pack_object"
+CLEAR_PACK_REACH = "DELETE FROM pack_reach"
+HP_FILL_PACK_OBJECT = (
+    "INSERT INTO pack_object (zoid, keep_tid, old_count)"
+    " SELECT zoid, MAX(tid), COUNT(*) - 1 FROM object_state WHERE tid <= %s GROUP BY zoid")
+HF_FILL_PACK_OBJECT = (
+    "INSERT INTO pack_object (zoid, keep_tid, old_count)"
+    " SELECT zoid, tid, 0 FROM object_state WHERE tid <= %s")
+ADD_ROOT = "INSERT INTO pack_reach (zoid, gen) VALUES (0, 0)"
+HP_ADD_NEWER = (
+    "INSERT INTO pack_reach (zoid, gen) SELECT DISTINCT zoid, 0 FROM object_state"
+    " WHERE tid > %s AND zoid <> 0")
+HF_ADD_NEWER = (
+    "INSERT INTO pack_reach (zoid, gen) SELECT zoid, 0 FROM object_state"
+    " WHERE tid > %s AND zoid <> 0")
+# One generation of the walk: targets of the previous generation's kept edges.
+HP_WALK_STEP = (
+    "INSERT INTO pack_reach (zoid, gen)"
+    " SELECT DISTINCT r.to_zoid, %s FROM pack_reach f"
+    " JOIN object_ref r ON r.zoid = f.zoid"
+    " LEFT JOIN pack_object p ON p.zoid = r.zoid"
+    " WHERE f.gen = %s AND (r.tid > %s OR r.tid = p.keep_tid)"
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
+HF_WALK_STEP = (
+    "INSERT INTO pack_reach (zoid, gen)"
+    " SELECT DISTINCT r.to_zoid, %s FROM pack_reach f"
+    " JOIN object_ref r ON r.zoid = f.zoid"
+    " WHERE f.gen = %s"
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
+# Targets of references committed after the walk began: they may revive garbage.
+HP_NEW_TARGETS = (
+    "SELECT DISTINCT r.to_zoid FROM object_ref r WHERE r.tid > %s"
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
+HF_NEW_TARGETS = (
+    "SELECT DISTINCT r.to_zoid FROM object_ref r JOIN object_state s ON s.zoid = r.zoid"
+    " WHERE s.tid > %s"
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
+ADD_REACHED = "INSERT INTO pack_reach (zoid, gen) VALUES (%s, %s)"
+NEXT_GARBAGE = (
+    "SELECT p.zoid FROM pack_object p WHERE p.zoid > %s"
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = p.zoid)"
+    " ORDER BY p.zoid LIMIT %s")
+NEXT_WITH_OLD_REVISIONS = (
+    "SELECT zoid, keep_tid FROM pack_object WHERE zoid > %s AND old_count > 0"
+    " ORDER BY zoid LIMIT %s")
+HP_DELETE_OBJECTS = (
+    "DELETE FROM object_ref WHERE zoid IN ({oids})",
+    "DELETE FROM current_object WHERE zoid IN ({oids})",
+    "DELETE FROM object_state WHERE zoid IN ({oids})",
+)
+HF_DELETE_OBJECTS = (
+    "DELETE FROM object_ref WHERE zoid IN ({oids})",
+    "DELETE FROM object_state WHERE zoid IN ({oids})",
+)
+DELETE_OLD_STATES = "DELETE FROM object_state WHERE zoid = %s AND tid < %s"
+DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid = %s AND tid < %s"
+MARK_PACKED = "UPDATE transactions SET packed = 1 WHERE tid <= %s AND packed = 0"
+DELETE_EMPTY_TRANSACTIONS = (
+    "DELETE FROM transactions WHERE tid <= %s"
+    " AND NOT EXISTS (SELECT 1 FROM object_state s WHERE s.tid = transactions.tid)")
+
+
+class Packer:
+    """The SQL steps of a pack; :mod:`zodbsql.storage.pack` drives them."""
+
+    #: Statements creating the work tables (temporary where the backend allows).
+    CREATE_WORK_TABLES: tuple[str, ...] = ()
+
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+        self.keep_history = backend.keep_history
+
+    def prepare(self, conn: "DBConnection", pack_tid: int, gc: bool) -> None:
+        """Fill ``pack_object`` and seed ``pack_reach`` with the walk's roots."""
+        for statement in self.CREATE_WORK_TABLES:
+            conn.execute(statement)
+        conn.execute(CLEAR_PACK_OBJECT)
+        conn.execute(CLEAR_PACK_REACH)
+        hp = self.keep_history
+        conn.execute(HP_FILL_PACK_OBJECT if hp else HF_FILL_PACK_OBJECT, (pack_tid,))
+        if gc:
+            conn.execute(ADD_ROOT)
+            conn.execute(HP_ADD_NEWER if hp else HF_ADD_NEWER, (pack_tid,))
+
+    def walk_step(self, conn: "DBConnection", generation: int, pack_tid: int) -> int:
+        """Add generation ``generation + 1``; return how many objects it added."""
+        if self.keep_history:
+            return conn.execute(HP_WALK_STEP, (generation + 1, generation, pack_tid))
+        return conn.execute(HF_WALK_STEP, (generation + 1, generation))
+
+    def new_targets(self, conn: "DBConnection", since_tid: int) -> list[int]:
+        sql = HP_NEW_TARGETS if self.keep_history else HF_NEW_TARGETS
+        return [int(row[0]) for row in conn.fetchall(sql, (since_tid,))]
+
+    def add_reached(self, conn: "DBConnection", oids: Sequence[int], generation: int) -> None:
+        conn.executemany(ADD_REACHED, [(oid, generation) for oid in oids])
+
+    def next_garbage(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+        return [int(row[0]) for row in conn.fetchall(NEXT_GARBAGE, (after, limit))]
+
+    def delete_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
+        marks = ", ".join(["%s"] * len(oids))
+        for template in (HP_DELETE_OBJECTS if self.keep_history else HF_DELETE_OBJECTS):
+            conn.execute(template.format(oids=marks), list(oids))
+
+    def next_with_old_revisions(self, conn: "DBConnection", after: int,
+                                limit: int) -> list[tuple[int, int]]:
+        return [(int(o), int(t)) for o, t in conn.fetchall(NEXT_WITH_OLD_REVISIONS,
+                                                            (after, limit))]
+
+    def delete_old_revisions(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
+        conn.executemany(DELETE_OLD_STATES, keep)
+        conn.executemany(DELETE_OLD_REFS, keep)
+
+    def finish(self, conn: "DBConnection", pack_tid: int) -> None:
+        if self.keep_history:
+            conn.execute(MARK_PACKED, (pack_tid,))
+            conn.execute(DELETE_EMPTY_TRANSACTIONS, (pack_tid,))
+        conn.execute(CLEAR_PACK_OBJECT)
+        conn.execute(CLEAR_PACK_REACH)

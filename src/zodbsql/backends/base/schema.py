@@ -1,0 +1,108 @@
+"""Schema: create the tables on first open, and refuse a database this storage can't use.
+
+The meta table records the schema version and the history mode.  ``prepare`` reads it
+before anything is written, so a storage opened in the wrong mode, on a foreign database
+or on another schema version stops with :class:`~zodbsql.errors.SchemaError` and leaves
+the database exactly as it was.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zodbsql.errors import SchemaError
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection
+
+SCHEMA_VERSION = 1
+
+#: Every table zodbsql creates, in an order that drops cleanly.
+TABLES = ("object_ref", "current_object", "object_state", "transactions",
+          "oid_counter", "commit_row", "zodbsql_meta")
+
+SELECT_META = "SELECT name, value FROM zodbsql_meta"
+INSERT_META = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
+
+
+class Schema:
+    """Creates and checks the tables.  Backends supply the DDL and ``list_tables``."""
+
+    #: DDL run in order to create a history-preserving database.
+    HISTORY_PRESERVING_DDL: tuple[str, ...] = ()
+    #: DDL run in order to create a history-free database.
+    HISTORY_FREE_DDL: tuple[str, ...] = ()
+    #: Query listing the tables in the database (one column, the name).
+    LIST_TABLES = ""
+
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+
+    def list_tables(self, conn: "DBConnection") -> set[str]:
+        return {str(row[0]).lower() for row in conn.fetchall(self.LIST_TABLES)}
+
+    def read_meta(self, conn: "DBConnection") -> dict[str, str] | None:
+        """The meta table as a dict, or None when the database has no zodbsql schema."""
+        if "zodbsql_meta" not in self.list_tables(conn):
+            return None
+        return {str(name): str(value) for name, value in conn.fetchall(SELECT_META)}
+
+    def check(self, meta: dict[str, str], keep_history: bool) -> None:
+        where = self.backend.describe()
+        version = meta.get("schema_version")
+        if version != str(SCHEMA_VERSION):
+            raise SchemaError(
+                f"{where} holds zodbsql schema version {version}, this zodbsql needs"
+                f" version {SCHEMA_VERSION}; nothing was changed")
+        stored = meta.get("keep_history") == "true"
+        if stored != keep_history:
+            have = "history-preserving" if stored else "history-free"
+            want = "history-preserving" if keep_history else "history-free"
+            raise SchemaError(
+                f"{where} is a {have} zodbsql database, but the storage was configured"
+                f" {want} (keep-history {'true' if keep_history else 'false'});"
+                f" set keep-history {'true' if stored else 'false'} to open it."
+                " Nothing was changed")
+
+    def prepare(self, conn: "DBConnection", keep_history: bool, create: bool,
+                read_only: bool) -> None:
+        """Check the schema, creating it first when the database is empty and allowed."""
+        meta = self.read_meta(conn)
+        if meta is not None:
+            self.check(meta, keep_history)
+            return
+        where = self.backend.describe()
+        foreign = self.list_tables(conn)
+        if foreign:
+            names = ", ".join(sorted(foreign)[:5])
+            raise SchemaError(
+                f"{where} holds tables that are not zodbsql's ({names}); refusing to"
+                " add a zodbsql schema beside them. Use an empty database or schema")
+        if read_only or not create:
+            why = "the storage is read-only" if read_only else "create-schema is false"
+            raise SchemaError(f"{where} has no zodbsql schema and {why}, so none was created")
+        conn.begin_write()
+        try:
+            meta = self.read_meta(conn)  # another process may have won the race
+            if meta is None:
+                self.create(conn, keep_history)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        if meta is not None:
+            self.check(meta, keep_history)
+
+    def create(self, conn: "DBConnection", keep_history: bool) -> None:
+        ddl = self.HISTORY_PRESERVING_DDL if keep_history else self.HISTORY_FREE_DDL
+        for statement in ddl:
+            conn.execute(statement)
+        conn.execute(INSERT_META, ("schema_version", str(SCHEMA_VERSION)))
+        conn.execute(INSERT_META, ("keep_history", "true" if keep_history else "false"))
+
+    def drop_all(self, conn: "DBConnection") -> None:
+        """Drop zodbsql's own tables (and nothing else)."""
+        present = self.list_tables(conn)
+        for table in TABLES:
+            if table in present:
+                conn.execute(f"DROP TABLE {table}")

@@ -1,0 +1,24 @@
+"""SQLite: the embedded default, one database file shared by the processes of one machine.
+
+Design note.
+
+* Locking.  SQLite has one writer at a time, so there are no row locks to take: vote
+  opens the write transaction with ``BEGIN IMMEDIATE`` and holds it until finish or
+  abort.  The wait for it is SQLite's busy timeout, set from ``commit-lock-timeout``;
+  running out ends in :class:`~zodbsql.errors.CommitLockTimeout`, which ``transaction``
+  retries.  Conflict detection is then one join of the staged states against the current
+  tids, inside that write transaction, so it cannot race another committer.
+* Journal.  WAL mode: readers never block the writer nor each other, which is what lets
+  many ZODB connections in several processes read while one commits.  ``synchronous``
+  defaults to FULL (the WAL is synced at each commit, as FileStorage fsyncs); NORMAL
+  is faster and still loses nothing when a process dies, only on power loss.
+* Polling and loading.  History-preserving loads name the snapshot tid
+  (``tid <= snapshot``), so no read transaction is held between ZODB transactions and
+  checkpoints are never starved.  History-free loads open a read transaction at the first
+  load of a ZODB transaction and end it when the transaction ends.
+* Staging.  Commit states go to TEMP tables (``temp_store``, ``temp_ref``), which live in
+  the connection's own temporary database and take no lock on the main file.
+"""
+from zodbsql.backends.sqlite.adapter import SQLiteBackend
+
+__all__ = ["SQLiteBackend"]

@@ -1,0 +1,114 @@
+"""The SQLite backend: its parts, and how a connection to the file is opened."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+from typing import ClassVar
+
+from zodbsql.backends.base.adapter import Backend
+from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.sqlite.connections import SQLiteConnection
+from zodbsql.backends.sqlite.features import SQLiteFeatures
+from zodbsql.backends.sqlite.mover import SQLiteMover
+from zodbsql.backends.sqlite.packer import SQLitePacker
+from zodbsql.backends.sqlite.schema import SQLiteSchema
+from zodbsql.errors import ConfigurationError, DatabaseError
+
+SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
+
+
+@dataclasses.dataclass(frozen=True)
+class SQLiteOptions:
+    """Where the database file is and how it syncs."""
+
+    path: str
+    synchronous: str = "full"
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ConfigurationError("sqlite3 needs a path to the database file")
+        if self.synchronous.lower() not in SYNCHRONOUS_MODES:
+            raise ConfigurationError(
+                f"sqlite3 synchronous must be one of {', '.join(SYNCHRONOUS_MODES)},"
+                f" got {self.synchronous!r}")
+
+    def create_backend(self, keep_history: bool, lock_timeout: float,
+                       read_only: bool = False) -> "SQLiteBackend":
+        return SQLiteBackend(self, keep_history, lock_timeout, read_only)
+
+
+class SQLiteBackend(Backend):
+    name: ClassVar[str] = "sqlite3"
+    features_class = SQLiteFeatures
+    schema_class = SQLiteSchema
+    mover_class = SQLiteMover
+    packer_class = SQLitePacker
+
+    def __init__(self, options: SQLiteOptions, keep_history: bool, lock_timeout: float,
+                 read_only: bool = False) -> None:
+        super().__init__(keep_history)
+        self.options = options
+        self.path = os.path.abspath(os.path.expanduser(options.path))
+        self.lock_timeout = lock_timeout
+        self.read_only = read_only
+        self._check_path()
+
+    def _check_path(self) -> None:
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            raise ConfigurationError(
+                f"the directory of the SQLite database {self.path} does not exist;"
+                " create it first (zodbsql creates the file, not its directory)")
+        if os.path.exists(self.path):
+            if os.path.isdir(self.path):
+                raise ConfigurationError(f"SQLite path {self.path} is a directory, not a file")
+            if not os.access(self.path, os.R_OK):
+                raise ConfigurationError(f"SQLite database {self.path} is not readable")
+            if not self.read_only and not os.access(self.path, os.W_OK):
+                raise ConfigurationError(
+                    f"SQLite database {self.path} is read-only for this process;"
+                    " open the storage with read-only true or fix the file's permissions")
+        elif self.read_only:
+            raise ConfigurationError(
+                f"SQLite database {self.path} does not exist and the storage is read-only")
+        elif not os.access(directory, os.W_OK):
+            raise ConfigurationError(
+                f"cannot create the SQLite database {self.path}: its directory is not writable")
+
+    def connect(self) -> DBConnection:
+        try:
+            if self.read_only:
+                raw = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                      isolation_level=None, check_same_thread=False,
+                                      timeout=self.lock_timeout)
+            else:
+                raw = sqlite3.connect(self.path, isolation_level=None,
+                                      check_same_thread=False, timeout=self.lock_timeout)
+        except sqlite3.Error as exc:
+            raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from exc
+        conn = SQLiteConnection(raw, self.path, self.lock_timeout)
+        try:
+            if not self.read_only:
+                row = conn.fetchone("PRAGMA journal_mode")
+                if row and str(row[0]).lower() != "wal":
+                    conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
+            conn.execute("PRAGMA foreign_keys = OFF")
+            conn.execute("PRAGMA temp_store = MEMORY")
+        except BaseException:
+            conn.close()
+            raise
+        conn.statements = 0
+        return conn
+
+    def describe(self) -> str:
+        return f"SQLite database {self.path}"
+
+    def sort_key(self) -> str:
+        return f"zodbsql:sqlite3:{self.path}"
+
+    def database_size(self, conn: DBConnection) -> int:
+        pages = conn.fetchone("PRAGMA page_count")
+        size = conn.fetchone("PRAGMA page_size")
+        return int(pages[0]) * int(size[0]) if pages and size else 0

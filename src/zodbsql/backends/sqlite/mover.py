@@ -1,0 +1,12 @@
+"""SQLite stages commits in TEMP tables, which take no lock on the database file."""
+from zodbsql.backends.base.mover import Mover
+
+CREATE_TEMP_TABLES = (
+    "CREATE TEMP TABLE IF NOT EXISTS temp_store (zoid INTEGER PRIMARY KEY,"
+    " prev_tid INTEGER NOT NULL, checksum INTEGER, state_size INTEGER NOT NULL, state BLOB)",
+    "CREATE TEMP TABLE IF NOT EXISTS temp_ref (zoid INTEGER NOT NULL, to_zoid INTEGER NOT NULL)",
+)
+
+
+class SQLiteMover(Mover):
+    CREATE_TEMP_TABLES = CREATE_TEMP_TABLES

@@ -1,0 +1,38 @@
+"""SQLite's tables.  Integers are 64-bit; tids and oids fit as signed values."""
+from zodbsql.backends.base.schema import Schema
+
+COMMON_DDL = (
+    "CREATE TABLE zodbsql_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE commit_row (id INTEGER PRIMARY KEY CHECK (id = 0), last_tid INTEGER NOT NULL)",
+    "INSERT INTO commit_row (id, last_tid) VALUES (0, 0)",
+    "CREATE TABLE oid_counter (id INTEGER PRIMARY KEY CHECK (id = 0), last_oid INTEGER NOT NULL)",
+    "INSERT INTO oid_counter (id, last_oid) VALUES (0, 0)",
+)
+HISTORY_PRESERVING_DDL = COMMON_DDL + (
+    "CREATE TABLE transactions (tid INTEGER PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
+    " username BLOB NOT NULL, description BLOB NOT NULL, extension BLOB NOT NULL)",
+    # A rowid table: large states stay out of the (zoid, tid) b-tree.
+    "CREATE TABLE object_state (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
+    " checksum INTEGER, state_size INTEGER NOT NULL, state BLOB, PRIMARY KEY (zoid, tid))",
+    "CREATE INDEX object_state_tid ON object_state (tid)",
+    "CREATE TABLE current_object (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL)",
+    "CREATE INDEX current_object_tid ON current_object (tid)",
+    "CREATE TABLE object_ref (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
+    " to_zoid INTEGER NOT NULL, PRIMARY KEY (zoid, tid, to_zoid)) WITHOUT ROWID",
+    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
+)
+HISTORY_FREE_DDL = COMMON_DDL + (
+    "CREATE TABLE object_state (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL,"
+    " checksum INTEGER, state_size INTEGER NOT NULL, state BLOB)",
+    "CREATE INDEX object_state_tid ON object_state (tid)",
+    "CREATE TABLE object_ref (zoid INTEGER NOT NULL, to_zoid INTEGER NOT NULL,"
+    " PRIMARY KEY (zoid, to_zoid)) WITHOUT ROWID",
+    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
+)
+LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+
+
+class SQLiteSchema(Schema):
+    HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
+    HISTORY_FREE_DDL = HISTORY_FREE_DDL
+    LIST_TABLES = LIST_TABLES

@@ -1,0 +1,59 @@
+"""One exception hierarchy for zodbsql.
+
+Driver errors are translated at the backend boundary into these classes, keeping the
+original as ``__cause__``.  Where ZODB has an error with the same meaning, ours derives
+from it, so ``transaction``'s retry loop and ZODB's callers treat them as they expect.
+"""
+from __future__ import annotations
+
+import transaction.interfaces
+from ZODB import POSException
+
+
+class ZodbsqlError(Exception):
+    """Base class of every error zodbsql raises itself."""
+
+
+class ConfigurationError(ZodbsqlError, ValueError):
+    """An option or a DSN is wrong; the message names it."""
+
+
+class DriverNotFound(ZodbsqlError, ImportError):
+    """No database driver could be loaded; the message lists each one tried."""
+
+
+class SchemaError(ZodbsqlError, POSException.StorageError):
+    """The database does not hold a zodbsql schema this storage can use.
+
+    Raised for a foreign database, another schema version, the other history mode or a
+    missing schema with schema creation turned off.  Nothing has been written when it
+    is raised.
+    """
+
+
+class DatabaseError(ZodbsqlError, POSException.StorageError):
+    """The database server or file reported an error; ``statement`` is the SQL sent."""
+
+    def __init__(self, message: str, statement: str | None = None) -> None:
+        if statement:
+            message = f"{message}\n  statement: {' '.join(statement.split())[:500]}"
+        super().__init__(message)
+        self.statement = statement
+
+
+class ConnectionLost(DatabaseError, transaction.interfaces.TransientError):
+    """The connection to the database went away; a retried transaction reconnects."""
+
+
+class CommitLockTimeout(POSException.StorageTransactionError,
+                        transaction.interfaces.TransientError, ZodbsqlError):
+    """The commit lock (or a row lock) was not granted within its configured timeout."""
+
+
+class CorruptRecordError(ZodbsqlError, POSException.StorageError):
+    """A stored state does not match the checksum written with it."""
+
+    def __init__(self, oid: int, tid: int, detail: str) -> None:
+        super().__init__(f"corrupt record for oid 0x{oid:016x} tid 0x{tid:016x}: {detail}")
+        self.oid = oid
+        self.tid = tid

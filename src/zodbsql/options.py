@@ -1,0 +1,41 @@
+"""The storage's settings: one typed, immutable object, built from ZConfig, a URI or Python."""
+from __future__ import annotations
+
+import dataclasses
+
+from zodbsql.errors import ConfigurationError
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Settings that the storage core reads; backend settings live in the backend's options.
+
+    ``cache_size_mb`` bounds the process-wide cache of object states (0 turns it off).
+    ``commit_lock_timeout`` is in seconds: how long a commit waits for the commit lock
+    before it fails with :class:`zodbsql.errors.CommitLockTimeout`.
+    ``pack_batch_size`` is how many objects one pack step deletes while holding the lock.
+    """
+
+    name: str | None = None
+    keep_history: bool = True
+    read_only: bool = False
+    create_schema: bool = True
+    cache_size_mb: float = 64.0
+    commit_lock_timeout: float = 30.0
+    pack_batch_size: int = 1000
+    pack_duty_cycle: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.cache_size_mb < 0:
+            raise ConfigurationError(f"cache-size-mb must be 0 or more, got {self.cache_size_mb}")
+        if self.commit_lock_timeout <= 0:
+            raise ConfigurationError(
+                f"commit-lock-timeout must be a positive number of seconds, got {self.commit_lock_timeout}")
+        if self.pack_batch_size < 1:
+            raise ConfigurationError(f"pack-batch-size must be at least 1, got {self.pack_batch_size}")
+        if not 0 < self.pack_duty_cycle <= 1:
+            raise ConfigurationError(
+                f"pack-duty-cycle must be in (0, 1], got {self.pack_duty_cycle}")
+
+    def replace(self, **changes: object) -> "Options":
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,149 @@
+"""History and undo over the backend's history role (history-preserving mode).
+
+Undo is planned when ``undo()`` is called, so an impossible undo fails at once with
+``UndoError``; what it plans is ordinary buffered stores whose expected serial is the
+current tid, so vote's conflict check still protects against a concurrent commit.
+"""
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any, Callable
+
+from ZODB import POSException
+from ZODB._compat import loads
+from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import p64, u64
+
+from zodbsql.storage.records import checksum, verified
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.connections import DBConnection
+    from zodbsql.storage.commit import PendingCommit
+    from zodbsql.storage.storage import SQLStorage
+
+PACKED_TID = "packed_tid"
+
+
+def tid_time(tid: int) -> float:
+    return TimeStamp(p64(tid)).timeTime()
+
+
+def decode_extension(data: bytes | None) -> dict[str, Any]:
+    if not data:
+        return {}
+    try:
+        value = loads(bytes(data))
+    except Exception:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: bytes | None) -> bytes:
+    return bytes(value) if value is not None else b""
+
+
+def object_history(storage: "SQLStorage", conn: "DBConnection", oid: bytes,
+                   size: int) -> list[dict[str, Any]]:
+    rows = storage.backend.history.object_history(conn, u64(oid), max(1, size))
+    if not rows:
+        raise POSException.POSKeyError(oid)
+    result = []
+    for tid, state_size, user, description, extension in rows:
+        entry = decode_extension(extension)
+        entry.update(time=tid_time(tid), tid=p64(tid), serial=p64(tid),
+                     user_name=_text(user), description=_text(description),
+                     size=int(state_size))
+        result.append(entry)
+    return result
+
+
+def packed_tid(storage: "SQLStorage", conn: "DBConnection") -> int:
+    value = storage.backend.history.get_meta(conn, PACKED_TID)
+    return int(value) if value else 0
+
+
+def undo_log(storage: "SQLStorage", conn: "DBConnection", first: int, last: int,
+             filter: Callable[[dict[str, Any]], bool] | None) -> list[dict[str, Any]]:
+    if not storage.options.keep_history:
+        return []
+    if last < 0:
+        last = first - last
+    after = packed_tid(storage, conn)
+    found: list[dict[str, Any]] = []
+    offset, batch = 0, max(20, last)
+    while len(found) < last:
+        rows = storage.backend.history.undo_log(conn, after, offset, batch)
+        if not rows:
+            break
+        offset += len(rows)
+        for tid, user, description, extension in rows:
+            entry = decode_extension(extension)
+            entry.update(id=p64(tid), time=tid_time(tid), user_name=_text(user),
+                         description=_text(description))
+            if filter is None or filter(entry):
+                found.append(entry)
+    return found[first:last]
+
+
+def _transaction_id(transaction_id: bytes | str) -> int:
+    if isinstance(transaction_id, str):
+        transaction_id = transaction_id.encode("ascii")
+    if len(transaction_id) == 8:
+        return u64(transaction_id)
+    try:
+        decoded = base64.decodebytes(transaction_id + b"\n")
+    except Exception:
+        decoded = b""
+    if len(decoded) != 8:
+        raise POSException.UndoError(f"invalid transaction id {transaction_id!r}")
+    return u64(decoded)
+
+
+def undo(storage: "SQLStorage", conn: "DBConnection", pending: "PendingCommit",
+         transaction_id: bytes) -> tuple[bytes, list[bytes]]:
+    """Buffer the stores that undo ``transaction_id``; return ``(tid, oids)``."""
+    if not storage.options.keep_history:
+        raise POSException.UndoError("undo needs a history-preserving storage")
+    tid = _transaction_id(transaction_id)
+    backend = storage.backend
+    if not backend.history.transaction_exists(conn, tid) or tid <= packed_tid(storage, conn):
+        raise POSException.UndoError("Invalid transaction id")
+    oids = []
+    for oid, undone_checksum, undone_state in backend.history.transaction_states(conn, tid):
+        oid = int(oid)
+        state = _undo_one(storage, conn, pending, oid, tid, undone_checksum, undone_state)
+        current_tid = backend.mover.current_tid(conn, oid) or 0
+        prev_tid = pending.states[oid][0] if oid in pending.states else current_tid
+        pending.states[oid] = (prev_tid, state)
+        oids.append(p64(oid))
+    return p64(tid), oids
+
+
+def _undo_one(storage: "SQLStorage", conn: "DBConnection", pending: "PendingCommit",
+              oid: int, tid: int, undone_checksum: int | None,
+              undone_state: bytes | None) -> bytes | None:
+    """The state that undoes ``tid``'s record of ``oid``, or UndoError."""
+    backend = storage.backend
+    before = backend.history.state_before(conn, oid, tid)
+    restored = bytes(before[2]) if before is not None and before[2] is not None else None
+    if oid in pending.states:
+        # Undone twice in one transaction: undo against what is already buffered.
+        current_state = pending.states[oid][1]
+        current_checksum = checksum(current_state)
+        current_tid = None
+    else:
+        row = backend.mover.load_current(conn, oid)
+        if row is None:
+            raise POSException.UndoError("the object no longer exists", p64(oid))
+        current_tid, current_checksum = int(row[0]), row[1]
+        current_state = verified(oid, current_tid, row[1], bytes(row[2])) if row[2] is not None else None
+    if current_tid == tid or (current_checksum == undone_checksum):
+        return restored
+    if restored is None or current_state is None or current_tid is None:
+        raise POSException.UndoError("Some data were modified by a later transaction", p64(oid))
+    try:
+        return storage.tryToResolveConflict(p64(oid), p64(current_tid), p64(tid), restored,
+                                            current_state)
+    except POSException.ConflictError:
+        raise POSException.UndoError("Some data were modified by a later transaction",
+                                     p64(oid)) from None

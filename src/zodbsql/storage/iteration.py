@@ -1,0 +1,72 @@
+"""IStorageIteration: transactions in tid order, and every current record.
+
+The iterator reads through its own connection, a batch of transactions at a time, so a
+long copy never holds one huge result in memory nor the load connection of the storage.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ZODB.BaseStorage import DataRecord, TransactionRecord
+from ZODB.utils import p64, u64
+
+from zodbsql.backends.base.history import MAX_TID
+from zodbsql.storage.history import decode_extension
+
+if TYPE_CHECKING:
+    from zodbsql.storage.storage import SQLStorage
+
+CURRENT_RECORDS_BATCH = 100
+
+
+class SQLTransactionRecord(TransactionRecord):
+    def __init__(self, tid: int, status: str, user: bytes, description: bytes,
+                 extension: dict[str, Any], records: list[DataRecord]) -> None:
+        super().__init__(p64(tid), status, user, description, extension)
+        self._records = records
+
+    def __iter__(self) -> Iterator[DataRecord]:
+        return iter(self._records)
+
+
+class TransactionIterator:
+    def __init__(self, storage: "SQLStorage", start: bytes | None, stop: bytes | None) -> None:
+        self._conn = storage.backend.connect()
+        self._rows = storage.backend.history.iter_transactions(
+            self._conn, u64(start) if start else 0, u64(stop) if stop else MAX_TID)
+        self._open = True
+
+    def __iter__(self) -> "TransactionIterator":
+        return self
+
+    def __next__(self) -> SQLTransactionRecord:
+        if not self._open:
+            raise StopIteration
+        try:
+            (tid, packed, user, description, extension), states = next(self._rows)
+        except StopIteration:
+            self.close()
+            raise
+        tid = int(tid)
+        records = [DataRecord(p64(int(oid)), p64(tid),
+                              bytes(state) if state is not None else None, None)
+                   for oid, state in states]
+        return SQLTransactionRecord(tid, "p" if packed else " ", bytes(user or b""),
+                                    bytes(description or b""), decode_extension(extension),
+                                    records)
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._conn.close()
+
+
+def record_iternext(storage: "SQLStorage", next_oid: Any) -> tuple[bytes, bytes, bytes, Any]:
+    """One current record per call: ``(oid, tid, state, next)``; next is None at the end."""
+    after = -1 if next_oid is None else u64(next_oid) - 1
+    rows = storage.backend.history.current_records(storage._conn(), after, 2)
+    if not rows:
+        raise ValueError("no more records")
+    oid, tid, state = rows[0]
+    following = p64(int(rows[1][0])) if len(rows) > 1 else None
+    return p64(int(oid)), p64(int(tid)), bytes(state), following

@@ -1,0 +1,146 @@
+"""Pack and garbage collection, in batches that never hold the commit lock for long.
+
+1. ``prepare``: record the revision of every object current at the pack tid, and seed
+   the walk with the root and everything written after the pack tid.
+2. Walk: follow the recorded references one generation per statement (no lock held).
+3. Delete garbage, one batch of oids per short write transaction.  Before each batch,
+   under the commit lock, references committed since the walk began are followed too,
+   so an object a concurrent writer linked again is never deleted.
+4. History-preserving: delete the revisions older than each object's kept revision,
+   in batches, then mark the packed transactions.
+
+``progress`` (if given) is called with ``(phase, done)`` after every batch.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from ZODB import POSException
+from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import u64
+
+from zodbsql.storage.history import PACKED_TID, packed_tid
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.connections import DBConnection
+    from zodbsql.storage.storage import SQLStorage
+
+Progress = Callable[[str, int], None]
+
+
+def time_to_tid(t: float) -> int:
+    return u64(TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw())
+
+
+def pack(storage: "SQLStorage", t: float, gc: bool = True,
+         progress: Progress | None = None) -> None:
+    shared = storage.shared
+    if not shared.pack_lock.acquire(blocking=False):
+        raise POSException.StorageError("a pack of this storage is already running")
+    conn = storage.backend.connect()
+    try:
+        _Pack(storage, conn, gc, progress).run(time_to_tid(t))
+    finally:
+        conn.rollback()
+        conn.close()
+        shared.pack_lock.release()
+
+
+class _Pack:
+    def __init__(self, storage: "SQLStorage", conn: "DBConnection", gc: bool,
+                 progress: Progress | None) -> None:
+        self.storage = storage
+        self.backend = storage.backend
+        self.conn = conn
+        self.gc = gc
+        self.progress = progress or (lambda phase, done: None)
+        self.batch = storage.options.pack_batch_size
+        self.duty = storage.options.pack_duty_cycle
+        self.timeout = storage.options.commit_lock_timeout
+        self.generation = 0
+
+    def run(self, pack_tid: int) -> None:
+        conn, backend = self.conn, self.backend
+        last = backend.poller.last_tid(conn)
+        pack_tid = min(pack_tid, last)
+        keep_history = self.storage.options.keep_history
+        if pack_tid <= 0 or (keep_history and pack_tid <= packed_tid(self.storage, conn)):
+            return
+        if not keep_history and not self.gc:
+            return
+        self.checked = last
+        self.pack_tid = pack_tid
+        backend.packer.prepare(conn, pack_tid, self.gc)
+        if self.gc:
+            self._walk()
+            self._delete_garbage()
+        if keep_history:
+            self._delete_old_revisions()
+        self._locked(lambda: self._finish(pack_tid))
+
+    def _walk(self) -> None:
+        while self.backend.packer.walk_step(self.conn, self.generation, self.pack_tid) > 0:
+            self.generation += 1
+            self.progress("walk", self.generation)
+
+    def _locked(self, work: Callable[[], object]) -> None:
+        """Run ``work`` in one short write transaction holding the commit lock."""
+        started = time.monotonic()
+        self.backend.locker.begin_commit(self.conn, self.timeout)
+        try:
+            self.backend.locker.lock_commit(self.conn, self.timeout)
+            work()
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+        if self.duty < 1:
+            time.sleep((time.monotonic() - started) * (1 - self.duty) / self.duty)
+
+    def _rescue(self) -> None:
+        """Follow references committed since the walk began (commit lock held)."""
+        newest = self.backend.poller.last_tid(self.conn)
+        if newest <= self.checked:
+            return
+        packer = self.backend.packer
+        targets = packer.new_targets(self.conn, self.checked)
+        if targets:
+            self.generation += 1
+            packer.add_reached(self.conn, targets, self.generation)
+            self._walk()
+        self.checked = newest
+
+    def _delete_garbage(self) -> None:
+        packer, conn = self.backend.packer, self.conn
+        after, done = -1, 0
+        while True:
+            batch: list[int] = []
+
+            def step() -> None:
+                self._rescue()
+                batch.extend(packer.next_garbage(conn, after, self.batch))
+                if batch:
+                    packer.delete_objects(conn, batch)
+            self._locked(step)
+            if not batch:
+                return
+            after = batch[-1]
+            done += len(batch)
+            self.progress("gc", done)
+
+    def _delete_old_revisions(self) -> None:
+        packer, conn = self.backend.packer, self.conn
+        after, done = -1, 0
+        while True:
+            keep = packer.next_with_old_revisions(conn, after, self.batch)
+            if not keep:
+                return
+            self._locked(lambda: packer.delete_old_revisions(conn, keep))
+            after = keep[-1][0]
+            done += len(keep)
+            self.progress("history", done)
+
+    def _finish(self, pack_tid: int) -> None:
+        self.backend.packer.finish(self.conn, pack_tid)
+        self.backend.history.set_meta(self.conn, PACKED_TID, str(pack_tid))

@@ -1,0 +1,49 @@
+"""What is computed from a state before it is stored: its checksum and its references."""
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from ZODB.serialize import referencesf
+from ZODB.utils import p64, u64
+
+from zodbsql.errors import CorruptRecordError
+
+log = logging.getLogger(__name__)
+
+
+def checksum(state: bytes | None) -> int | None:
+    """A 64-bit BLAKE2b digest as a signed integer (fits every database's BIGINT)."""
+    if state is None:
+        return None
+    return int.from_bytes(hashlib.blake2b(state, digest_size=8).digest(), "big", signed=True)
+
+
+def verified(oid: int, tid: int, stored_checksum: int | None, state: bytes | None) -> bytes | None:
+    """Return ``state`` after checking it against the checksum written with it."""
+    if state is not None and stored_checksum is not None and checksum(state) != stored_checksum:
+        raise CorruptRecordError(oid, tid, "the state does not match its checksum")
+    return state
+
+
+def references(oid: int, state: bytes | None) -> set[int]:
+    """The oids a state refers to (ZODB's own extraction); empty for a deletion.
+
+    A state ZODB itself can't parse can't reference anything ZODB could load, so it is
+    logged and recorded without references rather than refused.
+    """
+    if not state:
+        return set()
+    try:
+        return {u64(ref) for ref in referencesf(state)}
+    except Exception as exc:  # any unpickling error
+        log.warning("could not read the references of oid 0x%016x: %s", oid, exc)
+        return set()
+
+
+def as_bytes(value: int) -> bytes:
+    return p64(value)
+
+
+def as_int(value: bytes) -> int:
+    return u64(value)

@@ -1,0 +1,407 @@
+"""SQLStorage: ZODB's storage interfaces over one backend.
+
+One ``SQLStorage`` is made per database; ZODB asks it for an instance per connection
+(``new_instance``).  The instances share a :class:`Shared` (backend, options, state
+cache, oid block, pool of committing connections); each has its own connection for
+loading and its own snapshot tid, set by ``poll_invalidations``.  An instance that has
+never polled (the root storage, used directly) reads the newest committed data.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Iterable
+
+import zope.interface
+from ZODB import POSException
+from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.interfaces import (IExternalGC, IMVCCStorage, IStorage, IStorageIteration,
+                             IStorageRestoreable, IStorageUndoable)
+from ZODB.utils import p64, u64
+
+from zodbsql.backends.base.adapter import Backend
+from zodbsql.backends.base.connections import ConnectionPool, DBConnection
+from zodbsql.cache import StateCache
+from zodbsql.errors import ZodbsqlError
+from zodbsql.options import Options
+from zodbsql.storage import history, iteration, pack
+from zodbsql.storage.commit import PendingCommit
+from zodbsql.storage.records import verified
+
+log = logging.getLogger(__name__)
+
+#: Committing connections one storage keeps open at most.
+COMMIT_POOL_SIZE = 8
+
+
+class Shared:
+    """What every instance of one storage shares."""
+
+    def __init__(self, backend: Backend, options: Options) -> None:
+        self.backend = backend
+        self.options = options
+        self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
+        self.pool = ConnectionPool(
+            lambda: backend.connect_for_commit(options.commit_lock_timeout), COMMIT_POOL_SIZE)
+        self.oid_lock = threading.Lock()
+        self.free_oids: list[int] = []
+        self.highest_oid_seen = 0
+        self.pack_lock = threading.Lock()
+        self.closed = False
+
+
+@zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
+                            IExternalGC)
+class SQLStorage(ConflictResolvingStorage):
+    """A ZODB storage in a relational database."""
+
+    def __init__(self, backend: Backend, options: Options | None = None, *,
+                 shared: Shared | None = None) -> None:
+        self._load: DBConnection | None = None
+        if shared is None:
+            options = options or Options(keep_history=backend.keep_history)
+            shared = Shared(backend, options)
+            self._load = self._open_checked(backend, options)
+            self._is_root = True
+        else:
+            self._is_root = False
+        self.shared = shared
+        self._options = shared.options
+        self.__name__ = shared.options.name or backend.describe()
+        if shared.options.keep_history:
+            zope.interface.alsoProvides(self, IStorageUndoable)
+        self._snapshot: int | None = None   # None: read the newest data
+        self._polled: int | None = None
+        self._own_tids: set[int] = set()
+        self._read_txn = False               # history-free snapshot transaction open
+        self._load_lock = threading.RLock()
+        self._tpc_lock = threading.Lock()
+        self._pending: PendingCommit | None = None
+        self._last_commit: int | None = None
+        self._db: Any = None
+
+    @staticmethod
+    def _open_checked(backend: Backend, options: Options) -> DBConnection:
+        conn = backend.connect()
+        try:
+            backend.schema.prepare(conn, options.keep_history, options.create_schema,
+                                   options.read_only)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    # -- IMVCCStorage ---------------------------------------------------------------------------
+    def new_instance(self) -> "SQLStorage":
+        self._check_open()
+        return SQLStorage(self.shared.backend, shared=self.shared)
+
+    def release(self) -> None:
+        with self._load_lock:
+            if self._load is not None:
+                self._load.rollback()
+                self._load.close()
+                self._load = None
+            self._read_txn = False
+
+    def sync(self, force: bool = True) -> None:
+        self._end_read_txn()
+
+    def afterCompletion(self) -> None:
+        self._end_read_txn()
+
+    def poll_invalidations(self) -> list[bytes]:
+        """Move this instance's snapshot to the newest commit; return the oids changed."""
+        shared = self.shared
+        with self._load_lock:
+            self._end_read_txn()
+            conn = self._conn()
+            upto = shared.backend.poller.last_tid(conn)
+            since = self._polled if self._polled is not None else (
+                shared.cache.polled if shared.cache.polled >= 0 else None)
+            changes = shared.backend.poller.changes(conn, since, upto) if since is not None else []
+            shared.cache.after_poll(since if since is not None else upto, upto, changes)
+            invalidated: list[bytes] = []
+            if self._polled is not None:
+                own = self._own_tids
+                invalidated = [p64(oid) for oid, tid in changes if tid not in own]
+            self._own_tids = set()
+            self._snapshot = self._polled = upto
+            return invalidated
+
+    def _end_read_txn(self) -> None:
+        with self._load_lock:
+            if self._read_txn and self._load is not None:
+                self._load.rollback()
+            self._read_txn = False
+
+    def _conn(self) -> DBConnection:
+        if self._load is None or self._load.broken:
+            self._check_open()
+            if self._load is not None:
+                self._load.close()
+            self._load = self.shared.backend.connect()
+            self._read_txn = False
+        return self._load
+
+    def _check_open(self) -> None:
+        if self.shared.closed:
+            raise POSException.StorageError(f"storage {self.__name__} is closed")
+
+    # -- loading -------------------------------------------------------------------------------------
+    def load(self, oid: bytes, version: str = "") -> tuple[bytes, bytes]:
+        oid_int = u64(oid)
+        shared = self.shared
+        with self._load_lock:
+            snapshot = self._snapshot
+            if snapshot is None:
+                row = shared.backend.mover.load_current(self._conn(), oid_int)
+            else:
+                hit = shared.cache.get(oid_int, snapshot)
+                if hit is not None:
+                    return hit[0], p64(hit[1])
+                conn = self._conn()
+                if not shared.options.keep_history and not self._read_txn:
+                    conn.begin_read()
+                    self._read_txn = True
+                row = shared.backend.mover.load_at(conn, oid_int, snapshot)
+                if row is not None and row[0] > snapshot:
+                    raise POSException.ReadConflictError(
+                        oid=oid, serials=(p64(row[0]), p64(snapshot)))
+            if row is None or row[2] is None:
+                raise POSException.POSKeyError(oid)
+            tid, stored_checksum, state = int(row[0]), row[1], bytes(row[2])
+            verified(oid_int, tid, stored_checksum, state)
+            if snapshot is not None:
+                shared.cache.put_loaded(oid_int, tid, state, snapshot)
+            return state, p64(tid)
+
+    def prefetch(self, oids: Iterable[bytes], tid: bytes | None = None) -> None:
+        """Warm the shared cache for ``oids`` (loads them at this instance's snapshot)."""
+        for oid in oids:
+            try:
+                self.load(oid)
+            except (POSException.POSKeyError, POSException.ReadConflictError):
+                pass
+
+    def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
+        oid_int, tid = u64(oid), u64(serial)
+        with self._load_lock:
+            row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
+        if row is None or row[2] is None:
+            raise POSException.POSKeyError(oid)
+        return verified(oid_int, tid, row[1], bytes(row[2])) or b""
+
+    def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
+        oid_int = u64(oid)
+        with self._load_lock:
+            conn = self._conn()
+            found = self.shared.backend.mover.load_before(conn, oid_int, u64(tid))
+            if found is None:
+                if not self.shared.backend.mover.exists(conn, oid_int):
+                    raise POSException.POSKeyError(oid)
+                return None
+        (start, stored_checksum, state), end = found
+        if state is None:
+            return None
+        data = verified(oid_int, int(start), stored_checksum, bytes(state)) or b""
+        return data, p64(start), (p64(end) if end is not None else None)
+
+    def history(self, oid: bytes, size: int = 1) -> list[dict[str, Any]]:
+        with self._load_lock:
+            return history.object_history(self, self._conn(), oid, size)
+
+    # -- oids -------------------------------------------------------------------------------------------
+    def new_oid(self) -> bytes:
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        shared = self.shared
+        with shared.oid_lock:
+            if not shared.free_oids:
+                pending = self._pending
+                if pending is not None and pending.conn is not None:
+                    block = shared.backend.oids.allocate(pending.conn)
+                else:
+                    conn = shared.pool.acquire(shared.options.commit_lock_timeout)
+                    try:
+                        block = shared.backend.oids.allocate(conn)
+                    finally:
+                        shared.pool.release(conn)
+                shared.highest_oid_seen = max(shared.highest_oid_seen, block[-1])
+                shared.free_oids = block[::-1]
+            return p64(shared.free_oids.pop())
+
+    # -- two-phase commit -------------------------------------------------------------------------
+    def tpc_begin(self, transaction: Any, tid: bytes | None = None, status: str = " ") -> None:
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        self._check_open()
+        pending = self._pending
+        if pending is not None and pending.transaction is transaction:
+            raise POSException.StorageTransactionError(
+                "Duplicate tpc_begin calls for same transaction")
+        self._tpc_lock.acquire()
+        self._pending = PendingCommit(self, transaction, tid, status)
+
+    def _pending_for(self, transaction: Any) -> PendingCommit:
+        pending = self._pending
+        if pending is None or pending.transaction is not transaction:
+            raise POSException.StorageTransactionError(self, transaction)
+        return pending
+
+    def store(self, oid: bytes, serial: bytes, data: bytes, version: str,
+              transaction: Any) -> None:
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        pending = self._pending_for(transaction)
+        if version:
+            raise POSException.Unsupported("versions are not supported")
+        pending.store(u64(oid), u64(serial), data)
+
+    def restore(self, oid: bytes, serial: bytes, data: bytes | None, version: str,
+                prev_txn: bytes | None, transaction: Any) -> None:
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        pending = self._pending_for(transaction)
+        if version:
+            raise POSException.Unsupported("versions are not supported")
+        if data is None and prev_txn is not None:
+            # A backpointer: the state is the one written by prev_txn.
+            data = self.loadSerial(oid, prev_txn)
+        pending.restore(u64(oid), data)
+
+    def deleteObject(self, oid: bytes, oldserial: bytes, transaction: Any) -> None:
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        self._pending_for(transaction).store(u64(oid), u64(oldserial), None)
+
+    def checkCurrentSerialInTransaction(self, oid: bytes, serial: bytes,
+                                        transaction: Any) -> None:
+        self._pending_for(transaction).read_current[u64(oid)] = u64(serial)
+
+    def tpc_vote(self, transaction: Any) -> Iterable[bytes]:
+        pending = self._pending_for(transaction)
+        return pending.vote()
+
+    def tpc_finish(self, transaction: Any, func: Callable[[bytes], Any] = lambda tid: None) -> bytes:
+        pending = self._pending_for(transaction)
+        try:
+            tid = pending.finish()
+            tid_bytes = p64(tid)
+            self._own_tids.add(tid)
+            self._last_commit = tid
+            cache = self.shared.cache
+            for oid, (_, state) in pending.states.items():
+                if state is not None:
+                    cache.put_revision(oid, tid, state)
+            func(tid_bytes)
+            return tid_bytes
+        finally:
+            self._end_commit(pending)
+
+    def tpc_abort(self, transaction: Any) -> None:
+        pending = self._pending
+        if pending is None or pending.transaction is not transaction:
+            return
+        try:
+            pending.abort()
+        finally:
+            self._end_commit(pending)
+
+    def _end_commit(self, pending: PendingCommit) -> None:
+        pending.release()
+        self._pending = None
+        self._tpc_lock.release()
+
+    def tpc_transaction(self) -> Any:
+        return self._pending.transaction if self._pending is not None else None
+
+    # -- undo ---------------------------------------------------------------------------------------
+    def supportsUndo(self) -> bool:
+        return self._options.keep_history
+
+    def undo(self, transaction_id: bytes, transaction: Any) -> tuple[bytes, list[bytes]]:
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        pending = self._pending_for(transaction)
+        with self._load_lock:
+            return history.undo(self, self._conn(), pending, transaction_id)
+
+    def undoLog(self, first: int = 0, last: int = -20,
+                filter: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        with self._load_lock:
+            return history.undo_log(self, self._conn(), first, last, filter)
+
+    def undoInfo(self, first: int = 0, last: int = -20,
+                 specification: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        def matches(desc: dict[str, Any]) -> bool:
+            return all(desc.get(k) == v for k, v in (specification or {}).items())
+        return self.undoLog(first, last, matches if specification else None)
+
+    # -- iteration ---------------------------------------------------------------------------------
+    def iterator(self, start: bytes | None = None, stop: bytes | None = None) -> Any:
+        return iteration.TransactionIterator(self, start, stop)
+
+    def record_iternext(self, next: Any = None) -> tuple[bytes, bytes, bytes, Any]:
+        return iteration.record_iternext(self, next)
+
+    # -- pack ----------------------------------------------------------------------------------------
+    def pack(self, t: float, referencesf: Any = None, gc: bool = True) -> None:
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        pack.pack(self, t, gc)
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def lastTransaction(self) -> bytes:
+        if self._snapshot is not None:
+            last = max(self._snapshot, self._last_commit or 0)
+        else:
+            with self._load_lock:
+                last = self.shared.backend.poller.last_tid(self._conn())
+        return p64(last)
+
+    def getName(self) -> str:
+        return self.__name__
+
+    def getSize(self) -> int:
+        with self._load_lock:
+            return self.shared.backend.database_size(self._conn())
+
+    def __len__(self) -> int:
+        with self._load_lock:
+            return self.shared.backend.mover.count_objects(self._conn())
+
+    def sortKey(self) -> str:
+        return self.shared.backend.sort_key()
+
+    def isReadOnly(self) -> bool:
+        return self._options.read_only
+
+    def supportsVersions(self) -> bool:
+        return False
+
+    def registerDB(self, db: Any) -> None:
+        super().registerDB(db)  # conflict resolution's record transforms
+        self._db = db
+
+    def close(self) -> None:
+        if self._pending is not None:
+            try:
+                self._pending.abort()
+            except ZodbsqlError:
+                pass
+        self.release()
+        if self._is_root and not self.shared.closed:
+            self.shared.closed = True
+            self.shared.pool.close()
+
+    @property
+    def options(self) -> Options:
+        return self._options
+
+    @property
+    def backend(self) -> Backend:
+        return self.shared.backend
+
+    def __repr__(self) -> str:
+        return f"<SQLStorage {self.__name__}>"
