@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ZODB.BaseStorage import DataRecord, TransactionRecord
 from ZODB.utils import p64, u64
 
-from zodbsql.backends.base.history import MAX_TID
 from zodbsql.storage.history import decode_extension
 
 if TYPE_CHECKING:
@@ -32,8 +31,11 @@ class SQLTransactionRecord(TransactionRecord):
 class TransactionIterator:
     def __init__(self, storage: "SQLStorage", start: bytes | None, stop: bytes | None) -> None:
         self._conn = storage.backend.connect()
+        # Transactions committed after the iterator was made are not part of it.
+        last = storage.backend.poller.last_tid(self._conn)
+        upto = min(u64(stop), last) if stop else last
         self._rows = storage.backend.history.iter_transactions(
-            self._conn, u64(start) if start else 0, u64(stop) if stop else MAX_TID)
+            self._conn, u64(start) if start else 0, upto)
         self._open = True
 
     def __iter__(self) -> "TransactionIterator":

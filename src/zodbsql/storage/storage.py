@@ -13,6 +13,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 import zope.interface
+import ZODB.BaseStorage
 from ZODB import POSException
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.interfaces import (IExternalGC, IMVCCStorage, IStorage, IStorageIteration,
@@ -116,6 +117,11 @@ class SQLStorage(ConflictResolvingStorage):
         with self._load_lock:
             self._end_read_txn()
             conn = self._conn()
+            if not shared.options.keep_history:
+                # History-free data has no old revisions to name: the snapshot is a
+                # read transaction, held until the ZODB transaction ends.
+                conn.begin_read()
+                self._read_txn = True
             upto = shared.backend.poller.last_tid(conn)
             since = self._polled if self._polled is not None else (
                 shared.cache.polled if shared.cache.polled >= 0 else None)
@@ -162,6 +168,9 @@ class SQLStorage(ConflictResolvingStorage):
                     return hit[0], p64(hit[1])
                 conn = self._conn()
                 if not shared.options.keep_history and not self._read_txn:
+                    # The transaction ended without a new poll (afterCompletion, sync):
+                    # a fresh read transaction still gives every state as of the
+                    # snapshot, or a read conflict for one changed since.
                     conn.begin_read()
                     self._read_txn = True
                 row = shared.backend.mover.load_at(conn, oid_int, snapshot)
@@ -203,9 +212,17 @@ class SQLStorage(ConflictResolvingStorage):
                 return None
         (start, stored_checksum, state), end = found
         if state is None:
-            return None
+            raise POSException.POSKeyError(oid)  # the object was deleted (undone creation)
         data = verified(oid_int, int(start), stored_checksum, bytes(state)) or b""
         return data, p64(start), (p64(end) if end is not None else None)
+
+    def getTid(self, oid: bytes) -> bytes:
+        """The tid of the current revision; POSKeyError if the object doesn't exist."""
+        with self._load_lock:
+            row = self.shared.backend.mover.load_current(self._conn(), u64(oid))
+        if row is None or row[2] is None:
+            raise POSException.POSKeyError(oid)
+        return p64(int(row[0]))
 
     def history(self, oid: bytes, size: int = 1) -> list[dict[str, Any]]:
         with self._load_lock:
@@ -256,7 +273,7 @@ class SQLStorage(ConflictResolvingStorage):
         pending = self._pending_for(transaction)
         if version:
             raise POSException.Unsupported("versions are not supported")
-        pending.store(u64(oid), u64(serial), data)
+        pending.store(u64(oid), u64(serial) if serial else 0, data)
 
     def restore(self, oid: bytes, serial: bytes, data: bytes | None, version: str,
                 prev_txn: bytes | None, transaction: Any) -> None:
@@ -341,6 +358,10 @@ class SQLStorage(ConflictResolvingStorage):
     # -- iteration ---------------------------------------------------------------------------------
     def iterator(self, start: bytes | None = None, stop: bytes | None = None) -> Any:
         return iteration.TransactionIterator(self, start, stop)
+
+    def copyTransactionsFrom(self, other: Any, verbose: bool = False) -> None:
+        """Copy every transaction of ``other`` (any iterable storage) into this one."""
+        ZODB.BaseStorage.copy(other, self, verbose)
 
     def record_iternext(self, next: Any = None) -> tuple[bytes, bytes, bytes, Any]:
         return iteration.record_iternext(self, next)

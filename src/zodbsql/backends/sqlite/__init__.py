@@ -14,8 +14,9 @@ Design note.
   is faster and still loses nothing when a process dies, only on power loss.
 * Polling and loading.  History-preserving loads name the snapshot tid
   (``tid <= snapshot``), so no read transaction is held between ZODB transactions and
-  checkpoints are never starved.  History-free loads open a read transaction at the first
-  load of a ZODB transaction and end it when the transaction ends.
+  checkpoints are never starved.  History-free data has no old revisions, so there the
+  poll opens a read transaction that is the snapshot, ended when the ZODB transaction
+  ends (``afterCompletion``) or at the next poll.
 * Staging.  Commit states go to TEMP tables (``temp_store``, ``temp_ref``), which live in
   the connection's own temporary database and take no lock on the main file.
 """

@@ -1,0 +1,69 @@
+"""Run ZODB's storage test mixins as plain pytest classes.
+
+ZODB's mixins (BasicStorage, HistoryStorage, ...) expect a ``unittest.TestCase`` with
+``self._storage`` and StorageTestBase's helpers.  A unittest class can't take a
+parametrized fixture, so ``StorageSuite`` is a plain class instead: it takes the storage
+from the ``storage_factory`` fixture, reuses StorageTestBase's helper functions as its
+own methods, and answers ``assert*`` calls with a real ``unittest.TestCase``'s.
+"""
+from __future__ import annotations
+
+import unittest
+from typing import Any
+
+import pytest
+from ZODB.tests.StorageTestBase import StorageTestBase
+from ZODB.tests.TransactionalUndoStorage import TransactionalUndoStorage
+
+
+class _Assertions(unittest.TestCase):
+    maxDiff = None
+
+    def runTest(self) -> None:  # pragma: no cover - never run, only asserted with
+        pass
+
+
+_ASSERTIONS = _Assertions()
+
+
+class StorageSuite:
+    """Base of every conformance class; mix ZODB's suite classes in after it."""
+
+    _storage: Any = None
+    # StorageTestBase's helpers are plain functions; they work on any object with _storage.
+    _dostore = StorageTestBase._dostore
+    _dostoreNP = StorageTestBase._dostoreNP
+    _undo = StorageTestBase._undo
+    _begin_undos_vote = TransactionalUndoStorage._begin_undos_vote
+
+    @pytest.fixture(autouse=True)
+    def _storage_under_test(self, storage_factory, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)  # some suites write scratch files to the cwd
+        self.factory = storage_factory
+        self._storage = storage_factory.open()
+        self.setUp()
+        yield
+        self.tearDown()
+        if self._storage is not None:
+            self._storage.close()
+
+    def setUp(self) -> None:
+        """Hook for subclasses (runs after ``_storage`` is set)."""
+
+    def tearDown(self) -> None:
+        """Hook for subclasses."""
+
+    def open(self, **options: Any) -> None:
+        """Reopen the storage on the same database (PersistentStorage, ReadOnlyStorage)."""
+        if self._storage is not None:
+            self._storage.close()
+        self._storage = self.factory.open(**options)
+
+    def _new_storage_client(self) -> Any:
+        """Another client of the same database (ZODB's race tests)."""
+        return self.factory.open()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith(("assert", "fail")) or name in ("skipTest", "subTest"):
+            return getattr(_ASSERTIONS, name)
+        raise AttributeError(name)

@@ -1,0 +1,44 @@
+"""The ``storage_factory`` fixture: every storage test runs over backend x history mode.
+
+A test class narrows the modes it applies to with ``history_modes`` (data, with the
+reason in ``history_modes_reason``); nothing is skipped silently.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.conformance.differences import HISTORY_FREE_SKIPS
+from tests.databases import FACTORIES, PARAMS, Param
+
+HP_AND_HF = (True, False)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "storage_factory" not in metafunc.fixturenames:
+        return
+    modes = getattr(metafunc.cls, "history_modes", HP_AND_HF)
+    params = [p for p in PARAMS if p.keep_history in modes]
+    metafunc.parametrize("storage_factory", params, indirect=True, ids=[p.id for p in params])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("storage_factory") if callspec else None
+        if param is None or param.keep_history or item.cls is None:
+            continue
+        reason = HISTORY_FREE_SKIPS.get(f"{item.cls.__name__}::{item.originalname}")
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"history-free: {reason}"))
+
+
+@pytest.fixture
+def storage_factory(request: pytest.FixtureRequest, tmp_path):
+    param: Param = request.param
+    factory = FACTORIES[param.backend](param, tmp_path)
+    yield factory
+    factory.cleanup()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return ["zodbsql storage matrix: " + ", ".join(p.id for p in PARAMS)]
