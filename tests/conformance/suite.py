@@ -12,6 +12,7 @@ import unittest
 from typing import Any
 
 import pytest
+import transaction
 from ZODB.tests.StorageTestBase import StorageTestBase
 from ZODB.tests.TransactionalUndoStorage import TransactionalUndoStorage
 
@@ -39,11 +40,13 @@ class StorageSuite:
     @pytest.fixture(autouse=True)
     def _storage_under_test(self, storage_factory, tmp_path, monkeypatch):
         monkeypatch.chdir(tmp_path)  # some suites write scratch files to the cwd
+        transaction.abort()  # as ZODB's own test setup does: no leftovers between tests
         self.factory = storage_factory
         self._storage = storage_factory.open()
         self.setUp()
         yield
         self.tearDown()
+        transaction.abort()
         if self._storage is not None:
             self._storage.close()
 

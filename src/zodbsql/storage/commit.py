@@ -32,6 +32,8 @@ class PendingCommit:
         self.states: dict[int, tuple[int, bytes | None]] = {}
         # States that skip conflict detection (restore, undo computed under its own check).
         self.unchecked: set[int] = set()
+        # oid -> tid whose state this one copies (undo, restore with a backpointer).
+        self.data_tids: dict[int, int] = {}
         self.read_current: dict[int, int] = {}
         self.conn: "DBConnection | None" = None
         self.voted = False
@@ -44,10 +46,15 @@ class PendingCommit:
             # Stored twice in one transaction: keep the first expectation, the last state.
             prev_tid = self.states[oid][0]
         self.states[oid] = (prev_tid, state)
+        self.data_tids.pop(oid, None)
 
-    def restore(self, oid: int, state: bytes | None) -> None:
+    def restore(self, oid: int, state: bytes | None, data_tid: int | None) -> None:
         self.states[oid] = (0, state)
         self.unchecked.add(oid)
+        if data_tid is None:
+            self.data_tids.pop(oid, None)
+        else:
+            self.data_tids[oid] = data_tid
 
     # -- vote -------------------------------------------------------------------------------
     def vote(self) -> set[bytes]:
@@ -60,7 +67,8 @@ class PendingCommit:
         rows = []
         refs = []
         for oid, (prev_tid, state) in self.states.items():
-            rows.append((oid, prev_tid, checksum(state), len(state) if state else 0, state))
+            rows.append((oid, prev_tid, self.data_tids.get(oid), checksum(state),
+                         len(state) if state else 0, state))
             refs.extend((oid, ref) for ref in references(oid, state))
         mover.stage(conn, rows, refs)
         conflicts, read_conflicts = backend.locker.lock_objects(conn, self.read_current)
@@ -80,6 +88,7 @@ class PendingCommit:
             raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
         resolved = self.storage.tryToResolveConflict(p64(oid), p64(actual), p64(expected), state)
         self.states[oid] = (actual, resolved)
+        self.data_tids.pop(oid, None)
         self.storage.shared.backend.mover.restage(
             conn, oid, actual, checksum(resolved), len(resolved), resolved,
             references(oid, resolved))

@@ -111,39 +111,47 @@ def undo(storage: "SQLStorage", conn: "DBConnection", pending: "PendingCommit",
     oids = []
     for oid, undone_checksum, undone_state in backend.history.transaction_states(conn, tid):
         oid = int(oid)
-        state = _undo_one(storage, conn, pending, oid, tid, undone_checksum, undone_state)
+        state, data_tid = _undo_one(storage, conn, pending, oid, tid, undone_checksum)
         current_tid = backend.mover.current_tid(conn, oid) or 0
         prev_tid = pending.states[oid][0] if oid in pending.states else current_tid
         pending.states[oid] = (prev_tid, state)
+        if data_tid is None:
+            pending.data_tids.pop(oid, None)
+        else:
+            pending.data_tids[oid] = data_tid
         oids.append(p64(oid))
     return p64(tid), oids
 
 
 def _undo_one(storage: "SQLStorage", conn: "DBConnection", pending: "PendingCommit",
               oid: int, tid: int, undone_checksum: int | None,
-              undone_state: bytes | None) -> bytes | None:
-    """The state that undoes ``tid``'s record of ``oid``, or UndoError."""
+              ) -> tuple[bytes | None, int | None]:
+    """The state that undoes ``tid``'s record of ``oid`` and the tid it copies, or UndoError."""
     backend = storage.backend
     before = backend.history.state_before(conn, oid, tid)
     restored = bytes(before[2]) if before is not None and before[2] is not None else None
+    before_tid = int(before[0]) if before is not None else None
+    row = backend.mover.load_current(conn, oid)
+    if row is None:
+        raise POSException.UndoError("the object no longer exists", p64(oid))
+    current_tid = int(row[0])
     if oid in pending.states:
         # Undone twice in one transaction: undo against what is already buffered.
         current_state = pending.states[oid][1]
         current_checksum = checksum(current_state)
-        current_tid = None
+        unchanged = current_checksum == undone_checksum
     else:
-        row = backend.mover.load_current(conn, oid)
-        if row is None:
-            raise POSException.UndoError("the object no longer exists", p64(oid))
-        current_tid, current_checksum = int(row[0]), row[1]
+        current_checksum = row[1]
         current_state = verified(oid, current_tid, row[1], bytes(row[2])) if row[2] is not None else None
-    if current_tid == tid or (current_checksum == undone_checksum):
-        return restored
-    if restored is None or current_state is None or current_tid is None:
+        unchanged = current_tid == tid or current_checksum == undone_checksum
+    if unchanged:
+        return restored, before_tid
+    if restored is None or current_state is None:
         raise POSException.UndoError("Some data were modified by a later transaction", p64(oid))
     try:
-        return storage.tryToResolveConflict(p64(oid), p64(current_tid), p64(tid), restored,
-                                            current_state)
+        resolved = storage.tryToResolveConflict(p64(oid), p64(current_tid), p64(tid), restored,
+                                                current_state)
     except POSException.ConflictError:
         raise POSException.UndoError("Some data were modified by a later transaction",
                                      p64(oid)) from None
+    return resolved, None

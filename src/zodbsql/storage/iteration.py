@@ -51,8 +51,9 @@ class TransactionIterator:
             raise
         tid = int(tid)
         records = [DataRecord(p64(int(oid)), p64(tid),
-                              bytes(state) if state is not None else None, None)
-                   for oid, state in states]
+                              bytes(state) if state is not None else None,
+                              p64(int(data_tid)) if data_tid is not None else None)
+                   for oid, state, data_tid in states]
         return SQLTransactionRecord(tid, "p" if packed else " ", bytes(user or b""),
                                     bytes(description or b""), decode_extension(extension),
                                     records)

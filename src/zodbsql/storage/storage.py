@@ -285,7 +285,7 @@ class SQLStorage(ConflictResolvingStorage):
         if data is None and prev_txn is not None:
             # A backpointer: the state is the one written by prev_txn.
             data = self.loadSerial(oid, prev_txn)
-        pending.restore(u64(oid), data)
+        pending.restore(u64(oid), data, u64(prev_txn) if prev_txn else None)
 
     def deleteObject(self, oid: bytes, oldserial: bytes, transaction: Any) -> None:
         if self._options.read_only:

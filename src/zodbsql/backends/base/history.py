@@ -33,9 +33,9 @@ STATE_BEFORE = (
 ITER_TRANSACTIONS = (
     "SELECT tid, packed, username, description, extension FROM transactions"
     " WHERE tid >= %s AND tid <= %s ORDER BY tid LIMIT %s")
-HP_ITER_RECORDS = "SELECT zoid, state FROM object_state WHERE tid = %s ORDER BY zoid"
+HP_ITER_RECORDS = "SELECT zoid, state, data_tid FROM object_state WHERE tid = %s ORDER BY zoid"
 HF_ITER_TIDS = "SELECT DISTINCT tid FROM object_state WHERE tid >= %s AND tid <= %s ORDER BY tid LIMIT %s"
-HF_ITER_RECORDS = "SELECT zoid, state FROM object_state WHERE tid = %s ORDER BY zoid"
+HF_ITER_RECORDS = "SELECT zoid, state, NULL FROM object_state WHERE tid = %s ORDER BY zoid"
 HP_CURRENT_RECORDS = (
     "SELECT c.zoid, c.tid, s.state FROM current_object c"
     " JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid"
@@ -103,7 +103,7 @@ class History:
 
     def iter_transactions(self, conn: "DBConnection", start: int, stop: int,
                           batch: int = 100) -> Iterator[tuple["Row", list["Row"]]]:
-        """Yield ``((tid, packed, user, desc, ext), [(oid, state), ...])`` in tid order."""
+        """Yield ``((tid, packed, user, desc, ext), [(oid, state, data_tid), ...])``."""
         while start <= stop:
             if self.keep_history:
                 rows = conn.fetchall(ITER_TRANSACTIONS, (start, stop, batch))

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
 CLEAR_TEMP_REF = "DELETE FROM temp_ref"
-STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, checksum, state_size, state)"
-               " VALUES (%s, %s, %s, %s, %s)")
+STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state)"
+               " VALUES (%s, %s, %s, %s, %s, %s)")
 STAGE_REF = "INSERT INTO temp_ref (zoid, to_zoid) VALUES (%s, %s)"
 RESTAGE_STATE = ("UPDATE temp_store SET prev_tid = %s, checksum = %s, state_size = %s,"
                  " state = %s WHERE zoid = %s")
@@ -41,8 +41,8 @@ HP_NEXT_TID = "SELECT MIN(tid) FROM object_state WHERE zoid = %s AND tid > %s"
 HP_EXISTS = "SELECT 1 FROM object_state WHERE zoid = %s LIMIT 1"
 HP_CURRENT_TID = "SELECT tid FROM current_object WHERE zoid = %s"
 HP_MOVE_STATES = (
-    "INSERT INTO object_state (zoid, tid, checksum, state_size, state)"
-    " SELECT zoid, %s, checksum, state_size, state FROM temp_store")
+    "INSERT INTO object_state (zoid, tid, data_tid, checksum, state_size, state)"
+    " SELECT zoid, %s, data_tid, checksum, state_size, state FROM temp_store")
 HP_MOVE_REFS = "INSERT INTO object_ref (zoid, tid, to_zoid) SELECT zoid, %s, to_zoid FROM temp_ref"
 HP_SET_CURRENT = (
     "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store WHERE true"
@@ -127,7 +127,7 @@ class Mover:
 
     def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
               refs: Iterable[tuple[int, int]]) -> None:
-        """Stage ``(oid, prev_tid, checksum, size, state)`` rows and ``(oid, to_oid)`` refs."""
+        """Stage ``(oid, prev_tid, data_tid, checksum, size, state)`` rows and ``(oid, to_oid)`` refs."""
         if states:
             conn.executemany(STAGE_STATE, states)
         refs = list(refs)

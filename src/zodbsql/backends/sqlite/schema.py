@@ -12,8 +12,10 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid INTEGER PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
     " username BLOB NOT NULL, description BLOB NOT NULL, extension BLOB NOT NULL)",
     # A rowid table: large states stay out of the (zoid, tid) b-tree.
+    # data_tid: set when the state is a copy of an older revision's (undo, restore).
     "CREATE TABLE object_state (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
-    " checksum INTEGER, state_size INTEGER NOT NULL, state BLOB, PRIMARY KEY (zoid, tid))",
+    " data_tid INTEGER, checksum INTEGER, state_size INTEGER NOT NULL, state BLOB,"
+    " PRIMARY KEY (zoid, tid))",
     "CREATE INDEX object_state_tid ON object_state (tid)",
     "CREATE TABLE current_object (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL)",
     "CREATE INDEX current_object_tid ON current_object (tid)",
