@@ -1,0 +1,1 @@
+"""The ``zodbsql`` command: one module per tool, each a thin ``main(argv)``."""

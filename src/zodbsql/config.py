@@ -1,0 +1,38 @@
+"""ZConfig datatypes for the ``<zodbsql>`` section and its backend sections."""
+from __future__ import annotations
+
+from typing import Any
+
+from ZODB.config import BaseConfig
+
+from zodbsql.backends.sqlite.adapter import SQLiteOptions
+from zodbsql.options import Options
+from zodbsql.storage import SQLStorage
+
+
+def options_from_section(section: Any) -> Options:
+    return Options(
+        name=section.name,
+        keep_history=section.keep_history,
+        read_only=section.read_only,
+        create_schema=section.create_schema,
+        cache_size_mb=section.cache_size_mb,
+        commit_lock_timeout=section.commit_lock_timeout,
+        pack_batch_size=section.pack_batch_size,
+        pack_duty_cycle=section.pack_duty_cycle,
+    )
+
+
+class StorageFactory(BaseConfig):
+    """``<zodbsql>``: opens a :class:`SQLStorage` on the configured backend."""
+
+    def open(self, database_name: str = "unnamed", databases: Any = None) -> SQLStorage:
+        options = options_from_section(self.config)
+        backend = self.config.backend.create_backend(
+            options.keep_history, options.commit_lock_timeout, options.read_only)
+        return SQLStorage(backend, options)
+
+
+def SQLiteSection(section: Any) -> SQLiteOptions:
+    """``<sqlite3>``: the database file."""
+    return SQLiteOptions(path=section.path, synchronous=section.synchronous)
