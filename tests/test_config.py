@@ -1,0 +1,103 @@
+"""The three ways to configure a storage: ZConfig, zodburi URIs and Python."""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import transaction
+import ZODB.config
+import zodburi
+
+import zodbsql
+from zodbsql.errors import ConfigurationError, SchemaError
+
+
+def zconfig(path: pathlib.Path, extra: str = "") -> str:
+    return f"""
+%import zodbsql
+<zodb>
+  <zodbsql>
+    {extra}
+    <sqlite3>
+      path {path}
+      synchronous normal
+    </sqlite3>
+  </zodbsql>
+</zodb>
+"""
+
+
+def test_zconfig_opens_a_working_database(tmp_path: pathlib.Path) -> None:
+    text = zconfig(tmp_path / "Data.sqlite",
+                   "keep-history false\n cache-size-mb 8\n commit-lock-timeout 5\n name main")
+    db = ZODB.config.databaseFromString(text)
+    try:
+        options = db.storage.options
+        assert (options.keep_history, options.cache_size_mb, options.commit_lock_timeout,
+                options.name) == (False, 8.0, 5.0, "main")
+        assert not db.storage.supportsUndo()
+        with db.transaction() as conn:
+            conn.root.answer = 42
+    finally:
+        db.close()
+    db = ZODB.config.databaseFromString(text)
+    try:
+        with db.transaction() as conn:
+            assert conn.root.answer == 42
+    finally:
+        db.close()
+
+
+def test_zconfig_refuses_the_other_history_mode(tmp_path: pathlib.Path) -> None:
+    ZODB.config.databaseFromString(zconfig(tmp_path / "Data.sqlite")).close()
+    with pytest.raises(SchemaError, match="history-preserving"):
+        ZODB.config.databaseFromString(zconfig(tmp_path / "Data.sqlite", "keep-history false"))
+
+
+def test_zconfig_bad_value_names_the_option(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ConfigurationError, match="commit-lock-timeout"):
+        ZODB.config.databaseFromString(
+            zconfig(tmp_path / "Data.sqlite", "commit-lock-timeout -1"))
+
+
+def test_zodburi_resolves_storage_and_db_arguments(tmp_path: pathlib.Path) -> None:
+    uri = (f"zodbsql+sqlite://{tmp_path}/Data.sqlite"
+           "?keep_history=false&cache_size_mb=4&database_name=main&connection_cache_size=123")
+    factory, dbkw = zodburi.resolve_uri(uri)
+    assert dbkw["database_name"] == "main" and dbkw["cache_size"] == 123
+    storage = factory()
+    try:
+        assert storage.options.keep_history is False
+        assert storage.options.cache_size_mb == 4.0
+    finally:
+        storage.close()
+
+
+def test_zodburi_bad_option_fails_at_resolve_time(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ConfigurationError, match="colour"):
+        zodburi.resolve_uri(f"zodbsql+sqlite://{tmp_path}/Data.sqlite?colour=blue")
+
+
+def test_python_api(tmp_path: pathlib.Path) -> None:
+    db = zodbsql.open_db(zodbsql.SQLiteOptions(path=str(tmp_path / "Data.sqlite")),
+                         keep_history=True, cache_size_mb=1)
+    try:
+        conn = db.open()
+        conn.root.value = "x"
+        transaction.commit()
+        assert db.storage.undoLog(0, 1)
+        conn.close()
+    finally:
+        db.close()
+    storage = zodbsql.open_storage(f"sqlite://{tmp_path}/Data.sqlite")
+    try:
+        assert len(storage) == 1  # the root
+    finally:
+        storage.close()
+
+
+def test_options_are_immutable() -> None:
+    options = zodbsql.Options()
+    with pytest.raises(AttributeError):
+        options.keep_history = False  # type: ignore[misc]
+    assert options.replace(keep_history=False).keep_history is False
