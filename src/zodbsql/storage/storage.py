@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Iterable
 
 import zope.interface
@@ -20,6 +21,7 @@ from ZODB.interfaces import (IExternalGC, IMVCCStorage, IStorage, IStorageIterat
                              IStorageRestoreable, IStorageUndoable)
 from ZODB.utils import p64, u64
 
+from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import ConnectionPool, DBConnection
 from zodbsql.cache import StateCache
@@ -46,6 +48,8 @@ class Shared:
             lambda: backend.connect_for_commit(options.commit_lock_timeout), COMMIT_POOL_SIZE)
         self.oid_lock = threading.Lock()
         self.free_oids: list[int] = []
+        self.oid_block = oidalloc.BLOCK
+        self.last_allocation = 0.0
         self.highest_oid_seen = 0
         self.pack_lock = threading.Lock()
         self.closed = False
@@ -224,6 +228,11 @@ class SQLStorage(ConflictResolvingStorage):
             raise POSException.POSKeyError(oid)
         return p64(int(row[0]))
 
+    def referrers(self, oid: bytes) -> list[bytes]:
+        """The oids of the objects whose current revision refers to ``oid`` (one query)."""
+        with self._load_lock:
+            return [p64(o) for o in self.shared.backend.history.referrers(self._conn(), u64(oid))]
+
     def history(self, oid: bytes, size: int = 1) -> list[dict[str, Any]]:
         with self._load_lock:
             return history.object_history(self, self._conn(), oid, size)
@@ -235,13 +244,21 @@ class SQLStorage(ConflictResolvingStorage):
         shared = self.shared
         with shared.oid_lock:
             if not shared.free_oids:
+                # Blocks grow while oids are used up quickly (a big commit), so the
+                # database is asked a few times rather than once per 16 oids.
+                now = time.monotonic()
+                if now - shared.last_allocation < 1.0:
+                    shared.oid_block = min(shared.oid_block * 4, oidalloc.MAX_BLOCK)
+                else:
+                    shared.oid_block = oidalloc.BLOCK
+                shared.last_allocation = now
                 pending = self._pending
                 if pending is not None and pending.conn is not None:
-                    block = shared.backend.oids.allocate(pending.conn)
+                    block = shared.backend.oids.allocate(pending.conn, shared.oid_block)
                 else:
                     conn = shared.pool.acquire(shared.options.commit_lock_timeout)
                     try:
-                        block = shared.backend.oids.allocate(conn)
+                        block = shared.backend.oids.allocate(conn, shared.oid_block)
                     finally:
                         shared.pool.release(conn)
                 shared.highest_oid_seen = max(shared.highest_oid_seen, block[-1])

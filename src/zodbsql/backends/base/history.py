@@ -42,6 +42,11 @@ HP_CURRENT_RECORDS = (
     " WHERE c.zoid > %s AND s.state IS NOT NULL ORDER BY c.zoid LIMIT %s")
 HF_CURRENT_RECORDS = (
     "SELECT zoid, tid, state FROM object_state WHERE zoid > %s ORDER BY zoid LIMIT %s")
+# Objects whose current revision refers to an oid ("who references this object").
+HP_REFERRERS = (
+    "SELECT r.zoid FROM object_ref r JOIN current_object c ON c.zoid = r.zoid AND c.tid = r.tid"
+    " WHERE r.to_zoid = %s ORDER BY r.zoid")
+HF_REFERRERS = "SELECT zoid FROM object_ref WHERE to_zoid = %s ORDER BY zoid"
 META_GET = "SELECT value FROM zodbsql_meta WHERE name = %s"
 META_DELETE = "DELETE FROM zodbsql_meta WHERE name = %s"
 META_INSERT = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
@@ -100,6 +105,11 @@ class History:
         """``(oid, tid, state)`` of current, non-deleted objects with oid > after_oid."""
         sql = HP_CURRENT_RECORDS if self.keep_history else HF_CURRENT_RECORDS
         return conn.fetchall(sql, (after_oid, limit))
+
+    def referrers(self, conn: "DBConnection", oid: int) -> list[int]:
+        """Oids of the objects whose current revision refers to ``oid``."""
+        sql = HP_REFERRERS if self.keep_history else HF_REFERRERS
+        return [int(row[0]) for row in conn.fetchall(sql, (oid,))]
 
     def iter_transactions(self, conn: "DBConnection", start: int, stop: int,
                           batch: int = 100) -> Iterator[tuple["Row", list["Row"]]]:

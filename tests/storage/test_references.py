@@ -1,0 +1,27 @@
+"""References are recorded at commit: "who references this object" is one query."""
+from __future__ import annotations
+
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+
+
+def test_referrers_follow_the_current_revisions(storage_factory) -> None:
+    db = ZODB.DB(storage_factory.open())
+    try:
+        conn = db.open()
+        shared = PersistentMapping()
+        conn.root()["a"] = PersistentMapping(child=shared)
+        conn.root()["b"] = PersistentMapping(child=shared)
+        transaction.commit()
+        a, b = conn.root()["a"], conn.root()["b"]
+        storage = db.storage
+        assert sorted(storage.referrers(shared._p_oid)) == sorted([a._p_oid, b._p_oid])
+        del b["child"]
+        transaction.commit()
+        # Only current revisions count, also when history keeps the old one.
+        assert storage.referrers(shared._p_oid) == [a._p_oid]
+        assert storage.referrers(a._p_oid) == [conn.root()._p_oid]
+        conn.close()
+    finally:
+        db.close()
