@@ -12,4 +12,10 @@ HISTORY_FREE_SKIPS = {
     "TestPackable::testPackAllRevisionsNoGC": NEEDS_OLD_REVISIONS,
     "TestPackable::testPackJustOldRevisions": NEEDS_OLD_REVISIONS,
     "TestPackable::testPackOnlyOneObject": NEEDS_OLD_REVISIONS,
+    # tests/conformance/test_external_gc.py
+    "TestExternalGC::test_load_before_deletion": (
+        "loads the revision a deletion replaced; a history-free storage drops it at once"),
+    # tests/conformance/test_zodb_db_tests.py (ZODB.tests.testZODB)
+    "ZODBTests::testMultipleUndoInOneTransaction": (
+        "undoes five transactions; a history-free storage keeps no undo log"),
 }

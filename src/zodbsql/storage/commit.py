@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
-from zodbsql.storage.records import checksum, references
+from zodbsql.storage.records import checksum, references, verified
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
@@ -86,7 +86,14 @@ class PendingCommit:
         if state is None or actual == 0 or expected == 0:
             # A deletion, a vanished object or a second creation can't be merged.
             raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        resolved = self.storage.tryToResolveConflict(p64(oid), p64(actual), p64(expected), state)
+        # The committed state is read on the commit connection: the instance's own load
+        # connection may hold an older snapshot (history-free read transaction).
+        row = self.storage.shared.backend.mover.load_serial(conn, oid, actual)
+        if row is None or row[2] is None:
+            raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
+        committed = verified(oid, actual, row[1], bytes(row[2])) or b""
+        resolved = self.storage.tryToResolveConflict(
+            p64(oid), p64(actual), p64(expected), state, committed)
         self.states[oid] = (actual, resolved)
         self.data_tids.pop(oid, None)
         self.storage.shared.backend.mover.restage(

@@ -6,8 +6,9 @@
 3. Delete garbage, one batch of oids per short write transaction.  Before each batch,
    under the commit lock, references committed since the walk began are followed too,
    so an object a concurrent writer linked again is never deleted.
-4. History-preserving: delete the revisions older than each object's kept revision,
-   in batches, then mark the packed transactions.
+4. History-preserving: delete objects whose kept revision is a deletion (IExternalGC),
+   then the revisions older than each object's kept revision, in batches, then mark
+   the packed transactions.
 
 ``progress`` (if given) is called with ``(phase, done)`` after every batch.
 """
@@ -74,8 +75,9 @@ class _Pack:
         backend.packer.prepare(conn, pack_tid, self.gc)
         if self.gc:
             self._walk()
-            self._delete_garbage()
+            self._delete_objects(self._next_garbage, "gc")
         if keep_history:
+            self._delete_objects(self.backend.packer.next_deleted, "deleted")
             self._delete_old_revisions()
         self._locked(lambda: self._finish(pack_tid))
 
@@ -111,15 +113,20 @@ class _Pack:
             self._walk()
         self.checked = newest
 
-    def _delete_garbage(self) -> None:
+    def _next_garbage(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+        self._rescue()
+        return self.backend.packer.next_garbage(conn, after, limit)
+
+    def _delete_objects(self, next_batch: Callable[["DBConnection", int, int], list[int]],
+                        phase: str) -> None:
+        """Delete whole objects, one batch per locked step, as ``next_batch`` finds them."""
         packer, conn = self.backend.packer, self.conn
         after, done = -1, 0
         while True:
             batch: list[int] = []
 
             def step() -> None:
-                self._rescue()
-                batch.extend(packer.next_garbage(conn, after, self.batch))
+                batch.extend(next_batch(conn, after, self.batch))
                 if batch:
                     packer.delete_objects(conn, batch)
             self._locked(step)
@@ -127,7 +134,7 @@ class _Pack:
                 return
             after = batch[-1]
             done += len(batch)
-            self.progress("gc", done)
+            self.progress(phase, done)
 
     def _delete_old_revisions(self) -> None:
         packer, conn = self.backend.packer, self.conn

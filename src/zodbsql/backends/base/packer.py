@@ -60,6 +60,14 @@ NEXT_GARBAGE = (
     "SELECT p.zoid FROM pack_object p WHERE p.zoid > %s"
     " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = p.zoid)"
     " ORDER BY p.zoid LIMIT %s")
+# Objects whose kept revision is a deletion (deleteObject, an undone creation) and that
+# nothing recreated since: IExternalGC removes them once their older revisions go.
+HP_NEXT_DELETED = (
+    "SELECT p.zoid FROM pack_object p"
+    " JOIN object_state s ON s.zoid = p.zoid AND s.tid = p.keep_tid"
+    " WHERE p.zoid > %s AND s.state IS NULL"
+    " AND NOT EXISTS (SELECT 1 FROM object_state n WHERE n.zoid = p.zoid AND n.tid > p.keep_tid)"
+    " ORDER BY p.zoid LIMIT %s")
 NEXT_WITH_OLD_REVISIONS = (
     "SELECT zoid, keep_tid FROM pack_object WHERE zoid > %s AND old_count > 0"
     " ORDER BY zoid LIMIT %s")
@@ -117,6 +125,10 @@ class Packer:
 
     def next_garbage(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
         return [int(row[0]) for row in conn.fetchall(NEXT_GARBAGE, (after, limit))]
+
+    def next_deleted(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+        """History-preserving: objects left with nothing but a deletion (commit lock held)."""
+        return [int(row[0]) for row in conn.fetchall(HP_NEXT_DELETED, (after, limit))]
 
     def delete_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
         marks = ", ".join(["%s"] * len(oids))

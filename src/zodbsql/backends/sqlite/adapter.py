@@ -12,7 +12,7 @@ from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
 from zodbsql.backends.sqlite.mover import SQLiteMover
 from zodbsql.backends.sqlite.packer import SQLitePacker
-from zodbsql.backends.sqlite.schema import SQLiteSchema
+from zodbsql.backends.sqlite.schema import HAS_META, SQLiteSchema, use_wal
 from zodbsql.errors import ConfigurationError, DatabaseError
 
 SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
@@ -89,10 +89,10 @@ class SQLiteBackend(Backend):
             raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from exc
         conn = SQLiteConnection(raw, self.path, self.lock_timeout)
         try:
-            if not self.read_only:
-                row = conn.fetchone("PRAGMA journal_mode")
-                if row and str(row[0]).lower() != "wal":
-                    conn.execute("PRAGMA journal_mode = WAL")
+            # Only a zodbsql database is switched to WAL (switching writes the file's
+            # header); a new one is switched once its schema exists (SQLiteSchema).
+            if not self.read_only and conn.fetchone(HAS_META) is not None:
+                use_wal(conn)
             conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = OFF")
             conn.execute("PRAGMA temp_store = MEMORY")

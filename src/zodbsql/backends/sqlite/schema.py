@@ -1,4 +1,5 @@
 """SQLite's tables.  Integers are 64-bit; tids and oids fit as signed values."""
+from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.schema import Schema
 
 COMMON_DDL = (
@@ -32,9 +33,23 @@ HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
 )
 LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+HAS_META = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'zodbsql_meta'"
+
+
+def use_wal(conn: DBConnection) -> None:
+    """Put the database in WAL mode (persistent: done once per file, outside a transaction)."""
+    row = conn.fetchone("PRAGMA journal_mode")
+    if row and str(row[0]).lower() != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
 
 
 class SQLiteSchema(Schema):
     HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
     LIST_TABLES = LIST_TABLES
+
+    def prepare(self, conn: DBConnection, keep_history: bool, create: bool,
+                read_only: bool) -> None:
+        super().prepare(conn, keep_history, create, read_only)
+        if not read_only:
+            use_wal(conn)  # the schema is checked (or was just created): now it's ours
