@@ -126,10 +126,9 @@ class SQLStorage(ConflictResolvingStorage):
                 # read transaction, held until the ZODB transaction ends.
                 conn.begin_read()
                 self._read_txn = True
-            upto = shared.backend.poller.last_tid(conn)
             since = self._polled if self._polled is not None else (
                 shared.cache.polled if shared.cache.polled >= 0 else None)
-            changes = shared.backend.poller.changes(conn, since, upto) if since is not None else []
+            upto, changes = shared.backend.poller.poll(conn, since)
             shared.cache.after_poll(since if since is not None else upto, upto, changes)
             invalidated: list[bytes] = []
             if self._polled is not None:

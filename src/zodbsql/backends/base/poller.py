@@ -1,8 +1,11 @@
 """Poller: the newest committed tid, and what changed since a given tid.
 
-Both answers come from the same committed data: ``changes(after, upto)`` is bounded
-above by the tid just read, so a commit that lands between the two queries is left for
-the next poll rather than half-reported.
+``poll`` reads the last tid and then every object whose current revision is newer than
+``since``, with no upper bound.  The two statements may see different commits (no
+transaction is held), so the snapshot tid returned is the larger of the last tid and the
+newest change seen: bounding the changes by the first tid instead would lose an object
+changed before it and again after it, whose current row already names the later tid.
+Commits are made visible in tid order, so every commit up to that tid is in the result.
 """
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
 
 LAST_TID = "SELECT last_tid FROM commit_row"
-HP_CHANGES = "SELECT zoid, tid FROM current_object WHERE tid > %s AND tid <= %s"
-HF_CHANGES = "SELECT zoid, tid FROM object_state WHERE tid > %s AND tid <= %s"
+HP_CHANGES = "SELECT zoid, tid FROM current_object WHERE tid > %s"
+HF_CHANGES = "SELECT zoid, tid FROM object_state WHERE tid > %s"
 
 
 class Poller:
@@ -26,9 +29,15 @@ class Poller:
         row = conn.fetchone(LAST_TID)
         return int(row[0]) if row else 0
 
-    def changes(self, conn: "DBConnection", after: int, upto: int) -> list[tuple[int, int]]:
-        """``(oid, tid)`` of every object whose current revision is in ``(after, upto]``."""
-        if upto <= after:
-            return []
+    def poll(self, conn: "DBConnection", since: int | None) -> tuple[int, list[tuple[int, int]]]:
+        """``(snapshot tid, [(oid, tid), ...])``: objects changed after ``since``.
+
+        With ``since`` None only the snapshot tid is read.
+        """
+        upto = self.last_tid(conn)
+        if since is None or upto <= since:
+            return upto, []
         sql = HP_CHANGES if self.keep_history else HF_CHANGES
-        return [(int(oid), int(tid)) for oid, tid in conn.fetchall(sql, (after, upto))]
+        changes = [(int(oid), int(tid)) for oid, tid in conn.fetchall(sql, (since,))]
+        newest = max((tid for _, tid in changes), default=upto)
+        return max(upto, newest), changes
