@@ -108,7 +108,7 @@ class PendingCommit:
         conn = self.conn
         backend = self.storage.shared.backend
         backend.locker.lock_commit(conn, self.storage.shared.options.commit_lock_timeout)
-        last = backend.history.read_last_tid(conn)
+        last = backend.poller.last_tid(conn)
         if self.requested_tid is not None:
             if self.requested_tid <= last:
                 raise StorageTransactionError(

@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from zodbsql.backends.base.adapter import Backend
     from zodbsql.backends.base.connections import DBConnection, Row
 
-READ_COMMIT_ROW = "SELECT last_tid FROM commit_row"
 SET_COMMIT_ROW = "UPDATE commit_row SET last_tid = %s"
 INSERT_TRANSACTION = (
     "INSERT INTO transactions (tid, packed, username, description, extension)"
@@ -59,11 +58,7 @@ class History:
         self.backend = backend
         self.keep_history = backend.keep_history
 
-    # -- the commit row: the tid clock ------------------------------------------------------
-    def read_last_tid(self, conn: "DBConnection") -> int:
-        row = conn.fetchone(READ_COMMIT_ROW)
-        return int(row[0]) if row else 0
-
+    # -- the commit row: the tid clock (read by the poller) ------------------------------------
     def record_commit(self, conn: "DBConnection", tid: int, user: bytes, description: bytes,
                       extension: bytes) -> None:
         conn.execute(SET_COMMIT_ROW, (tid,))
