@@ -65,7 +65,7 @@ class PendingCommit:
         mover = backend.mover
         mover.clear_staged(conn)
         rows = []
-        refs = []
+        refs: list[tuple[int, int]] = []
         for oid, (prev_tid, state) in self.states.items():
             rows.append((oid, prev_tid, self.data_tids.get(oid), checksum(state),
                          len(state) if state else 0, state))

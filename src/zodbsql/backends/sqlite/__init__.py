@@ -16,7 +16,10 @@ Design note.
   (``tid <= snapshot``), so no read transaction is held between ZODB transactions and
   checkpoints are never starved.  History-free data has no old revisions, so there the
   poll opens a read transaction that is the snapshot, ended when the ZODB transaction
-  ends (``afterCompletion``) or at the next poll.
+  ends (``afterCompletion``), when the ZODB connection is closed, or at the next poll.
+  A connection left open and unused after an implicit transaction keeps that snapshot
+  (ZODB polls again right after each commit), so WAL checkpoints wait for it; explicit
+  transaction managers or closing connections avoid that.
 * Staging.  Commit states go to TEMP tables (``temp_store``, ``temp_ref``), which live in
   the connection's own temporary database and take no lock on the main file.
 """
