@@ -35,13 +35,18 @@ def time_to_tid(t: float) -> int:
 
 
 def pack(storage: "SQLStorage", t: float, gc: bool = True,
-         progress: Progress | None = None) -> None:
+         progress: Progress | None = None, dry_run: bool = False) -> dict[str, int]:
+    """Pack to time ``t``; return what was (with ``dry_run``: would be) removed.
+
+    The result counts ``garbage`` objects and ``old_revisions``; a dry run only walks
+    the references and deletes nothing.
+    """
     shared = storage.shared
     if not shared.pack_lock.acquire(blocking=False):
         raise POSException.StorageError("a pack of this storage is already running")
     conn = storage.backend.connect()
     try:
-        _Pack(storage, conn, gc, progress).run(time_to_tid(t))
+        return _Pack(storage, conn, gc, progress, dry_run).run(time_to_tid(t))
     finally:
         conn.rollback()
         conn.close()
@@ -50,7 +55,8 @@ def pack(storage: "SQLStorage", t: float, gc: bool = True,
 
 class _Pack:
     def __init__(self, storage: "SQLStorage", conn: "DBConnection", gc: bool,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, dry_run: bool = False) -> None:
+        self.dry_run = dry_run
         self.storage = storage
         self.backend = storage.backend
         self.conn = conn
@@ -61,25 +67,31 @@ class _Pack:
         self.timeout = storage.options.commit_lock_timeout
         self.generation = 0
 
-    def run(self, pack_tid: int) -> None:
+    def run(self, pack_tid: int) -> dict[str, int]:
         conn, backend = self.conn, self.backend
         last = backend.poller.last_tid(conn)
         pack_tid = min(pack_tid, last)
         keep_history = self.storage.options.keep_history
+        nothing = {"garbage": 0, "old_revisions": 0}
         if pack_tid <= 0 or (keep_history and pack_tid <= packed_tid(self.storage, conn)):
-            return
+            return nothing
         if not keep_history and not self.gc:
-            return
+            return nothing
         self.checked = last
         self.pack_tid = pack_tid
         backend.packer.prepare(conn, pack_tid, self.gc)
         if self.gc:
             self._walk()
+        counts = backend.packer.count(conn, self.gc)
+        if self.dry_run:
+            return counts
+        if self.gc:
             self._delete_objects(self._next_garbage, "gc")
         if keep_history:
             self._delete_objects(self.backend.packer.next_deleted, "deleted")
             self._delete_old_revisions()
         self._locked(lambda: self._finish(pack_tid))
+        return counts
 
     def _walk(self) -> None:
         while self.backend.packer.walk_step(self.conn, self.generation, self.pack_tid) > 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from zodbsql.backends.base.checker import Checker
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.features import Features
 from zodbsql.backends.base.history import History
@@ -35,6 +36,7 @@ class Backend:
     oids_class: ClassVar[type[OidAllocator]] = OidAllocator
     history_class: ClassVar[type[History]] = History
     packer_class: ClassVar[type[Packer]] = Packer
+    checker_class: ClassVar[type[Checker]] = Checker
 
     def __init__(self, keep_history: bool) -> None:
         self.keep_history = keep_history
@@ -46,6 +48,7 @@ class Backend:
         self.oids = self.oids_class(self)
         self.history = self.history_class(self)
         self.packer = self.packer_class(self)
+        self.checker = self.checker_class(self)
 
     def connect(self) -> DBConnection:
         """Open a new connection (autocommit between explicit transactions)."""

@@ -82,6 +82,10 @@ HF_DELETE_OBJECTS = (
 )
 DELETE_OLD_STATES = "DELETE FROM object_state WHERE zoid = %s AND tid < %s"
 DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid = %s AND tid < %s"
+COUNT_GARBAGE = (
+    "SELECT COUNT(*) FROM pack_object p"
+    " WHERE NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = p.zoid)")
+COUNT_OLD_REVISIONS = "SELECT COALESCE(SUM(old_count), 0) FROM pack_object"
 MARK_PACKED = "UPDATE transactions SET packed = 1 WHERE tid <= %s AND packed = 0"
 DELETE_EMPTY_TRANSACTIONS = (
     "DELETE FROM transactions WHERE tid <= %s"
@@ -143,6 +147,13 @@ class Packer:
     def delete_old_revisions(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
         conn.executemany(DELETE_OLD_STATES, keep)
         conn.executemany(DELETE_OLD_REFS, keep)
+
+    def count(self, conn: "DBConnection", gc: bool) -> dict[str, int]:
+        """What the prepared pack would remove: garbage objects and old revisions."""
+        garbage = conn.fetchone(COUNT_GARBAGE) if gc else None
+        old = conn.fetchone(COUNT_OLD_REVISIONS) if self.keep_history else None
+        return {"garbage": int(garbage[0]) if garbage else 0,
+                "old_revisions": int(old[0]) if old else 0}
 
     def finish(self, conn: "DBConnection", pack_tid: int) -> None:
         if self.keep_history:

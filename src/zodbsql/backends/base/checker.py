@@ -1,0 +1,58 @@
+"""Checker: the reads ``zodbsql verify`` makes.  All read-only.
+
+States are read in oid order in batches (keyset pagination on the primary key, so each
+batch is an index range scan); dangling references are found with one anti-join.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection, Row
+
+HP_STATES = (
+    "SELECT zoid, tid, checksum, state FROM object_state"
+    " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
+HF_STATES = (
+    "SELECT zoid, tid, checksum, state FROM object_state"
+    " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
+HP_COUNT_STATES = "SELECT COUNT(*) FROM object_state"
+HF_COUNT_STATES = "SELECT COUNT(*) FROM object_state"
+# References from current revisions to objects that are missing or deleted.
+HP_DANGLING = (
+    "SELECT r.zoid, r.tid, r.to_zoid FROM object_ref r"
+    " JOIN current_object c ON c.zoid = r.zoid AND c.tid = r.tid"
+    " LEFT JOIN current_object t ON t.zoid = r.to_zoid"
+    " LEFT JOIN object_state s ON s.zoid = t.zoid AND s.tid = t.tid"
+    " WHERE t.zoid IS NULL OR s.state IS NULL ORDER BY r.zoid, r.to_zoid")
+HF_DANGLING = (
+    "SELECT r.zoid, o.tid, r.to_zoid FROM object_ref r"
+    " JOIN object_state o ON o.zoid = r.zoid"
+    " LEFT JOIN object_state t ON t.zoid = r.to_zoid"
+    " WHERE t.zoid IS NULL ORDER BY r.zoid, r.to_zoid")
+
+
+class Checker:
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+        self.keep_history = backend.keep_history
+
+    def count_states(self, conn: "DBConnection") -> int:
+        row = conn.fetchone(HP_COUNT_STATES if self.keep_history else HF_COUNT_STATES)
+        return int(row[0]) if row else 0
+
+    def iter_states(self, conn: "DBConnection", batch: int = 500) -> Iterator[list["Row"]]:
+        """Batches of ``(oid, tid, checksum, state)`` in (oid, tid) order."""
+        sql = HP_STATES if self.keep_history else HF_STATES
+        oid, tid = -1, -1
+        while True:
+            rows = conn.fetchall(sql, (oid, oid, tid, batch))
+            if not rows:
+                return
+            yield rows
+            oid, tid = int(rows[-1][0]), int(rows[-1][1])
+
+    def dangling_references(self, conn: "DBConnection") -> list["Row"]:
+        """``(oid, tid, missing oid)`` for every reference to a missing object."""
+        return conn.fetchall(HP_DANGLING if self.keep_history else HF_DANGLING)
