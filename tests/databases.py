@@ -125,6 +125,28 @@ class PostgreSQLFactory:
             self.admin.close()
 
 
+_SESSION_LIMITS: dict[str, int | None] = {}
+
+
+def server_session_limit(backend: str) -> int | None:
+    """The server's ``max_connections`` minus reserved ones (None: no server or unknown)."""
+    if backend != "postgresql":
+        return None
+    if backend not in _SESSION_LIMITS:
+        limit = None
+        try:
+            import psycopg
+            with psycopg.connect(POSTGRESQL_DSN, autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute(
+                    "SELECT current_setting('max_connections')::int"
+                    " - current_setting('superuser_reserved_connections')::int").fetchone()
+                limit = int(row[0]) if row else None
+        except Exception:
+            pass  # unreachable: the factory reports it (fails under CI=true)
+        _SESSION_LIMITS[backend] = limit
+    return _SESSION_LIMITS[backend]
+
+
 FACTORIES = {"sqlite": SQLiteFactory, "postgresql": PostgreSQLFactory}
 BACKENDS = [b for b in os.environ.get("ZODBSQL_TEST_BACKENDS", "sqlite,postgresql").split(",")
             if b]
