@@ -8,11 +8,15 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.POSException import POSKeyError
 from ZODB.utils import u64, z64
 
-from tests.databases import POSTGRESQL_DSN, Param, PostgreSQLFactory
+from tests.databases import BACKENDS, POSTGRESQL_DSN, Param, PostgreSQLFactory
 from zodbsql.api import open_storage, parse_url
 from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
                             DatabaseError, SchemaError)
+
+pytestmark = pytest.mark.skipif(
+    "postgresql" not in BACKENDS,
+    reason="postgresql is not in ZODBSQL_TEST_BACKENDS")
 
 
 @pytest.fixture(params=[True, False], ids=["hp", "hf"])
