@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.differences import HISTORY_FREE_SKIPS
-from tests.databases import FACTORIES, PARAMS, Param
+from tests.conformance.differences import HISTORY_FREE_SKIPS, SERVER_SESSIONS_NEEDED
+from tests.databases import FACTORIES, PARAMS, Param, server_session_limit
 
 HP_AND_HF = (True, False)
 
@@ -25,7 +25,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("storage_factory") if callspec else None
-        if param is None or param.keep_history or item.cls is None:
+        if param is None or item.cls is None:
+            continue
+        needed = SERVER_SESSIONS_NEEDED.get(f"{item.cls.__name__}::{item.originalname}")
+        if needed:
+            limit = server_session_limit(param.backend)
+            if limit is not None and limit < needed[0]:
+                item.add_marker(pytest.mark.skip(
+                    reason=f"{param.backend} server allows {limit} sessions"
+                           f" (max_connections), this test needs about {needed[0]}: {needed[1]}"))
+        if param.keep_history:
             continue
         reason = HISTORY_FREE_SKIPS.get(f"{item.cls.__name__}::{item.originalname}")
         if reason:

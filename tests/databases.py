@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import secrets
 from typing import Any
+
+import pytest
 
 from zodbsql.api import open_storage
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
@@ -60,6 +63,91 @@ class SQLiteFactory:
             storage.close()
 
 
-FACTORIES = {"sqlite": SQLiteFactory}
-BACKENDS = [b for b in os.environ.get("ZODBSQL_TEST_BACKENDS", "sqlite").split(",") if b]
+#: The PostgreSQL server the tests use (trust auth); each test gets its own schema.
+POSTGRESQL_DSN = os.environ.get(
+    "ZODBSQL_TEST_POSTGRESQL_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
+
+
+def server_unavailable(what: str, exc: Exception) -> None:
+    """Fail under CI=true, skip (with the reason) otherwise."""
+    message = f"{what} is not reachable: {exc}"
+    if os.environ.get("CI", "").lower() == "true":
+        raise RuntimeError(f"{message} (CI=true: a missing server fails the run)") from exc
+    pytest.skip(message)
+
+
+class PostgreSQLFactory:
+    """Storages in schemas ``zodbsql_test_<random>`` of the test database, dropped after."""
+
+    def __init__(self, param: Param, tmp_path: pathlib.Path | None = None,
+                 dsn: str = POSTGRESQL_DSN) -> None:
+        self.param = param
+        self.dsn = dsn
+        self.count = 0
+        self.schemas: list[str] = []
+        self.opened: list[SQLStorage] = []
+        try:
+            import psycopg
+            self.admin = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+        except Exception as exc:  # ImportError or any connection failure
+            server_unavailable(f"PostgreSQL ({dsn})", exc)
+        self.path = self.new_path()
+
+    def new_path(self) -> str:
+        """Create a new, empty schema and return its name."""
+        self.count += 1
+        schema = f"zodbsql_test_{secrets.token_hex(6)}"
+        self.admin.execute(f'CREATE SCHEMA "{schema}"')
+        self.schemas.append(schema)
+        return schema
+
+    def backend_options(self, path: str | None = None) -> Any:
+        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+        return PostgreSQLOptions(dsn=self.dsn, schema=path or self.path)
+
+    def open(self, path: str | None = None, **options: Any) -> SQLStorage:
+        options.setdefault("keep_history", self.param.keep_history)
+        storage = open_storage(self.backend_options(path), **options)
+        self.opened.append(storage)
+        return storage
+
+    def open_other(self, **options: Any) -> SQLStorage:
+        """A storage on a second, empty schema."""
+        return self.open(self.new_path(), **options)
+
+    def cleanup(self) -> None:
+        for storage in self.opened:
+            storage.close()
+        try:
+            for schema in self.schemas:
+                self.admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            self.admin.close()
+
+
+_SESSION_LIMITS: dict[str, int | None] = {}
+
+
+def server_session_limit(backend: str) -> int | None:
+    """The server's ``max_connections`` minus reserved ones (None: no server or unknown)."""
+    if backend != "postgresql":
+        return None
+    if backend not in _SESSION_LIMITS:
+        limit = None
+        try:
+            import psycopg
+            with psycopg.connect(POSTGRESQL_DSN, autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute(
+                    "SELECT current_setting('max_connections')::int"
+                    " - current_setting('superuser_reserved_connections')::int").fetchone()
+                limit = int(row[0]) if row else None
+        except Exception:
+            pass  # unreachable: the factory reports it (fails under CI=true)
+        _SESSION_LIMITS[backend] = limit
+    return _SESSION_LIMITS[backend]
+
+
+FACTORIES = {"sqlite": SQLiteFactory, "postgresql": PostgreSQLFactory}
+BACKENDS = [b for b in os.environ.get("ZODBSQL_TEST_BACKENDS", "sqlite,postgresql").split(",")
+            if b]
 PARAMS = [Param(backend, keep_history) for backend in BACKENDS for keep_history in (True, False)]

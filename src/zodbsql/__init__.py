@@ -7,15 +7,18 @@ Open a storage from Python::
     storage = zodbsql.open_storage("sqlite:///var/Data.sqlite", keep_history=False)
 
 or configure it with ZConfig (``%import zodbsql`` and a ``<zodbsql>`` section) or with a
-zodburi URI (``zodbsql+sqlite:///var/Data.sqlite``).
+zodburi URI (``zodbsql+sqlite:///var/Data.sqlite``,
+``zodbsql+postgresql://user@host/dbname?schema=zodb``).
 """
 from zodbsql.api import open_db, open_storage
+from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, CorruptRecordError,
                             DatabaseError, SchemaError, ZodbsqlError)
 from zodbsql.options import Options
 from zodbsql.storage import SQLStorage
 
-__all__ = ["open_db", "open_storage", "Options", "SQLiteOptions", "SQLStorage", "ZodbsqlError",
+__all__ = ["open_db", "open_storage", "Options", "SQLiteOptions",
+           "PostgreSQLOptions", "SQLStorage", "ZodbsqlError",
            "ConfigurationError", "SchemaError", "DatabaseError", "CommitLockTimeout",
            "CorruptRecordError"]

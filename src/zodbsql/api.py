@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import ZODB
 
@@ -19,6 +19,10 @@ _OPTION_TYPES = {"keep_history": bool, "read_only": bool, "create_schema": bool,
                  "pack_batch_size": int, "pack_duty_cycle": float, "name": str}
 #: Query parameters that belong to the SQLite backend.
 _SQLITE_KEYS = {"synchronous"}
+#: Query parameters that belong to the PostgreSQL backend (the rest of an unknown
+#: query stays in the DSN, for libpq: sslmode, connect_timeout, ...).
+_POSTGRESQL_KEYS = {"schema", "driver"}
+_POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
 
 def _convert(key: str, value: str) -> Any:
@@ -37,23 +41,37 @@ def _convert(key: str, value: str) -> Any:
 def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
     """Split ``scheme://...?opts`` into backend options and storage options.
 
-    ``sqlite:///abs/path`` and ``sqlite://rel/path`` name an SQLite file; the scheme may
-    carry a ``zodbsql+`` prefix (the zodburi form).
+    ``sqlite:///abs/path`` and ``sqlite://rel/path`` name an SQLite file;
+    ``postgresql://user@host:port/dbname?schema=s`` a PostgreSQL database (the DSN is the
+    URL without zodbsql's own options).  The scheme may carry a ``zodbsql+`` prefix (the
+    zodburi form).
     """
     parts = urlsplit(url)
     scheme = parts.scheme.lower().removeprefix("zodbsql+")
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    backend_kw = {k: query.pop(k) for k in list(query) if k in _SQLITE_KEYS}
-    for key, value in query.items():
-        key = key.replace("-", "_")
-        if key not in _OPTION_TYPES:
-            raise ConfigurationError(f"unknown option {key!r} in {url!r}")
-        options.setdefault(key, _convert(key, value))
+    postgresql = scheme in _POSTGRESQL_SCHEMES
+    backend_keys = _POSTGRESQL_KEYS if postgresql else _SQLITE_KEYS
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    backend_kw: dict[str, str] = {}
+    dsn_query: list[tuple[str, str]] = []
+    for key, value in pairs:
+        name = key.replace("-", "_")
+        if key in backend_keys:
+            backend_kw[key] = value
+        elif name in _OPTION_TYPES:
+            options.setdefault(name, _convert(name, value))
+        elif postgresql:
+            dsn_query.append((key, value))
+        else:
+            raise ConfigurationError(f"unknown option {name!r} in {url!r}")
     if scheme in ("sqlite", "sqlite3"):
         path = unquote(parts.netloc + parts.path)
         return SQLiteOptions(path=path, **backend_kw), Options(**options)
+    if postgresql:
+        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+        dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(dsn_query), ""))
+        return PostgreSQLOptions(dsn=dsn, **backend_kw), Options(**options)
     raise ConfigurationError(
-        f"unknown database in {url!r}: expected a sqlite:// URL")
+        f"unknown database in {url!r}: expected a sqlite:// or postgresql:// URL")
 
 
 def open_storage(url: str | Any, **options: Any) -> SQLStorage:

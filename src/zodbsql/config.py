@@ -36,3 +36,9 @@ class StorageFactory(BaseConfig):
 def SQLiteSection(section: Any) -> SQLiteOptions:
     """``<sqlite3>``: the database file."""
     return SQLiteOptions(path=section.path, synchronous=section.synchronous)
+
+
+def PostgreSQLSection(section: Any) -> Any:
+    """``<postgresql>``: the server, database and schema."""
+    from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+    return PostgreSQLOptions(dsn=section.dsn, schema=section.schema, driver=section.driver)

@@ -1,4 +1,5 @@
-"""zodburi resolver: ``zodbsql+sqlite:///path/to/Data.sqlite?keep_history=false``.
+"""zodburi resolver: ``zodbsql+sqlite:///path/to/Data.sqlite?keep_history=false``,
+``zodbsql+postgresql://user@host/dbname?schema=zodb``.
 
 Query parameters that zodburi knows as ``ZODB.DB`` arguments (``database_name``,
 ``connection_cache_size``, ...) go to the DB; the rest are storage options.

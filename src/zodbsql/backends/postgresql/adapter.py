@@ -1,0 +1,113 @@
+"""The PostgreSQL backend: its parts, and how a session is opened."""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from zodbsql.backends.base.adapter import Backend
+from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.postgresql.connections import (DRIVERS, MIN_SERVER_VERSION,
+                                                     PREPARE_THRESHOLD,
+                                                     PostgreSQLConnection, load_driver)
+from zodbsql.backends.postgresql.features import PostgreSQLFeatures
+from zodbsql.backends.postgresql.locker import PostgreSQLLocker
+from zodbsql.backends.postgresql.mover import PostgreSQLMover
+from zodbsql.backends.postgresql.oidalloc import PostgreSQLOidAllocator
+from zodbsql.backends.postgresql.packer import PostgreSQLPacker
+from zodbsql.backends.postgresql.schema import PostgreSQLSchema
+from zodbsql.errors import ConfigurationError, DatabaseError
+
+DATABASE_SIZE = (
+    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
+    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = current_schema() AND c.relkind = 'r'")
+
+
+@dataclasses.dataclass(frozen=True)
+class PostgreSQLOptions:
+    """Which server, database and schema; which driver implementation."""
+
+    dsn: str
+    #: The schema holding zodbsql's tables; None uses the server's search_path.
+    schema: str | None = None
+    driver: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.dsn or not self.dsn.strip():
+            raise ConfigurationError(
+                "postgresql needs a dsn, e.g. 'host=localhost dbname=zodb' or"
+                " 'postgresql://user@host/dbname'")
+        if self.schema is not None and not self.schema:
+            raise ConfigurationError("postgresql schema must not be empty")
+        if self.driver not in DRIVERS:
+            raise ConfigurationError(
+                f"postgresql driver must be one of {', '.join(DRIVERS)}, got {self.driver!r}")
+
+    def create_backend(self, keep_history: bool, lock_timeout: float,
+                       read_only: bool = False) -> "PostgreSQLBackend":
+        return PostgreSQLBackend(self, keep_history, lock_timeout, read_only)
+
+
+class PostgreSQLBackend(Backend):
+    name: ClassVar[str] = "postgresql"
+    features_class = PostgreSQLFeatures
+    schema_class = PostgreSQLSchema
+    locker_class = PostgreSQLLocker
+    mover_class = PostgreSQLMover
+    oids_class = PostgreSQLOidAllocator
+    packer_class = PostgreSQLPacker
+
+    def __init__(self, options: PostgreSQLOptions, keep_history: bool, lock_timeout: float,
+                 read_only: bool = False) -> None:
+        super().__init__(keep_history)
+        self.options = options
+        self.lock_timeout = lock_timeout
+        self.read_only = read_only
+        self.psycopg = load_driver(options.driver)
+        try:
+            params = self.psycopg.conninfo.conninfo_to_dict(options.dsn)
+        except self.psycopg.Error as exc:
+            raise ConfigurationError(f"invalid postgresql dsn: {exc}") from exc
+        self.params = params
+        host = params.get("host") or "localhost"
+        port = params.get("port") or "5432"
+        self.dbname = params.get("dbname") or params.get("user") or "(default)"
+        self.address = f"{host}:{port}"
+
+    def connect(self) -> DBConnection:
+        psycopg = self.psycopg
+        try:
+            raw = psycopg.connect(self.options.dsn, autocommit=True,
+                                  prepare_threshold=PREPARE_THRESHOLD)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigurationError(f"invalid postgresql dsn: {exc}") from exc
+        except psycopg.Error as exc:
+            raise DatabaseError(f"cannot connect to {self.describe()}: {exc}") from exc
+        conn = PostgreSQLConnection(raw, self.describe(), self.lock_timeout)
+        try:
+            version = raw.info.server_version
+            if version < MIN_SERVER_VERSION:
+                raise DatabaseError(
+                    f"{self.describe()} runs PostgreSQL {version // 10000}.{version % 10000};"
+                    f" zodbsql needs PostgreSQL {MIN_SERVER_VERSION // 10000} or newer")
+            if self.options.schema is not None:
+                conn.execute("SET search_path TO "
+                             + psycopg.sql.Identifier(self.options.schema).as_string(raw))
+            if self.read_only:
+                conn.execute("SET default_transaction_read_only = on")
+        except BaseException:
+            conn.close()
+            raise
+        conn.statements = 0
+        return conn
+
+    def describe(self) -> str:
+        schema = f", schema {self.options.schema}" if self.options.schema else ""
+        return f"PostgreSQL database {self.dbname} at {self.address}{schema}"
+
+    def sort_key(self) -> str:
+        return f"zodbsql:postgresql:{self.address}/{self.dbname}/{self.options.schema or ''}"
+
+    def database_size(self, conn: DBConnection) -> int:
+        row = conn.fetchone(DATABASE_SIZE)
+        return int(row[0]) if row else 0

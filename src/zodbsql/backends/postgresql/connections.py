@@ -1,0 +1,120 @@
+"""The psycopg 3 driver: loading it, opening sessions, translating its errors.
+
+Connections run in autocommit, so each statement outside an explicit transaction is its
+own transaction and nothing is ever left idle in a transaction by accident; the roles
+open transactions explicitly with ``BEGIN``.  Statements repeated on a connection are
+prepared on the server (``prepare_threshold``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from zodbsql.backends.base.connections import DBConnection
+from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
+                            DatabaseError, DriverNotFound)
+
+#: Values of the ``driver`` option.  "auto" lets psycopg pick its fastest implementation
+#: (the C extension, then the binary wheel, then pure Python over libpq).
+DRIVERS = ("auto", "psycopg", "psycopg-c", "psycopg-binary", "psycopg-python")
+_IMPL = {"psycopg-c": "c", "psycopg-binary": "binary", "psycopg-python": "python"}
+#: Oldest server zodbsql supports.
+MIN_SERVER_VERSION = 120000
+#: Executions after which psycopg prepares a statement on the server.
+PREPARE_THRESHOLD = 2
+
+# SQLSTATEs: lock_not_available, query_canceled (timeouts), deadlock_detected.
+LOCK_TIMEOUT_STATES = {"55P03", "57014"}
+DEADLOCK = "40P01"
+# admin_shutdown, crash_shutdown, cannot_connect_now; class 08 is connection exceptions.
+GONE_STATES = {"57P01", "57P02", "57P03"}
+
+
+def load_driver(driver: str = "auto") -> Any:
+    """Import psycopg; raise :class:`DriverNotFound` saying what was tried and why."""
+    if driver not in DRIVERS:
+        raise ConfigurationError(
+            f"postgresql driver must be one of {', '.join(DRIVERS)}, got {driver!r}")
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise DriverNotFound(
+            "no PostgreSQL driver could be loaded. Tried psycopg 3 (its C extension"
+            " psycopg-c, then the binary wheel psycopg-binary, then pure Python over the"
+            f" system libpq): {exc}. Install it with: pip install 'psycopg[binary]'"
+        ) from exc
+    wanted = _IMPL.get(driver)
+    if wanted is not None and psycopg.pq.__impl__ != wanted:
+        raise DriverNotFound(
+            f"postgresql driver {driver!r} was requested but psycopg loaded its"
+            f" {psycopg.pq.__impl__!r} implementation; set PSYCOPG_IMPL={wanted} before"
+            f" starting Python, or use driver auto")
+    return psycopg
+
+
+class PostgreSQLConnection(DBConnection):
+    driver_name = "psycopg"
+
+    def __init__(self, raw: Any, where: str, lock_timeout: float) -> None:
+        super().__init__(raw)
+        self.where = where
+        self.lock_timeout = lock_timeout
+
+    def begin_read(self) -> None:
+        # Autocommit gives each statement its own snapshot; a poll and the loads after
+        # it must see one, so history-free reads run in a repeatable-read transaction.
+        self.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.in_transaction = True
+
+    def commit(self) -> None:
+        if not self.in_transaction:
+            return
+        self.statements += 1
+        self.in_transaction = False
+        try:
+            from psycopg.pq import TransactionStatus
+            if self.raw.pgconn.transaction_status == TransactionStatus.INERROR:
+                # COMMIT would silently roll back; never report that as committed.
+                self.raw.execute("ROLLBACK")
+                raise DatabaseError(
+                    f"{self.where}: the transaction had failed and was rolled back", "COMMIT")
+            self.raw.execute("COMMIT")
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            raise self._fail(exc, "COMMIT") from exc
+
+    def rollback(self) -> None:
+        if not self.in_transaction:
+            return
+        self.statements += 1
+        self.in_transaction = False
+        try:
+            self.raw.execute("ROLLBACK")
+        except Exception:
+            self.broken = True
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        except Exception:
+            pass
+
+    def translate_error(self, exc: Exception, sql: str | None) -> Exception:
+        import psycopg
+        state = getattr(getattr(exc, "diag", None), "sqlstate", None) or ""
+        if state in GONE_STATES or state.startswith("08") or (
+                isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+                and (self.raw.closed or self.raw.broken)):
+            return ConnectionLost(
+                f"the connection to {self.where} was lost ({exc}); the transaction can"
+                " be retried", sql)
+        if state in LOCK_TIMEOUT_STATES:
+            return CommitLockTimeout(
+                f"a lock on {self.where} was not granted within {self.lock_timeout:g}s"
+                f" (commit-lock-timeout; PostgreSQL lock_timeout): {exc}. The transaction"
+                " can be retried")
+        if state == DEADLOCK:
+            return CommitLockTimeout(
+                f"{self.where} detected a deadlock between two commits' row locks and"
+                f" cancelled this one ({exc}); the transaction can be retried")
+        return DatabaseError(f"psycopg error on {self.where}: {exc}", sql)

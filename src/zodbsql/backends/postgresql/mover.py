@@ -1,0 +1,14 @@
+"""PostgreSQL stages commits in TEMPORARY tables: private to the session, never WAL-logged."""
+from zodbsql.backends.base.mover import Mover
+
+CREATE_TEMP_TABLES = (
+    "CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (zoid BIGINT PRIMARY KEY,"
+    " prev_tid BIGINT NOT NULL, data_tid BIGINT, checksum BIGINT,"
+    " state_size BIGINT NOT NULL, state BYTEA)",
+    "CREATE TEMPORARY TABLE IF NOT EXISTS temp_ref (zoid BIGINT NOT NULL,"
+    " to_zoid BIGINT NOT NULL)",
+)
+
+
+class PostgreSQLMover(Mover):
+    CREATE_TEMP_TABLES = CREATE_TEMP_TABLES

@@ -1,0 +1,67 @@
+"""PostgreSQL's tables: BIGINT oids and tids, BYTEA states, oids from a sequence.
+
+Only the tables of the current schema (``search_path``) count, so several zodbsql
+databases can live side by side in one PostgreSQL database, one schema each.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zodbsql.backends.base.schema import Schema
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.connections import DBConnection
+
+COMMON_DDL = (
+    "CREATE TABLE zodbsql_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE commit_row (id INTEGER PRIMARY KEY CHECK (id = 0), last_tid BIGINT NOT NULL)",
+    "INSERT INTO commit_row (id, last_tid) VALUES (0, 0)",
+    # Oids come from zoid_seq (see oidalloc.py): nextval never blocks and is never undone.
+    "CREATE SEQUENCE zoid_seq START WITH 1 MINVALUE 0",
+)
+HISTORY_PRESERVING_DDL = COMMON_DDL + (
+    "CREATE TABLE transactions (tid BIGINT PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
+    " username BYTEA NOT NULL, description BYTEA NOT NULL, extension BYTEA NOT NULL)",
+    # data_tid: set when the state is a copy of an older revision's (undo, restore).
+    "CREATE TABLE object_state (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
+    " data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL, state BYTEA,"
+    " PRIMARY KEY (zoid, tid))",
+    "CREATE INDEX object_state_tid ON object_state (tid)",
+    "CREATE TABLE current_object (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL)",
+    "CREATE INDEX current_object_tid ON current_object (tid)",
+    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
+    " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid))",
+    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
+)
+HISTORY_FREE_DDL = COMMON_DDL + (
+    "CREATE TABLE object_state (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL,"
+    " checksum BIGINT, state_size BIGINT NOT NULL, state BYTEA)",
+    "CREATE INDEX object_state_tid ON object_state (tid)",
+    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
+    " PRIMARY KEY (zoid, to_zoid))",
+    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
+)
+LIST_TABLES = (
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+HAS_SEQUENCE = (
+    "SELECT 1 FROM information_schema.sequences"
+    " WHERE sequence_schema = current_schema() AND sequence_name = 'zoid_seq'")
+# Serialises schema creation between processes (the key is arbitrary but fixed).
+CREATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('zodbsql:create:' || current_schema()))"
+
+
+class PostgreSQLSchema(Schema):
+    HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
+    HISTORY_FREE_DDL = HISTORY_FREE_DDL
+    LIST_TABLES = LIST_TABLES
+
+    def create(self, conn: "DBConnection", keep_history: bool) -> None:
+        conn.execute(CREATE_LOCK)
+        if self.read_meta(conn) is not None:
+            return  # another process created it while this one waited for the lock
+        super().create(conn, keep_history)
+
+    def drop_all(self, conn: "DBConnection") -> None:
+        super().drop_all(conn)
+        if conn.fetchone(HAS_SEQUENCE) is not None:
+            conn.execute("DROP SEQUENCE zoid_seq")

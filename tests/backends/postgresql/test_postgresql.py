@@ -1,0 +1,211 @@
+"""What only the PostgreSQL backend has: row locks, parallel commits, server errors."""
+from __future__ import annotations
+
+import pytest
+import transaction
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.POSException import POSKeyError
+from ZODB.utils import u64, z64
+
+from tests.databases import BACKENDS, POSTGRESQL_DSN, Param, PostgreSQLFactory
+from zodbsql.api import open_storage, parse_url
+from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
+                            DatabaseError, SchemaError)
+
+pytestmark = pytest.mark.skipif(
+    "postgresql" not in BACKENDS,
+    reason="postgresql is not in ZODBSQL_TEST_BACKENDS")
+
+
+@pytest.fixture(params=[True, False], ids=["hp", "hf"])
+def factory(request):
+    made = PostgreSQLFactory(Param("postgresql", request.param))
+    yield made
+    made.cleanup()
+
+
+def begin(storage, note=""):
+    txn = transaction.Transaction()
+    txn.note(note)
+    storage.tpc_begin(txn)
+    return txn
+
+
+def store(storage, txn, oid, serial, value):
+    storage.store(oid, serial, zodb_pickle(MinPO(value)), "", txn)
+
+
+def make_objects(storage, count):
+    """Commit ``count`` new objects; return [(oid, tid)]."""
+    oids = [storage.new_oid() for _ in range(count)]
+    txn = begin(storage, "create")
+    for oid in oids:
+        store(storage, txn, oid, z64, 0)
+    storage.tpc_vote(txn)
+    tid = storage.tpc_finish(txn)
+    return [(oid, tid) for oid in oids]
+
+
+def test_disjoint_commits_run_in_parallel(factory):
+    """B votes and finishes while A holds its row locks: no database-wide lock in vote."""
+    a = factory.open(commit_lock_timeout=5)
+    b = factory.open(commit_lock_timeout=5)
+    (oid1, tid1), (oid2, tid2) = make_objects(a, 2)
+
+    txn_a = begin(a, "A")
+    store(a, txn_a, oid1, tid1, 1)
+    a.tpc_vote(txn_a)                      # A now holds the row lock on oid1
+
+    txn_b = begin(b, "B")
+    store(b, txn_b, oid2, tid2, 2)
+    b.tpc_vote(txn_b)                      # would time out if A's vote locked globally
+    tid_b = b.tpc_finish(txn_b)            # B commits first although A voted first
+
+    tid_a = a.tpc_finish(txn_a)
+    assert u64(tid_b) < u64(tid_a)         # tids follow the order of finish
+    assert a.load(oid1)[1] == tid_a
+    assert a.load(oid2)[1] == tid_b
+    # Nothing is left idle in a transaction in either storage's pool.
+    for storage in (a, b):
+        for conn in list(storage.shared.pool._idle.queue):
+            assert not conn.in_transaction
+            assert conn.raw.info.transaction_status.name == "IDLE"
+
+
+def test_conflicting_commit_waits_then_times_out(factory):
+    a = factory.open(commit_lock_timeout=5)
+    b = factory.open(commit_lock_timeout=0.3)
+    [(oid, tid)] = make_objects(a, 1)
+
+    txn_a = begin(a, "A")
+    store(a, txn_a, oid, tid, 1)
+    a.tpc_vote(txn_a)
+
+    txn_b = begin(b, "B")
+    store(b, txn_b, oid, tid, 2)
+    with pytest.raises(CommitLockTimeout, match="commit-lock-timeout"):
+        b.tpc_vote(txn_b)
+    b.tpc_abort(txn_b)
+
+    tid_a = a.tpc_finish(txn_a)            # A was not disturbed
+    assert a.load(oid)[1] == tid_a
+
+
+def test_read_current_conflicts_after_a_concurrent_commit(factory):
+    a = factory.open()
+    b = factory.open()
+    (oid1, tid1), (oid2, tid2) = make_objects(a, 2)
+    txn_b = begin(b, "B changes oid1")
+    store(b, txn_b, oid1, tid1, 5)
+    b.tpc_vote(txn_b)
+    b.tpc_finish(txn_b)
+
+    from ZODB.POSException import ReadConflictError
+    txn_a = begin(a, "A read oid1 at its old tid")
+    a.checkCurrentSerialInTransaction(oid1, tid1, txn_a)
+    store(a, txn_a, oid2, tid2, 6)
+    with pytest.raises(ReadConflictError):
+        a.tpc_vote(txn_a)
+    a.tpc_abort(txn_a)
+
+
+def test_wrong_history_mode_is_refused(factory):
+    factory.open().close()
+    other = not factory.param.keep_history
+    with pytest.raises(SchemaError, match="keep-history"):
+        factory.open(keep_history=other)
+
+
+def test_lost_connection_is_reported_then_reopened(factory):
+    storage = factory.open()
+    pid = storage._load.raw.info.backend_pid
+    factory.admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(ConnectionLost):
+        storage.load(z64)
+    with pytest.raises(POSKeyError):      # a new session answers: there is no root yet
+        storage.load(z64)
+
+
+def test_unreachable_server_gives_a_clear_error():
+    options = PostgreSQLOptions(dsn="host=127.0.0.1 port=1 user=postgres dbname=test"
+                                " connect_timeout=2")
+    with pytest.raises(DatabaseError, match="cannot connect to PostgreSQL database test"
+                                            " at 127.0.0.1:1"):
+        open_storage(options)
+
+
+def test_malformed_dsn_gives_a_clear_error():
+    with pytest.raises(ConfigurationError, match="invalid postgresql dsn"):
+        open_storage(PostgreSQLOptions(dsn="this is not a dsn"))
+    with pytest.raises(ConfigurationError, match="needs a dsn"):
+        PostgreSQLOptions(dsn="")
+    with pytest.raises(ConfigurationError, match="driver"):
+        PostgreSQLOptions(dsn=POSTGRESQL_DSN, driver="odbc")
+
+
+def test_ci_makes_an_unreachable_server_fail(monkeypatch):
+    dsn = "host=127.0.0.1 port=1 user=postgres dbname=test connect_timeout=2"
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(RuntimeError, match="CI=true"):
+        PostgreSQLFactory(Param("postgresql", True), dsn=dsn)
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        PostgreSQLFactory(Param("postgresql", True), dsn=dsn)
+
+
+def test_url_is_split_into_dsn_schema_and_options():
+    options, storage_options = parse_url(
+        "zodbsql+postgresql://postgres@127.0.0.1:5432/test"
+        "?schema=zodb&keep_history=false&sslmode=disable&commit_lock_timeout=3")
+    assert options == PostgreSQLOptions(
+        dsn="postgresql://postgres@127.0.0.1:5432/test?sslmode=disable", schema="zodb")
+    assert storage_options.keep_history is False
+    assert storage_options.commit_lock_timeout == 3
+    plain, _ = parse_url("postgresql://postgres@127.0.0.1/test")
+    assert plain.dsn == "postgresql://postgres@127.0.0.1/test" and plain.schema is None
+
+
+def test_url_config_and_zodburi_open_the_same_database(factory):
+    import ZODB.config
+    import zodburi
+    schema = factory.path
+    mode = "true" if factory.param.keep_history else "false"
+    url = (f"zodbsql+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+           f"&keep_history={mode}")
+    storage_factory, dbkw = zodburi.resolve_uri(url)
+    storage = storage_factory()
+    try:
+        db = __import__("ZODB").DB(storage)
+        with db.transaction() as conn:
+            conn.root()["x"] = 1
+        db.close()
+    finally:
+        storage.close()
+    db = ZODB.config.databaseFromString(f"""
+        %import zodbsql
+        <zodb>
+          <zodbsql>
+            keep-history {mode}
+            <postgresql>
+              dsn {POSTGRESQL_DSN}
+              schema {schema}
+            </postgresql>
+          </zodbsql>
+        </zodb>
+    """)
+    try:
+        with db.transaction() as conn:
+            assert conn.root()["x"] == 1
+    finally:
+        db.close()
+
+
+def test_two_schemas_are_separate_databases(factory):
+    first = factory.open()
+    second = factory.open_other()
+    make_objects(first, 3)
+    assert len(first) == 3 and len(second) == 0
+    assert first.getSize() > 0
+    assert first.shared.backend.sort_key() != second.shared.backend.sort_key()
