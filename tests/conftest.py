@@ -17,7 +17,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "storage_factory" not in metafunc.fixturenames:
         return
     modes = getattr(metafunc.cls, "history_modes", HP_AND_HF)
-    params = [p for p in PARAMS if p.keep_history in modes]
+    # A module about one database (its files, its server) names it in storage_backends.
+    backends = getattr(metafunc.module, "storage_backends", None)
+    params = [p for p in PARAMS if p.keep_history in modes
+              and (backends is None or p.backend in backends)]
     metafunc.parametrize("storage_factory", params, indirect=True, ids=[p.id for p in params])
 
 

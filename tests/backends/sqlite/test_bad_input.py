@@ -20,12 +20,12 @@ from zodbsql.errors import (CommitLockTimeout, ConfigurationError, CorruptRecord
                             SchemaError)
 
 MODE_NAMES = {True: "history-preserving", False: "history-free"}
+# These cases edit SQLite files directly; the conftest runs them on SQLite only.
+storage_backends = ("sqlite",)
 
 
 def sqlite_only(factory: Any) -> str:
-    """The database file; these cases are about SQLite files, so other backends skip."""
-    if factory.param.backend != "sqlite":
-        pytest.skip("edits an SQLite database file directly")
+    """The database file."""
     return str(factory.path)
 
 
