@@ -56,7 +56,10 @@ def open_storage(spec: str, read_only: bool = False) -> Any:
                                  " pick one with FILE#NAME")
     else:
         chosen = sections
-    return chosen[0].storage.open()
+    return chosen[0].config.storage.open()
+
+
+__all__ = ["ConfigurationError", "open_storage", "require_zodbsql", "progress_bar"]
 
 
 def require_zodbsql(storage: Any, what: str) -> SQLStorage:

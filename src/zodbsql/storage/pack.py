@@ -25,6 +25,7 @@ from zodbsql.storage.history import PACKED_TID, packed_tid
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
+    from zodbsql.options import Options
     from zodbsql.storage.storage import SQLStorage
 
 Progress = Callable[[str, int], None]
@@ -35,18 +36,23 @@ def time_to_tid(t: float) -> int:
 
 
 def pack(storage: "SQLStorage", t: float, gc: bool = True,
-         progress: Progress | None = None, dry_run: bool = False) -> dict[str, int]:
+         progress: Progress | None = None, dry_run: bool = False,
+         batch_size: int | None = None, duty_cycle: float | None = None) -> dict[str, int]:
     """Pack to time ``t``; return what was (with ``dry_run``: would be) removed.
 
     The result counts ``garbage`` objects and ``old_revisions``; a dry run only walks
-    the references and deletes nothing.
+    the references and deletes nothing.  ``batch_size`` and ``duty_cycle`` override the
+    storage's options for this pack.
     """
+    options = storage.options.replace(
+        pack_batch_size=batch_size or storage.options.pack_batch_size,
+        pack_duty_cycle=duty_cycle or storage.options.pack_duty_cycle)
     shared = storage.shared
     if not shared.pack_lock.acquire(blocking=False):
         raise POSException.StorageError("a pack of this storage is already running")
     conn = storage.backend.connect()
     try:
-        return _Pack(storage, conn, gc, progress, dry_run).run(time_to_tid(t))
+        return _Pack(storage, conn, gc, progress, dry_run, options).run(time_to_tid(t))
     finally:
         conn.rollback()
         conn.close()
@@ -55,16 +61,16 @@ def pack(storage: "SQLStorage", t: float, gc: bool = True,
 
 class _Pack:
     def __init__(self, storage: "SQLStorage", conn: "DBConnection", gc: bool,
-                 progress: Progress | None, dry_run: bool = False) -> None:
+                 progress: Progress | None, dry_run: bool, options: "Options") -> None:
         self.dry_run = dry_run
         self.storage = storage
         self.backend = storage.backend
         self.conn = conn
         self.gc = gc
         self.progress = progress or (lambda phase, done: None)
-        self.batch = storage.options.pack_batch_size
-        self.duty = storage.options.pack_duty_cycle
-        self.timeout = storage.options.commit_lock_timeout
+        self.batch = options.pack_batch_size
+        self.duty = options.pack_duty_cycle
+        self.timeout = options.commit_lock_timeout
         self.generation = 0
 
     def run(self, pack_tid: int) -> dict[str, int]:

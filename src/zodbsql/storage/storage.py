@@ -421,6 +421,25 @@ class SQLStorage(ConflictResolvingStorage):
         super().registerDB(db)  # conflict resolution's record transforms
         self._db = db
 
+    def zap_all(self) -> None:
+        """Remove every object and transaction: drop and recreate the schema.
+
+        For tools asked explicitly to empty a database (``convert --clear``) and tests;
+        other processes using the database must be stopped first.
+        """
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        shared = self.shared
+        self.release()
+        shared.pool.close()
+        shared.backend.destroy()
+        self._load = self._open_checked(shared.backend, self._options)
+        shared.cache.clear()
+        with shared.oid_lock:
+            shared.free_oids = []
+            shared.highest_oid_seen = 0
+        self._snapshot = self._polled = None
+
     def close(self) -> None:
         if self._pending is not None:
             try:

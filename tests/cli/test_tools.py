@@ -1,0 +1,93 @@
+"""convert, pack and verify from the command line, on SQLite files."""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import ZODB
+import ZODB.FileStorage
+from persistent.mapping import PersistentMapping
+
+from zodbsql.cli.main import main
+
+
+@pytest.fixture
+def filestorage(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "Data.fs"
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(str(path)))
+    with db.transaction() as conn:
+        for i in range(30):
+            conn.root()[i] = PersistentMapping(v=i)
+    for i in range(5):
+        with db.transaction() as conn:
+            del conn.root()[i]
+    db.close()
+    return path
+
+
+def test_convert_verify_pack(filestorage: pathlib.Path, tmp_path: pathlib.Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    dest = f"sqlite://{tmp_path}/Data.sqlite"
+    assert main(["convert", f"file://{filestorage}", dest, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "copied 7 transactions, 37 records" in out and "they match" in out
+    assert main(["convert", f"file://{filestorage}", dest, "--quiet"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert main(["verify", dest, "--quiet"]) == 0
+    assert ": clean" in capsys.readouterr().out
+    assert main(["pack", dest, "--dry-run", "--quiet"]) == 0
+    assert "would remove 5 unreachable objects and 6 old revisions" in capsys.readouterr().out
+    assert main(["pack", dest, "--quiet", "--duty-cycle", "0.5", "--batch-size", "2"]) == 0
+    assert "removed 5 unreachable objects and 6 old revisions" in capsys.readouterr().out
+    assert main(["pack", dest, "--dry-run", "--quiet"]) == 0
+    assert "would remove 0 unreachable objects" in capsys.readouterr().out
+
+
+def test_convert_clear_and_zconfig(filestorage: pathlib.Path, tmp_path: pathlib.Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "zodb.conf"
+    conf.write_text(f"""
+%import zodbsql
+<zodb old>
+  <filestorage>
+    path {filestorage}
+  </filestorage>
+</zodb>
+<zodb new>
+  <zodbsql>
+    keep-history false
+    <sqlite3>
+      path {tmp_path}/new.sqlite
+    </sqlite3>
+  </zodbsql>
+</zodb>
+""")
+    assert main(["convert", f"{conf}#old", f"{conf}#new", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["convert", f"{conf}#old", f"{conf}#new", "--quiet", "--clear"]) == 0
+    out = capsys.readouterr().out  # cleared, so everything was copied again
+    assert "copied 7 transactions" in out and "current states only: 31 objects" in out
+    assert main(["convert", f"{conf}", f"{conf}#new"]) == 2
+    assert "pick one with FILE#NAME" in capsys.readouterr().err
+
+
+def test_verify_reports_problems_with_exit_status(tmp_path: pathlib.Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+    dest = tmp_path / "Data.sqlite"
+    main(["demo", "--objects", "20", "--path", str(dest)])
+    raw = sqlite3.connect(dest)
+    raw.execute("UPDATE object_state SET state = x'00' WHERE zoid = 1")
+    raw.commit()
+    raw.close()
+    capsys.readouterr()
+    assert main(["verify", f"sqlite://{dest}", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "checksum: oid 0x0000000000000001" in out and "problem(s)" in out
+
+
+@pytest.mark.parametrize("tool", ["demo", "convert", "pack", "verify"])
+def test_help_ends_with_an_example(tool: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([tool, "--help"])
+    assert "example:" in capsys.readouterr().out.split("\n\n")[-1]
