@@ -107,22 +107,14 @@ class PendingCommit:
             raise StorageTransactionError("tpc_finish called before tpc_vote")
         conn = self.conn
         backend = self.storage.shared.backend
-        backend.locker.lock_commit(conn, self.storage.shared.options.commit_lock_timeout)
-        last = backend.poller.last_tid(conn)
-        if self.requested_tid is not None:
-            if self.requested_tid <= last:
-                raise StorageTransactionError(
-                    f"transaction id 0x{self.requested_tid:016x} is not after the last"
-                    f" committed one, 0x{last:016x} (restored transactions must come in order)")
-            tid = self.requested_tid
-        else:
-            tid = u64(newTid(p64(last) if last else None))
         meta = self.transaction
-        backend.history.record_commit(
-            conn, tid, _as_bytes(meta.user), _as_bytes(meta.description),
-            _extension_bytes(meta))
+        # The clock's tid; the backend takes one past the last tid if that is later.
+        clock_tid = u64(newTid(None))
+        tid = backend.txncontrol.finish(
+            conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
+            _as_bytes(meta.description), _extension_bytes(meta),
+            self.storage.shared.options.commit_lock_timeout, bool(self.states))
         if self.states:
-            backend.mover.move_staged(conn, tid)
             highest = max(self.states)
             if highest > self.storage.shared.highest_oid_seen:
                 backend.oids.ensure_above(conn, highest)

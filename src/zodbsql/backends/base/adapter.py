@@ -17,6 +17,7 @@ from zodbsql.backends.base.oidalloc import OidAllocator
 from zodbsql.backends.base.packer import Packer
 from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.base.schema import Schema
+from zodbsql.backends.base.txncontrol import TransactionControl
 
 
 class Backend:
@@ -37,6 +38,7 @@ class Backend:
     history_class: ClassVar[type[History]] = History
     packer_class: ClassVar[type[Packer]] = Packer
     checker_class: ClassVar[type[Checker]] = Checker
+    txncontrol_class: ClassVar[type[TransactionControl]] = TransactionControl
 
     def __init__(self, keep_history: bool) -> None:
         self.keep_history = keep_history
@@ -49,6 +51,7 @@ class Backend:
         self.history = self.history_class(self)
         self.packer = self.packer_class(self)
         self.checker = self.checker_class(self)
+        self.txncontrol = self.txncontrol_class(self)
 
     def connect(self) -> DBConnection:
         """Open a new connection (autocommit between explicit transactions)."""

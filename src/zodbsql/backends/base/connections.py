@@ -75,6 +75,14 @@ class DBConnection:
         except Exception as exc:  # driver errors have no common base class
             raise self._fail(exc, sql) from exc
 
+    def execute_script(self, sql: str) -> None:
+        """Run SQL text without parameters, as written (procedure definitions)."""
+        self.statements += 1
+        try:
+            self.raw.cursor().execute(sql)
+        except Exception as exc:
+            raise self._fail(exc, sql) from exc
+
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.statements += 1
         try:

@@ -17,3 +17,6 @@ class Features:
     max_state_size: int | None = None
     #: Statements the connection must run at most once per commit may be batched into one.
     supports_multiple_statements = False
+    #: Are the staging tables empty at the start of every transaction (ON COMMIT DELETE
+    #: ROWS)?  Then a commit does not clear them first.
+    staging_emptied_by_transaction_end = False

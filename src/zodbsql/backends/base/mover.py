@@ -122,6 +122,8 @@ class Mover:
 
     # -- committing -----------------------------------------------------------------------
     def clear_staged(self, conn: "DBConnection") -> None:
+        if self.backend.features.staging_emptied_by_transaction_end:
+            return
         conn.execute(CLEAR_TEMP_STORE)
         conn.execute(CLEAR_TEMP_REF)
 

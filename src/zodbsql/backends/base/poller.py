@@ -1,11 +1,9 @@
 """Poller: the newest committed tid, and what changed since a given tid.
 
-``poll`` reads the last tid and then every object whose current revision is newer than
-``since``, with no upper bound.  The two statements may see different commits (no
-transaction is held), so the snapshot tid returned is the larger of the last tid and the
-newest change seen: bounding the changes by the first tid instead would lose an object
-changed before it and again after it, whose current row already names the later tid.
-Commits are made visible in tid order, so every commit up to that tid is in the result.
+``poll`` is one statement: the changed objects (current revision newer than ``since``)
+and, as a marker row, the commit row's last tid.  One statement sees one snapshot, so
+the list is exactly what changed up to that tid, and every ZODB transaction start costs
+one round trip.
 """
 from __future__ import annotations
 
@@ -16,8 +14,13 @@ if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
 
 LAST_TID = "SELECT last_tid FROM commit_row"
-HP_CHANGES = "SELECT zoid, tid FROM current_object WHERE tid > %s"
-HF_CHANGES = "SELECT zoid, tid FROM object_state WHERE tid > %s"
+# kind 0 is the marker row carrying the last tid; kind 1 rows are changed objects.
+HP_POLL = (
+    "SELECT 0, 0, last_tid FROM commit_row"
+    " UNION ALL SELECT 1, zoid, tid FROM current_object WHERE tid > %s")
+HF_POLL = (
+    "SELECT 0, 0, last_tid FROM commit_row"
+    " UNION ALL SELECT 1, zoid, tid FROM object_state WHERE tid > %s")
 
 
 class Poller:
@@ -34,10 +37,16 @@ class Poller:
 
         With ``since`` None only the snapshot tid is read.
         """
-        upto = self.last_tid(conn)
-        if since is None or upto <= since:
-            return upto, []
-        sql = HP_CHANGES if self.keep_history else HF_CHANGES
-        changes = [(int(oid), int(tid)) for oid, tid in conn.fetchall(sql, (since,))]
-        newest = max((tid for _, tid in changes), default=upto)
-        return max(upto, newest), changes
+        if since is None:
+            return self.last_tid(conn), []
+        rows = conn.fetchall(HP_POLL if self.keep_history else HF_POLL, (since,))
+        upto = 0
+        changes = []
+        for kind, oid, tid in rows:
+            if kind == 0:
+                upto = int(tid)
+            else:
+                changes.append((int(oid), int(tid)))
+        # A changed row newer than the marker can't be (one snapshot), but be safe.
+        upto = max([upto] + [tid for _, tid in changes])
+        return upto, changes

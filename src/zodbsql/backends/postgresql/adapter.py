@@ -15,6 +15,7 @@ from zodbsql.backends.postgresql.mover import PostgreSQLMover
 from zodbsql.backends.postgresql.oidalloc import PostgreSQLOidAllocator
 from zodbsql.backends.postgresql.packer import PostgreSQLPacker
 from zodbsql.backends.postgresql.schema import PostgreSQLSchema
+from zodbsql.backends.postgresql.txncontrol import PostgreSQLTransactionControl
 from zodbsql.errors import ConfigurationError, DatabaseError
 
 DATABASE_SIZE = (
@@ -56,6 +57,7 @@ class PostgreSQLBackend(Backend):
     mover_class = PostgreSQLMover
     oids_class = PostgreSQLOidAllocator
     packer_class = PostgreSQLPacker
+    txncontrol_class = PostgreSQLTransactionControl
 
     def __init__(self, options: PostgreSQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

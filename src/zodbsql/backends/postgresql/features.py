@@ -10,3 +10,4 @@ class PostgreSQLFeatures(Features):
     is_single_file = False
     # BYTEA values are limited to 1 GB.
     max_state_size = (1 << 30) - 1
+    staging_emptied_by_transaction_end = True

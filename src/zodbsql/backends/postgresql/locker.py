@@ -28,14 +28,16 @@ HP_LOCK_READ = (
 HF_LOCK_READ = (
     "SELECT zoid FROM object_state WHERE zoid = ANY(%s)"
     " AND zoid NOT IN (SELECT zoid FROM temp_store) ORDER BY zoid FOR SHARE")
+BEGIN_WITH_TIMEOUT = "BEGIN; SET LOCAL lock_timeout = {millis}"
 LOCK_COMMIT = "SELECT last_tid FROM commit_row FOR UPDATE"
 
 
 class PostgreSQLLocker(Locker):
     def begin_commit(self, conn: "DBConnection", timeout: float) -> None:
-        conn.begin_write()
+        # One round trip: open the transaction and bound its lock waits.
         millis = max(1, int(timeout * 1000))
-        conn.execute(f"SET LOCAL lock_timeout = {millis}")
+        conn.execute(BEGIN_WITH_TIMEOUT.format(millis=millis))
+        conn.in_transaction = True
 
     def lock_objects(self, conn: "DBConnection", read_current: dict[int, int],
                      ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:

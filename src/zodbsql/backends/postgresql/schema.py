@@ -5,6 +5,7 @@ databases can live side by side in one PostgreSQL database, one schema each.
 """
 from __future__ import annotations
 
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from zodbsql.backends.base.schema import Schema
@@ -46,6 +47,10 @@ LIST_TABLES = (
 HAS_SEQUENCE = (
     "SELECT 1 FROM information_schema.sequences"
     " WHERE sequence_schema = current_schema() AND sequence_name = 'zoid_seq'")
+HAS_FINISH = (
+    "SELECT 1 FROM information_schema.routines"
+    " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_finish'")
+DROP_FINISH = "DROP FUNCTION zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA, BOOLEAN)"
 # Serialises schema creation between processes (the key is arbitrary but fixed).
 CREATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('zodbsql:create:' || current_schema()))"
 
@@ -60,8 +65,12 @@ class PostgreSQLSchema(Schema):
         if self.read_meta(conn) is not None:
             return  # another process created it while this one waited for the lock
         super().create(conn, keep_history)
+        procedures = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
+        conn.execute_script(resources.files(__package__).joinpath(procedures).read_text())
 
     def drop_all(self, conn: "DBConnection") -> None:
         super().drop_all(conn)
+        if conn.fetchone(HAS_FINISH) is not None:
+            conn.execute(DROP_FINISH)
         if conn.fetchone(HAS_SEQUENCE) is not None:
             conn.execute("DROP SEQUENCE zoid_seq")

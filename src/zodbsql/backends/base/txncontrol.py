@@ -1,0 +1,45 @@
+"""Transaction control: the serialised final step of a commit.
+
+``finish`` takes the commit lock, allocates the tid (the clock's tid, or one past the
+last, whichever is later; or the tid a restore asked for, which must come after the
+last), records the transaction, moves the staged states in under it and returns it.
+The portable version sends one statement per step; a backend with server-side
+procedures does it all in one call.  The caller commits.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ZODB.POSException import StorageTransactionError
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection
+
+
+def out_of_order(requested: int, last: int) -> StorageTransactionError:
+    return StorageTransactionError(
+        f"transaction id 0x{requested:016x} is not after the last committed one,"
+        f" 0x{last:016x} (restored transactions must come in order)")
+
+
+class TransactionControl:
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+
+    def finish(self, conn: "DBConnection", clock_tid: int, requested_tid: int | None,
+               user: bytes, description: bytes, extension: bytes, lock_timeout: float,
+               has_states: bool = True) -> int:
+        backend = self.backend
+        backend.locker.lock_commit(conn, lock_timeout)
+        last = backend.poller.last_tid(conn)
+        if requested_tid is not None:
+            if requested_tid <= last:
+                raise out_of_order(requested_tid, last)
+            tid = requested_tid
+        else:
+            tid = max(clock_tid, last + 1)
+        backend.history.record_commit(conn, tid, user, description, extension)
+        if has_states:
+            backend.mover.move_staged(conn, tid)
+        return tid
