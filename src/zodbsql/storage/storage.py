@@ -397,6 +397,13 @@ class SQLStorage(ConflictResolvingStorage):
                 last = self.shared.backend.poller.last_tid(self._conn())
         return p64(last)
 
+    def statement_count(self) -> int:
+        """SQL statements (round trips) sent so far by this instance's load connection
+        and by the storage's committing connections; the benchmark and the round-trip
+        tests read the difference over a piece of work."""
+        load = self._load.statements if self._load is not None else 0
+        return load + self.shared.pool.statements
+
     def getName(self) -> str:
         return self.__name__
 

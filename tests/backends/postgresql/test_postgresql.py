@@ -209,3 +209,43 @@ def test_two_schemas_are_separate_databases(factory):
     assert len(first) == 3 and len(second) == 0
     assert first.getSize() > 0
     assert first.shared.backend.sort_key() != second.shared.backend.sort_key()
+
+
+def _terminate(factory, conn):
+    factory.admin.execute("SELECT pg_terminate_backend(%s)", (conn.raw.info.backend_pid,))
+
+
+@pytest.mark.parametrize("when", ["vote", "finish"])
+def test_connection_killed_mid_commit_leaves_nothing_half_done(factory, when):
+    storage = factory.open()
+    observer = factory.open()
+    (oid, tid), = make_objects(storage, 1)
+    before = observer.lastTransaction()
+    txn = begin(storage, "doomed")
+    store(storage, txn, oid, tid, 1)
+    new_oid = storage.new_oid()
+    store(storage, txn, new_oid, z64, 2)
+    if when == "vote":
+        # The pooled commit connection the vote will take dies first.
+        idle = storage.shared.pool._idle.queue[-1]
+        _terminate(factory, idle)
+        with pytest.raises(ConnectionLost):
+            storage.tpc_vote(txn)
+    else:
+        storage.tpc_vote(txn)
+        _terminate(factory, storage._pending.conn)
+        with pytest.raises(ConnectionLost):
+            storage.tpc_finish(txn)
+    storage.tpc_abort(txn)
+    # ConnectionLost is retryable: transaction's attempts() loop retries it.
+    assert isinstance(ConnectionLost("x"), transaction.interfaces.TransientError)
+    # Nothing of the doomed commit is visible to anyone.
+    assert observer.lastTransaction() == before
+    with pytest.raises(POSKeyError):
+        observer.load(new_oid)
+    assert observer.load(oid)[1] == tid
+    # The storage reconnects: the next commit works.
+    txn = begin(storage, "retry")
+    store(storage, txn, oid, tid, 3)
+    storage.tpc_vote(txn)
+    assert u64(storage.tpc_finish(txn)) > u64(tid)

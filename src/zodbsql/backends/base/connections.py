@@ -146,6 +146,8 @@ class ConnectionPool:
     def __init__(self, open_connection: Callable[[], DBConnection], max_size: int) -> None:
         self._open = open_connection
         self._idle: queue.LifoQueue[DBConnection] = queue.LifoQueue()
+        self._opened: list[DBConnection] = []  # for the statement count
+        self.retired_statements = 0
         self._slots = threading.BoundedSemaphore(max_size)
         self.max_size = max_size
 
@@ -159,15 +161,24 @@ class ConnectionPool:
         except queue.Empty:
             pass
         try:
-            return self._open()
+            conn = self._open()
         except BaseException:
             self._slots.release()
             raise
+        self._opened.append(conn)
+        return conn
+
+    @property
+    def statements(self) -> int:
+        """Statements sent so far by every connection this pool opened."""
+        return self.retired_statements + sum(conn.statements for conn in self._opened)
 
     def release(self, conn: DBConnection) -> None:
         conn.rollback()
         if conn.broken:
             conn.close()
+            self._opened.remove(conn)
+            self.retired_statements += conn.statements
         else:
             self._idle.put(conn)
         self._slots.release()

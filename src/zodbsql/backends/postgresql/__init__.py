@@ -27,6 +27,24 @@ Design note.
   ``INSERT ... SELECT``/``ON CONFLICT`` statements.  Oids come from a SEQUENCE, which
   never blocks and is outside any transaction.  Pack's work tables are TEMPORARY too,
   since one pack uses one connection.
+* Round trips.  Every statement is one round trip, so they are counted
+  (``tests/storage/test_round_trips.py`` checks these figures):
+
+  ===========================  ==========  ==========
+  one ZODB transaction          1 object    1,000 new
+  ===========================  ==========  ==========
+  history-preserving            7           11
+  history-free                  9           13
+  ===========================  ==========  ==========
+
+  The 7: the poll (one UNION statement: last tid and changes), ``BEGIN; SET LOCAL
+  lock_timeout`` (one call), the staged states (one pipelined ``executemany``), the row
+  locks, the conflict query, ``zodbsql_finish(...)`` (procedures_hp.sql: lock the commit
+  row, allocate the tid, record the transaction, move states, current pointers and
+  references) and COMMIT.  1,000 new objects add their references (one more
+  ``executemany``) and oid blocks from the sequence.  The staging tables are
+  ``ON COMMIT DELETE ROWS``, so nothing is spent clearing them.  History-free adds the
+  read transaction (BEGIN and ROLLBACK) that holds its snapshot.
 * Schemas.  Tables live in the configured schema (``search_path``), so one PostgreSQL
   database can hold several zodbsql databases; only the current schema's tables count
   when the schema is checked.

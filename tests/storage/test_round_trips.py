@@ -1,0 +1,48 @@
+"""Statements per commit, counted (not timed): the figures the design notes quote.
+
+A commit here is what ZODB does for one transaction: the poll at its start, vote and
+finish.  Each backend's expected counts are data; a change that adds a round trip to
+the commit path fails this test and must update the design note.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+
+# (backend, keep_history) -> (one changed object, 1,000 new objects)
+EXPECTED = {
+    ("sqlite", True): (13, 26),
+    ("sqlite", False): (15, 28),
+    ("postgresql", True): (7, 11),
+    ("postgresql", False): (9, 13),
+}
+
+
+def test_statements_per_commit(storage_factory: Any) -> None:
+    param = storage_factory.param
+    db = ZODB.DB(storage_factory.open())
+    try:
+        conn = db.open()
+        root = conn.root()
+        root["x"] = PersistentMapping()
+        transaction.commit()
+        for i in range(3):  # warm up: oid blocks, prepared statements, the pool
+            root["x"][i] = i
+            transaction.commit()
+        storage = conn._storage
+        before = storage.statement_count()
+        root["x"]["one"] = 1
+        transaction.commit()
+        one = storage.statement_count() - before
+        before = storage.statement_count()
+        for i in range(1000):
+            root[f"new{i}"] = PersistentMapping()
+        transaction.commit()
+        thousand = storage.statement_count() - before
+        conn.close()
+    finally:
+        db.close()
+    assert (one, thousand) == EXPECTED[(param.backend, param.keep_history)]
