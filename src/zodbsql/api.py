@@ -16,6 +16,7 @@ _BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
 #: Query parameters of a URL that are storage options, with their types.
 _OPTION_TYPES = {"keep_history": bool, "read_only": bool, "create_schema": bool,
                  "cache_size_mb": float, "commit_lock_timeout": float,
+                 "row_lock_timeout": float,
                  "pack_batch_size": int, "pack_duty_cycle": float, "name": str}
 #: Query parameters that belong to the SQLite backend.
 _SQLITE_KEYS = {"synchronous"}

@@ -18,6 +18,7 @@ def options_from_section(section: Any) -> Options:
         create_schema=section.create_schema,
         cache_size_mb=section.cache_size_mb,
         commit_lock_timeout=section.commit_lock_timeout,
+        row_lock_timeout=section.row_lock_timeout,
         pack_batch_size=section.pack_batch_size,
         pack_duty_cycle=section.pack_duty_cycle,
     )

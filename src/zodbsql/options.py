@@ -13,6 +13,8 @@ class Options:
     ``cache_size_mb`` bounds the process-wide cache of object states (0 turns it off).
     ``commit_lock_timeout`` is in seconds: how long a commit waits for the commit lock
     before it fails with :class:`zodbsql.errors.CommitLockTimeout`.
+    ``row_lock_timeout`` bounds the wait for the row locks of the objects a commit
+    changes (backends with row locks); None means the same as ``commit_lock_timeout``.
     ``pack_batch_size`` is how many objects one pack step deletes while holding the lock.
     """
 
@@ -22,6 +24,7 @@ class Options:
     create_schema: bool = True
     cache_size_mb: float = 64.0
     commit_lock_timeout: float = 30.0
+    row_lock_timeout: float | None = None
     pack_batch_size: int = 1000
     pack_duty_cycle: float = 1.0
 
@@ -31,11 +34,19 @@ class Options:
         if self.commit_lock_timeout <= 0:
             raise ConfigurationError(
                 f"commit-lock-timeout must be a positive number of seconds, got {self.commit_lock_timeout}")
+        if self.row_lock_timeout is not None and self.row_lock_timeout <= 0:
+            raise ConfigurationError(
+                f"row-lock-timeout must be a positive number of seconds, got {self.row_lock_timeout}")
         if self.pack_batch_size < 1:
             raise ConfigurationError(f"pack-batch-size must be at least 1, got {self.pack_batch_size}")
         if not 0 < self.pack_duty_cycle <= 1:
             raise ConfigurationError(
                 f"pack-duty-cycle must be in (0, 1], got {self.pack_duty_cycle}")
+
+    @property
+    def row_lock_wait(self) -> float:
+        """The row-lock timeout in force."""
+        return self.row_lock_timeout if self.row_lock_timeout is not None else self.commit_lock_timeout
 
     def replace(self, **changes: object) -> "Options":
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

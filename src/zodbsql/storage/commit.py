@@ -61,7 +61,7 @@ class PendingCommit:
         shared = self.storage.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
-        backend.locker.begin_commit(conn, shared.options.commit_lock_timeout)
+        backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         mover = backend.mover
         mover.clear_staged(conn)
         rows = []

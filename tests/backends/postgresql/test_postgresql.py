@@ -76,7 +76,7 @@ def test_disjoint_commits_run_in_parallel(factory):
 
 def test_conflicting_commit_waits_then_times_out(factory):
     a = factory.open(commit_lock_timeout=5)
-    b = factory.open(commit_lock_timeout=0.3)
+    b = factory.open(row_lock_timeout=0.3)
     [(oid, tid)] = make_objects(a, 1)
 
     txn_a = begin(a, "A")
@@ -85,12 +85,34 @@ def test_conflicting_commit_waits_then_times_out(factory):
 
     txn_b = begin(b, "B")
     store(b, txn_b, oid, tid, 2)
-    with pytest.raises(CommitLockTimeout, match="commit-lock-timeout"):
+    with pytest.raises(CommitLockTimeout, match="row-lock-timeout"):
         b.tpc_vote(txn_b)
     b.tpc_abort(txn_b)
 
     tid_a = a.tpc_finish(txn_a)            # A was not disturbed
     assert a.load(oid)[1] == tid_a
+
+
+def test_commit_lock_timeout_names_its_setting(factory):
+    storage = factory.open(commit_lock_timeout=0.3)
+    [(oid, tid)] = make_objects(storage, 1)
+    import psycopg
+    holder = psycopg.connect(factory.dsn, options=f"-c search_path={factory.path}")
+    try:
+        holder.execute("SELECT last_tid FROM commit_row FOR UPDATE")  # the commit lock
+        txn = begin(storage, "waits")
+        store(storage, txn, oid, tid, 1)
+        storage.tpc_vote(txn)              # row locks only: not blocked
+        with pytest.raises(CommitLockTimeout, match="commit-lock-timeout"):
+            storage.tpc_finish(txn)
+        storage.tpc_abort(txn)
+    finally:
+        holder.rollback()
+        holder.close()
+    txn = begin(storage, "after")
+    store(storage, txn, oid, tid, 2)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
 
 
 def test_read_current_conflicts_after_a_concurrent_commit(factory):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zodbsql.backends.base.locker import Locker
+from zodbsql.errors import CommitLockTimeout
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
@@ -33,8 +34,11 @@ LOCK_COMMIT = "SELECT last_tid FROM commit_row FOR UPDATE"
 
 
 class PostgreSQLLocker(Locker):
+    _row_wait = 0.0
+
     def begin_commit(self, conn: "DBConnection", timeout: float) -> None:
         # One round trip: open the transaction and bound its lock waits.
+        self._row_wait = timeout
         millis = max(1, int(timeout * 1000))
         conn.execute(BEGIN_WITH_TIMEOUT.format(millis=millis))
         conn.in_transaction = True
@@ -42,9 +46,17 @@ class PostgreSQLLocker(Locker):
     def lock_objects(self, conn: "DBConnection", read_current: dict[int, int],
                      ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
         hp = self.keep_history
-        conn.fetchall(HP_LOCK_STAGED if hp else HF_LOCK_STAGED)
-        if read_current:
-            conn.fetchall(HP_LOCK_READ if hp else HF_LOCK_READ, (sorted(read_current),))
+        try:
+            conn.fetchall(HP_LOCK_STAGED if hp else HF_LOCK_STAGED)
+            if read_current:
+                conn.fetchall(HP_LOCK_READ if hp else HF_LOCK_READ, (sorted(read_current),))
+        except CommitLockTimeout as exc:
+            if "deadlock" in str(exc):
+                raise
+            raise CommitLockTimeout(
+                f"another commit held the row lock of an object this one changes or"
+                f" read-current for longer than row-lock-timeout ({self._row_wait:g}s);"
+                " the transaction can be retried") from exc
         return super().lock_objects(conn, read_current)
 
     def lock_commit(self, conn: "DBConnection", timeout: float) -> None:

@@ -3,12 +3,14 @@
 -- and replace their references.  Returns the new tid.
 CREATE OR REPLACE FUNCTION zodbsql_finish(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_user BYTEA, p_description BYTEA,
-    p_extension BYTEA, p_has_states BOOLEAN) RETURNS BIGINT
+    p_extension BYTEA, p_has_states BOOLEAN, p_lock_timeout_ms INTEGER) RETURNS BIGINT
 LANGUAGE plpgsql AS $$
 DECLARE
     v_last BIGINT;
     v_tid BIGINT;
 BEGIN
+    -- The commit lock has its own timeout (commit-lock-timeout), for this transaction.
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
     SELECT last_tid INTO v_last FROM commit_row FOR UPDATE;
     IF p_requested_tid IS NULL THEN
         v_tid := GREATEST(p_clock_tid, v_last + 1);

@@ -50,7 +50,8 @@ HAS_SEQUENCE = (
 HAS_FINISH = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_finish'")
-DROP_FINISH = "DROP FUNCTION zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA, BOOLEAN)"
+DROP_FINISH = ("DROP FUNCTION zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA, BOOLEAN,"
+               " INTEGER)")
 # Serialises schema creation between processes (the key is arbitrary but fixed).
 CREATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('zodbsql:create:' || current_schema()))"
 

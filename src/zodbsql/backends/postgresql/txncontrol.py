@@ -16,7 +16,7 @@ from zodbsql.errors import DatabaseError
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
 
-FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s)"
+FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s)"
 #: The SQLSTATE zodbsql_finish raises for a restored tid that is not after the last.
 OUT_OF_ORDER = "ZS001"
 
@@ -27,7 +27,8 @@ class PostgreSQLTransactionControl(TransactionControl):
                has_states: bool = True) -> int:
         try:
             row = conn.fetchone(FINISH, (clock_tid, requested_tid, user, description,
-                                         extension, has_states))
+                                         extension, has_states,
+                                         max(1, int(lock_timeout * 1000))))
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == OUT_OF_ORDER:
                 raise StorageTransactionError(
