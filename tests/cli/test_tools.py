@@ -86,7 +86,7 @@ def test_verify_reports_problems_with_exit_status(tmp_path: pathlib.Path,
     assert "checksum: oid 0x0000000000000001" in out and "problem(s)" in out
 
 
-@pytest.mark.parametrize("tool", ["demo", "convert", "pack", "verify"])
+@pytest.mark.parametrize("tool", ["demo", "convert", "pack", "verify", "doctor"])
 def test_help_ends_with_an_example(tool: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main([tool, "--help"])

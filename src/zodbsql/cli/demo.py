@@ -71,9 +71,11 @@ def _demo(path: str, args: argparse.Namespace) -> int:
             last = db.undoLog(0, 1)[0]
             db.undo(last["id"])
             transaction.commit()
+            probe = (count - 1) // 10 * 10  # the last item the update changed
             with db.transaction() as conn:
-                restored = conn.root.items[10]["number"]
-            _step("undo", started, f"undid {last['description']!r}: item 10 is {restored} again")
+                restored = conn.root.items[probe]["number"]
+            _step("undo", started,
+                  f"undid {last['description']!r}: item {probe} is {restored} again")
 
         started = time.perf_counter()
         with db.transaction("demo: drop half") as conn:

@@ -11,6 +11,7 @@ from zodbsql.backends.base.checker import Checker
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.features import Features
 from zodbsql.backends.base.history import History
+from zodbsql.backends.base.inspector import Inspector
 from zodbsql.backends.base.locker import Locker
 from zodbsql.backends.base.mover import Mover
 from zodbsql.backends.base.oidalloc import OidAllocator
@@ -39,6 +40,7 @@ class Backend:
     packer_class: ClassVar[type[Packer]] = Packer
     checker_class: ClassVar[type[Checker]] = Checker
     txncontrol_class: ClassVar[type[TransactionControl]] = TransactionControl
+    inspector_class: ClassVar[type[Inspector]] = Inspector
 
     def __init__(self, keep_history: bool) -> None:
         self.keep_history = keep_history
@@ -52,6 +54,7 @@ class Backend:
         self.packer = self.packer_class(self)
         self.checker = self.checker_class(self)
         self.txncontrol = self.txncontrol_class(self)
+        self.inspector = self.inspector_class(self)
 
     def connect(self) -> DBConnection:
         """Open a new connection (autocommit between explicit transactions)."""

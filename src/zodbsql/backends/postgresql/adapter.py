@@ -14,6 +14,7 @@ from zodbsql.backends.postgresql.locker import PostgreSQLLocker
 from zodbsql.backends.postgresql.mover import PostgreSQLMover
 from zodbsql.backends.postgresql.oidalloc import PostgreSQLOidAllocator
 from zodbsql.backends.postgresql.packer import PostgreSQLPacker
+from zodbsql.backends.postgresql.inspector import PostgreSQLInspector
 from zodbsql.backends.postgresql.schema import PostgreSQLSchema
 from zodbsql.backends.postgresql.txncontrol import PostgreSQLTransactionControl
 from zodbsql.errors import ConfigurationError, DatabaseError
@@ -58,6 +59,7 @@ class PostgreSQLBackend(Backend):
     oids_class = PostgreSQLOidAllocator
     packer_class = PostgreSQLPacker
     txncontrol_class = PostgreSQLTransactionControl
+    inspector_class = PostgreSQLInspector
 
     def __init__(self, options: PostgreSQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

@@ -10,6 +10,7 @@ from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
+from zodbsql.backends.sqlite.inspector import SQLiteInspector
 from zodbsql.backends.sqlite.mover import SQLiteMover
 from zodbsql.backends.sqlite.packer import SQLitePacker
 from zodbsql.backends.sqlite.schema import HAS_META, SQLiteSchema, use_wal
@@ -44,6 +45,7 @@ class SQLiteBackend(Backend):
     schema_class = SQLiteSchema
     mover_class = SQLiteMover
     packer_class = SQLitePacker
+    inspector_class = SQLiteInspector
 
     def __init__(self, options: SQLiteOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

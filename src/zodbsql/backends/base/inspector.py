@@ -1,0 +1,59 @@
+"""Inspector: what ``zodbsql doctor`` checks on a live database, each with a fix.
+
+A backend lists the server settings that matter to it; the base checks the schema.
+``scratch()`` gives backend options for a throw-away database next to the real one
+(another file, schema or database), removed afterwards, where the storage's own checks
+run without touching the user's data.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import TYPE_CHECKING, Any, Iterator
+
+from zodbsql.backends.base.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection
+
+OK, WARNING, ERROR = "ok", "warning", "error"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    level: str      # ok, warning or error
+    name: str       # what was checked
+    found: str      # what was found
+    fix: str = ""   # what to do about it (warnings and errors)
+
+    def as_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+class Inspector:
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+
+    def inspect(self, conn: "DBConnection", clients: int) -> list[Finding]:
+        """Findings about the server and the schema; ``clients`` is the expected
+        number of processes using the database."""
+        return self.schema_findings(conn)
+
+    def schema_findings(self, conn: "DBConnection") -> list[Finding]:
+        meta = self.backend.schema.read_meta(conn)
+        if meta is None:
+            return [Finding(WARNING, "schema", "no zodbsql schema yet",
+                            "it is created when the storage first opens (create-schema true)")]
+        version = meta.get("schema_version")
+        mode = "history-preserving" if meta.get("keep_history") == "true" else "history-free"
+        if version != str(SCHEMA_VERSION):
+            return [Finding(ERROR, "schema", f"version {version}",
+                            f"this zodbsql needs schema version {SCHEMA_VERSION}")]
+        return [Finding(OK, "schema", f"version {version}, {mode}")]
+
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[Any]:
+        """Backend options for a scratch database beside this one, removed afterwards."""
+        raise NotImplementedError
+        yield  # pragma: no cover

@@ -1,0 +1,53 @@
+"""doctor reports on the real database and server and cleans up its scratch database."""
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+import pytest
+
+from zodbsql.backends.base.inspector import ERROR, OK
+from zodbsql.cli.doctor import diagnose_storage
+from zodbsql.cli.main import main
+
+
+def test_doctor_on_every_backend(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    findings = diagnose_storage(storage, clients=2, checks=True)
+    by_name = {f.name: f for f in findings}
+    mode = "history-preserving" if storage_factory.param.keep_history else "history-free"
+    assert by_name["schema"].found.endswith(mode)
+    for check in ("check: store and load", "check: conflicts", "check: pack"):
+        assert by_name[check].level == OK, by_name[check]
+    assert not [f for f in findings if f.level == ERROR]
+    assert all(f.fix for f in findings if f.level != OK)  # every problem has a fix
+
+
+def test_doctor_removes_its_scratch_database(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    backend = storage.backend
+    with backend.inspector.scratch() as options:
+        scratch = options
+    if storage_factory.param.backend == "sqlite":
+        assert not os.path.exists(os.path.dirname(scratch.path))
+    else:
+        conn = backend.connect()
+        try:
+            rows = conn.fetchall("SELECT 1 FROM information_schema.schemata"
+                                 " WHERE schema_name = %s", (scratch.schema,))
+        finally:
+            conn.close()
+        assert rows == []
+
+
+def test_doctor_command(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "Data.sqlite"
+    assert main(["demo", "--objects", "10", "--path", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["doctor", f"sqlite://{path}"]) == 0
+    out = capsys.readouterr().out
+    assert "ok      journal_mode: wal" in out and out.rstrip().endswith("healthy")
+    assert main(["doctor", f"sqlite://{path}", "--json", "--no-checks"]) == 0
+    assert '"healthy": true' in capsys.readouterr().out
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".zodbsql-doctor")]
