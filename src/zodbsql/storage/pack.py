@@ -92,9 +92,10 @@ class _Pack:
         if self.dry_run:
             return counts
         if self.gc:
-            self._delete_objects(self._next_garbage, "gc")
+            self._delete_objects(self.backend.packer.next_garbage, self._still_garbage, "gc")
         if keep_history:
-            self._delete_objects(self.backend.packer.next_deleted, "deleted")
+            self._delete_objects(self.backend.packer.next_deleted,
+                                 self.backend.packer.still_deleted, "deleted")
             self._delete_old_revisions()
         self._locked(lambda: self._finish(pack_tid))
         return counts
@@ -131,27 +132,30 @@ class _Pack:
             self._walk()
         self.checked = newest
 
-    def _next_garbage(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+    def _still_garbage(self, conn: "DBConnection", oids: list[int]) -> list[int]:
         self._rescue()
-        return self.backend.packer.next_garbage(conn, after, limit)
+        return self.backend.packer.unreached(conn, oids)
 
-    def _delete_objects(self, next_batch: Callable[["DBConnection", int, int], list[int]],
+    def _delete_objects(self, candidates: Callable[["DBConnection", int, int], list[int]],
+                        recheck: Callable[["DBConnection", list[int]], list[int]],
                         phase: str) -> None:
-        """Delete whole objects, one batch per locked step, as ``next_batch`` finds them."""
+        """Delete whole objects in batches.  Candidates are found without the commit
+        lock; under it, each batch is only re-checked and deleted, so the time the lock
+        is held is bounded by the batch, not by the size of the database."""
         packer, conn = self.backend.packer, self.conn
         after, done = -1, 0
         while True:
-            batch: list[int] = []
+            found = candidates(conn, after, self.batch)
+            if not found:
+                return
 
             def step() -> None:
-                batch.extend(next_batch(conn, after, self.batch))
-                if batch:
-                    packer.delete_objects(conn, batch)
+                doomed = recheck(conn, found)
+                if doomed:
+                    packer.delete_objects(conn, doomed)
             self._locked(step)
-            if not batch:
-                return
-            after = batch[-1]
-            done += len(batch)
+            after = found[-1]
+            done += len(found)
             self.progress(phase, done)
 
     def _delete_old_revisions(self) -> None:

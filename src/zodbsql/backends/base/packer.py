@@ -48,8 +48,11 @@ HF_WALK_STEP = (
     " WHERE f.gen = %s"
     " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
 # Targets of references committed after the walk began: they may revive garbage.
+# Found through the revisions written since (object_state's tid index), never by
+# scanning object_ref: this runs under the commit lock before every batch.
 HP_NEW_TARGETS = (
-    "SELECT DISTINCT r.to_zoid FROM object_ref r WHERE r.tid > %s"
+    "SELECT DISTINCT r.to_zoid FROM object_state s"
+    " JOIN object_ref r ON r.zoid = s.zoid AND r.tid = s.tid WHERE s.tid > %s"
     " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
 HF_NEW_TARGETS = (
     "SELECT DISTINCT r.to_zoid FROM object_ref r JOIN object_state s ON s.zoid = r.zoid"
@@ -62,6 +65,14 @@ NEXT_GARBAGE = (
     " ORDER BY p.zoid LIMIT %s")
 # Objects whose kept revision is a deletion (deleteObject, an undone creation) and that
 # nothing recreated since: IExternalGC removes them once their older revisions go.
+# Re-checks of a batch of candidates, under the commit lock: bounded by the batch.
+UNREACHED = "SELECT zoid FROM pack_object p WHERE zoid IN ({oids}) AND NOT EXISTS" \
+    " (SELECT 1 FROM pack_reach x WHERE x.zoid = p.zoid)"
+HP_STILL_DELETED = (
+    "SELECT p.zoid FROM pack_object p"
+    " JOIN object_state s ON s.zoid = p.zoid AND s.tid = p.keep_tid"
+    " WHERE p.zoid IN ({oids}) AND s.state IS NULL"
+    " AND NOT EXISTS (SELECT 1 FROM object_state n WHERE n.zoid = p.zoid AND n.tid > p.keep_tid)")
 HP_NEXT_DELETED = (
     "SELECT p.zoid FROM pack_object p"
     " JOIN object_state s ON s.zoid = p.zoid AND s.tid = p.keep_tid"
@@ -128,11 +139,22 @@ class Packer:
         conn.executemany(ADD_REACHED, [(oid, generation) for oid in oids])
 
     def next_garbage(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+        """Candidates: unreached objects with oid > after (read without the lock)."""
         return [int(row[0]) for row in conn.fetchall(NEXT_GARBAGE, (after, limit))]
 
+    def unreached(self, conn: "DBConnection", oids: Sequence[int]) -> list[int]:
+        """Those of ``oids`` still unreached (after a rescue; commit lock held)."""
+        sql = UNREACHED.format(oids=", ".join(["%s"] * len(oids)))
+        return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
+
     def next_deleted(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
-        """History-preserving: objects left with nothing but a deletion (commit lock held)."""
+        """Candidates: objects left with nothing but a deletion (read without the lock)."""
         return [int(row[0]) for row in conn.fetchall(HP_NEXT_DELETED, (after, limit))]
+
+    def still_deleted(self, conn: "DBConnection", oids: Sequence[int]) -> list[int]:
+        """Those of ``oids`` that nothing recreated meanwhile (commit lock held)."""
+        sql = HP_STILL_DELETED.format(oids=", ".join(["%s"] * len(oids)))
+        return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
 
     def delete_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
         marks = ", ".join(["%s"] * len(oids))
