@@ -8,9 +8,9 @@ from typing import Callable, Sequence
 from zodbsql.errors import ZodbsqlError
 
 # Each tool module has `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
-from zodbsql.cli import demo
+from zodbsql.cli import bench, demo
 
-TOOLS = {"demo": demo}
+TOOLS = {"bench": bench, "demo": demo}
 
 
 def build_parser() -> argparse.ArgumentParser:
