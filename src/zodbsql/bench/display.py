@@ -21,9 +21,19 @@ def fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
+UNITS = {"objects/s": "objects/s", "transactions/s": "txn/s",
+         "s per 100k objects": "s/100k objects"}
+
+
+def sql_contenders(summary: list[dict[str, Any]], contenders: list[str]) -> set[str]:
+    return {r["contender"] for r in summary if r.get("sql_per_txn") is not None}
+
+
 def table_rows(summary: list[dict[str, Any]], contenders: list[str]
                ) -> list[tuple[str, str, list[str]]]:
-    """(label, unit, cells) for each line of the table; the tests and CSV share these."""
+    """(label, unit, cells) for each line of the table: a value per contender, followed
+    by SQL statements per transaction for contenders that count them."""
+    with_sql = sql_contenders(summary, contenders)
     keyed = {(r["test"], r["concurrency"], r["objects_per_txn"], r["contender"]): r
              for r in summary}
     combos = list(dict.fromkeys((r["test"], r["concurrency"], r["objects_per_txn"])
@@ -36,32 +46,36 @@ def table_rows(summary: list[dict[str, Any]], contenders: list[str]
         for contender in contenders:
             row = keyed.get((test, c, n, contender))
             first = first or row
+            extra = [""] if contender in with_sql else []
             if row is None:
-                cells.append("")
-                raised.append("")
-                resolved.append("")
+                cells += [""] + extra
+                raised += [""] + extra
+                resolved += [""] + extra
                 continue
-            cell = fmt(row["value"])
-            if row.get("sql_per_txn") is not None:
-                cell += f"  [dim]{row['sql_per_txn']:.1f} sql/txn[/dim]"
-            cells.append(cell)
-            raised.append(fmt(row.get("conflicts_raised_per_s")))
-            resolved.append(fmt(row.get("conflicts_resolved_per_s")))
+            cells.append(fmt(row["value"]))
+            if extra:
+                sql = row.get("sql_per_txn")
+                cells.append(f"{sql:.1f}" if sql is not None else "-")
+            raised += [fmt(row.get("conflicts_raised_per_s"))] + extra
+            resolved += [fmt(row.get("conflicts_resolved_per_s"))] + extra
         assert first is not None
-        label = first["title"] + (f"  (c={c}, n={n})" if several else "")
-        lines.append((label, first["unit"], cells))
+        label = test + (f" c={c} n={n}" if several else "")
+        lines.append((label, UNITS.get(first["unit"], first["unit"]), cells))
         if test == "conflicts":
-            lines.append(("  conflicts raised", "per s", raised))
-            lines.append(("  conflicts resolved", "per s", resolved))
+            lines.append(("  raised", "conflicts/s", raised))
+            lines.append(("  resolved", "conflicts/s", resolved))
     return lines
 
 
 def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    table.add_column("test")
-    table.add_column("unit", style="dim")
+    table.add_column("test", no_wrap=True)
+    table.add_column("unit", style="dim", no_wrap=True)
+    with_sql = sql_contenders(summary, contenders)
     for contender in contenders:
-        table.add_column(contender, justify="right")
+        table.add_column(contender, justify="right", no_wrap=True)
+        if contender in with_sql:
+            table.add_column("sql/txn", justify="right", style="dim", no_wrap=True)
     for label, unit, cells in table_rows(summary, contenders):
         table.add_row(label, unit, *cells)
     return table
@@ -93,6 +107,7 @@ class LiveView:
         self.progress.update(self.task, description="done" if exc[0] is None else "stopped")
         self.live.update(self._render())
         self.live.__exit__(*exc)
+        self.console.print()
 
     def result(self, run: dict[str, Any]) -> None:
         self.runs.append(run)

@@ -103,11 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         " (default: %(default)s)")
     parser.add_argument("--object-size", type=int, default=128, metavar="BYTES",
                         help="bytes of data in each object (default: %(default)s)")
-    parser.add_argument("-r", "--repetitions", type=int, default=2,
+    parser.add_argument("-r", "--repetitions", type=int, default=3,
                         help="measured runs of each test; the best is shown"
                         " (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=0,
-                        help="runs before the measured ones, not counted (default: 0)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="runs before the measured ones, not counted"
+                        " (default: %(default)s)")
     parser.add_argument("--btrees", action="store_true",
                         help="keep the objects in an OOBTree instead of a PersistentMapping")
     parser.add_argument("--prepopulate", type=int, default=0, metavar="N",
@@ -163,9 +164,13 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or results.default_output_dir()
     with contenders.prepared(args.config, args.contender, args.wipe) as found:
         names = [c.name for c in found]
+        for c in found:
+            print(f"{c.name}: {c.description}" + (" (workers are threads of one process)"
+                                                  if c.single_process else ""))
         view = display.LiveView(names, plan.steps(len(found)),
-                                "zodbsql bench: " + ", ".join(
-                                    f"{c.name} = {c.description}" for c in found))
+                                f"zodbsql bench: c={','.join(map(str, plan.concurrency))}"
+                                f" n={','.join(map(str, plan.objects))}, best of"
+                                f" {plan.repetitions}")
         try:
             with view:
                 runs = session.execute(plan, found, view.result, view.status)
