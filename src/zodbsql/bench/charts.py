@@ -37,7 +37,8 @@ def _bars(directory: str, test: str, rows: list[dict[str, Any]], contenders: lis
     groups = list(dict.fromkeys((r["concurrency"], r["objects_per_txn"]) for r in rows))
     present = [c for c in contenders if any(r["contender"] == c for r in rows)]
     width = 0.8 / max(len(present), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 + 1.4 * len(groups) * len(present)), 4.5))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 1.6 + 1.1 * len(groups) * len(present))),
+                                    4.5))
     for i, contender in enumerate(present):
         xs, ys = [], []
         for g, (c, n) in enumerate(groups):
@@ -51,7 +52,7 @@ def _bars(directory: str, test: str, rows: list[dict[str, Any]], contenders: lis
     unit = rows[0]["unit"]
     better = "lower is better" if rows[0].get("lower_is_better") else "higher is better"
     ax.set_ylabel(f"{unit} ({better})")
-    ax.yaxis.set_major_formatter(EngFormatter())
+    _format_values(ax, rows[0])
     ax.set_title(f"{rows[0]['title']}")
     ax.margins(y=0.15)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
@@ -83,9 +84,12 @@ def _scaling(directory: str, axis: str, label: str, summary: list[dict[str, Any]
                      fontsize=10)
         ax.set_xlabel(label, fontsize=9)
         ax.set_ylabel(rows[0]["unit"], fontsize=9)
-        ax.yaxis.set_major_formatter(EngFormatter())
+        _format_values(ax, rows[0])
+        values = sorted({r[axis] for r in rows})
         if axis == "objects_per_txn":
             ax.set_xscale("log")
+        ax.set_xticks(values, [str(v) for v in values])
+        ax.minorticks_off()
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(tests):]:
         ax.set_visible(False)
@@ -97,6 +101,13 @@ def _scaling(directory: str, axis: str, label: str, summary: list[dict[str, Any]
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _format_values(ax: Any, row: dict[str, Any]) -> None:
+    """Rates as 12 k / 1.5 M; seconds as plain numbers (no "400 m" for 0.4 s)."""
+    if not row.get("lower_is_better"):
+        ax.yaxis.set_major_formatter(EngFormatter())
+    ax.set_ylim(bottom=0)
 
 
 def _short(value: float) -> str:

@@ -85,6 +85,8 @@ class LiveView:
     def __init__(self, contenders: list[str], steps: int, title: str,
                  console: Console | None = None) -> None:
         self.console = console or Console()
+        if not self.console.is_terminal:
+            self.console = Console(width=160)   # a file or pipe: no wrapped columns
         self.contenders = contenders
         self.title = title
         self.runs: list[dict[str, Any]] = []
