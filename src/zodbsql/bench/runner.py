@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -48,6 +49,8 @@ def _statements(db: Any) -> int | None:
 
 def host_main(spec: HostSpec, commands: Any, results: Any, barriers: dict[str, Any]) -> None:
     """The worker process: open the database, then run commands until told to stop."""
+    # Ctrl-C reaches the whole process group: the parent stops the workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in ("ZODB", "ZEO", "zodbsql", "relstorage"):
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
