@@ -211,21 +211,23 @@ DEFAULT_CONTENDERS = ("sqlite", "filestorage")
 
 
 @contextlib.contextmanager
-def prepared(config_file: str | None, shortcuts: list[str], wipe: bool = False
+def prepared(config_files: list[str] | str | None, shortcuts: list[str], wipe: bool = False
              ) -> Iterator[list[Contender]]:
     """The contenders, checked and ready; temporary files and servers go at the end."""
     servers = Servers()
     tmp = tempfile.mkdtemp(prefix="zodbsql-bench-")
     try:
         contenders: list[Contender] = []
-        if config_file:
+        if isinstance(config_files, str):
+            config_files = [config_files]
+        for config_file in config_files or []:
             try:
                 with open(config_file, encoding="utf-8") as f:
                     text = f.read()
             except OSError as exc:
                 raise ConfigurationError(f"cannot read {config_file}: {exc}") from None
             contenders += from_config_text(text)
-        if not config_file and not shortcuts:
+        if not config_files and not shortcuts:
             shortcuts = list(DEFAULT_CONTENDERS)
         for shortcut in shortcuts:
             if shortcut not in SHORTCUTS:
@@ -254,7 +256,12 @@ def inspect(contender: Contender, wipe: bool) -> None:
     The storage is opened read-only where it can be, so a refused database is left as
     it was.
     """
-    storage = contender.open_storage(read_only=not contender.owned)
+    try:
+        storage = contender.open_storage(read_only=not contender.owned)
+    except Exception:
+        # A database that does not exist yet can't be opened read-only (SQLite):
+        # creating it harms nothing, and it is checked for data all the same.
+        storage = contender.open_storage()
     try:
         contender.storage_class = type(storage).__name__
         contender.single_process = contender.storage_class in SINGLE_PROCESS_STORAGES

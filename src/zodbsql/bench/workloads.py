@@ -67,6 +67,7 @@ class Unit:
         self.db: Any = None
         self.key = ""
         self.loads = 0
+        self._own_load: Any = None
 
     # -- connections ------------------------------------------------------------------
     def connect(self, db: Any) -> None:
@@ -77,6 +78,8 @@ class Unit:
         self.conn = db.open(transaction_manager=self.tm)
         storage = self.conn._storage
         original = storage.load
+        # Some storages (RelStorage) keep ``load`` as an instance attribute: put it back.
+        self._own_load = storage.__dict__.get("load")
 
         def counting_load(*args: Any, **kw: Any) -> Any:
             self.loads += 1
@@ -87,7 +90,10 @@ class Unit:
         if self.conn is not None:
             self.tm.abort()
             storage = self.conn._storage
-            storage.__dict__.pop("load", None)
+            if self._own_load is not None:
+                storage.load = self._own_load
+            else:
+                storage.__dict__.pop("load", None)
             self.conn.close()
             self.conn = None
 

@@ -85,8 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     compare = sub.add_parser("compare", help="print the ratios B/A of two results.json files")
     compare.add_argument("a", help="results.json (the reference)")
     compare.add_argument("b", help="results.json (the new figures)")
-    parser.add_argument("--config", metavar="FILE",
-                        help="ZConfig file with <zodb NAME> sections, one per contender")
+    parser.add_argument("--config", metavar="FILE", action="append", default=[],
+                        help="ZConfig file with <zodb NAME> sections, one per contender;"
+                        " may be repeated (RelStorage's and zodbsql's <sqlite3> sections"
+                        " can't share one file)")
     parser.add_argument("--contender", type=_names, action="extend", default=[],
                         metavar="NAME[,NAME]",
                         help=f"add a contender in a temporary directory: {', '.join(SHORTCUTS)}"
