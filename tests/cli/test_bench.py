@@ -177,3 +177,34 @@ def test_help_mentions_blobs_and_how_figures_are_computed(
     assert "example" in text and "Blob tests are not there yet" in text
     assert "wall time from the release" in text
     transaction.abort()
+
+
+def test_wipe_uses_a_disposable_database_and_profile_prepopulate(tmp_path: pathlib.Path) -> None:
+    sqlite_path = tmp_path / "Data.sqlite"
+    db = zodbsql.open_db(f"sqlite://{sqlite_path}")
+    with db.transaction() as conn:
+        conn.root.kept = 1
+    db.close()
+    config = tmp_path / "bench.conf"
+    config.write_text(f"""%import zodbsql
+<zodb sql>
+  # zodbsql-bench: disposable
+  <zodbsql>
+    <sqlite3>
+      path {sqlite_path}
+    </sqlite3>
+  </zodbsql>
+</zodb>
+""")
+    out, profiles = tmp_path / "out", tmp_path / "profiles"
+    assert main(["bench", "--config", str(config), "--wipe", "--tests", "add,steamin",
+                 "-n", "10", "-c", "1", "-r", "1", "--warmup", "0", "--prepopulate", "30",
+                 "--profile", str(profiles), "--output", str(out), "--no-charts"]) == 0
+    assert sorted(p.name for p in profiles.iterdir()) == [
+        "sql-add-c1-n10-r0-writer0.prof", "sql-steamin-c1-n10-r0-reader0.prof"]
+    assert not list(out.glob("*.png"))
+    db = zodbsql.open_db(f"sqlite://{sqlite_path}")
+    with db.transaction() as conn:
+        assert conn.root.kept == 1
+        assert len(conn.root()["zodbsql-bench"]["prepopulated"]) == 30
+    db.close()
