@@ -189,7 +189,9 @@ def _zeo(name: str, directory: str, servers: Servers) -> str:
 
 
 def _server_dsn(kind: str) -> Callable[[str, str, Servers], str]:
-    """PostgreSQL/MySQL: the DSN comes from ZODBSQL_BENCH_<KIND>_DSN (or --dsn)."""
+    """Placeholder for the PostgreSQL/MySQL shortcuts: when those backends land, their
+    section is written here with the DSN from ZODBSQL_BENCH_<KIND>_DSN (or a --dsn
+    option), and the maker is registered in SHORTCUTS."""
     def make(name: str, directory: str, servers: Servers) -> str:
         raise ConfigurationError(
             f"the {kind} backend is not in this release; give a ZConfig file with"
