@@ -30,7 +30,7 @@ class SQLTransactionRecord(TransactionRecord):
 
 class TransactionIterator:
     def __init__(self, storage: "SQLStorage", start: bytes | None, stop: bytes | None) -> None:
-        self._conn = storage.backend.connect()
+        self._conn = storage.shared.connect()
         # Transactions committed after the iterator was made are not part of it.
         last = storage.backend.poller.last_tid(self._conn)
         upto = min(u64(stop), last) if stop else last

@@ -50,7 +50,7 @@ def pack(storage: "SQLStorage", t: float, gc: bool = True,
     shared = storage.shared
     if not shared.pack_lock.acquire(blocking=False):
         raise POSException.StorageError("a pack of this storage is already running")
-    conn = storage.backend.connect()
+    conn = storage.shared.connect()
     try:
         return _Pack(storage, conn, gc, progress, dry_run, options).run(time_to_tid(t))
     finally:

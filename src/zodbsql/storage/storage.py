@@ -23,7 +23,7 @@ from ZODB.utils import p64, u64
 
 from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.adapter import Backend
-from zodbsql.backends.base.connections import ConnectionPool, DBConnection
+from zodbsql.backends.base.connections import ConnectionPool, DBConnection, StatementTally
 from zodbsql.cache import StateCache
 from zodbsql.errors import ZodbsqlError
 from zodbsql.options import Options
@@ -44,8 +44,10 @@ class Shared:
         self.backend = backend
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
+        self.statements = StatementTally()
         self.pool = ConnectionPool(
-            lambda: backend.connect_for_commit(options.commit_lock_timeout), COMMIT_POOL_SIZE)
+            lambda: self.counted(backend.connect_for_commit(options.commit_lock_timeout)),
+            COMMIT_POOL_SIZE)
         self.oid_lock = threading.Lock()
         self.free_oids: list[int] = []
         self.oid_block = oidalloc.BLOCK
@@ -53,6 +55,14 @@ class Shared:
         self.highest_oid_seen = 0
         self.pack_lock = threading.Lock()
         self.closed = False
+
+    def counted(self, conn: DBConnection) -> DBConnection:
+        """Add ``conn``'s statements from now on to this storage's running total."""
+        conn.tally = self.statements
+        return conn
+
+    def connect(self) -> DBConnection:
+        return self.counted(self.backend.connect())
 
 
 @zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
@@ -66,7 +76,7 @@ class SQLStorage(ConflictResolvingStorage):
         if shared is None:
             options = options or Options(keep_history=backend.keep_history)
             shared = Shared(backend, options)
-            self._load = self._open_checked(backend, options)
+            self._load = shared.counted(self._open_checked(backend, options))
             self._is_root = True
         else:
             self._is_root = False
@@ -149,7 +159,7 @@ class SQLStorage(ConflictResolvingStorage):
             self._check_open()
             if self._load is not None:
                 self._load.close()
-            self._load = self.shared.backend.connect()
+            self._load = self.shared.connect()
             self._read_txn = False
         return self._load
 
@@ -389,6 +399,11 @@ class SQLStorage(ConflictResolvingStorage):
         pack.pack(self, t, gc)
 
     # -- bookkeeping ------------------------------------------------------------------------------
+    def statement_count(self) -> int:
+        """SQL statements sent so far by every instance of this storage in this process
+        (loads, polls and commits; connection set-up excluded)."""
+        return self.shared.statements.total
+
     def lastTransaction(self) -> bytes:
         if self._snapshot is not None:
             last = max(self._snapshot, self._last_commit or 0)
@@ -396,13 +411,6 @@ class SQLStorage(ConflictResolvingStorage):
             with self._load_lock:
                 last = self.shared.backend.poller.last_tid(self._conn())
         return p64(last)
-
-    def statement_count(self) -> int:
-        """SQL statements (round trips) sent so far by this instance's load connection
-        and by the storage's committing connections; the benchmark and the round-trip
-        tests read the difference over a piece of work."""
-        load = self._load.statements if self._load is not None else 0
-        return load + self.shared.pool.statements
 
     def getName(self) -> str:
         return self.__name__

@@ -17,6 +17,20 @@ from zodbsql.errors import ConnectionLost, DatabaseError
 Row = tuple[Any, ...]
 
 
+class StatementTally:
+    """A running total of the statements sent over several connections (one storage's).
+
+    A connection with ``tally`` set adds every statement it counts here too, so the
+    total survives connections being closed.  Increments are not locked: exact for one
+    thread, close enough for a benchmark with several.
+    """
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
 class DBConnection:
     """A database connection with error translation and a statement counter.
 
@@ -25,13 +39,27 @@ class DBConnection:
     """
 
     driver_name = "dbapi"
+    #: Where counted statements are also added (set by the storage that owns this).
+    tally: StatementTally | None = None
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
-        self.statements = 0
+        self._statements = 0
         self.in_transaction = False
         self.broken = False
         self._sql_cache: dict[str, str] = {}
+
+    @property
+    def statements(self) -> int:
+        """Statements sent so far (resetting it to 0 leaves the tally alone)."""
+        return self._statements
+
+    @statements.setter
+    def statements(self, value: int) -> None:
+        tally = self.tally
+        if tally is not None and value > self._statements:
+            tally.total += value - self._statements
+        self._statements = value
 
     # -- what subclasses specialise -------------------------------------------------
     def convert_sql(self, sql: str) -> str:
@@ -146,8 +174,6 @@ class ConnectionPool:
     def __init__(self, open_connection: Callable[[], DBConnection], max_size: int) -> None:
         self._open = open_connection
         self._idle: queue.LifoQueue[DBConnection] = queue.LifoQueue()
-        self._opened: list[DBConnection] = []  # for the statement count
-        self.retired_statements = 0
         self._slots = threading.BoundedSemaphore(max_size)
         self.max_size = max_size
 
@@ -165,20 +191,12 @@ class ConnectionPool:
         except BaseException:
             self._slots.release()
             raise
-        self._opened.append(conn)
         return conn
-
-    @property
-    def statements(self) -> int:
-        """Statements sent so far by every connection this pool opened."""
-        return self.retired_statements + sum(conn.statements for conn in self._opened)
 
     def release(self, conn: DBConnection) -> None:
         conn.rollback()
         if conn.broken:
             conn.close()
-            self._opened.remove(conn)
-            self.retired_statements += conn.statements
         else:
             self._idle.put(conn)
         self._slots.release()

@@ -1,0 +1,304 @@
+"""Contenders: the databases a bench compares, from ZConfig text as ZODB users write it.
+
+A contender is one ``<zodb NAME>`` section of a ZConfig file (any storage ZODB can
+configure: ``<filestorage>``, ``<mappingstorage>``, ``<zeoclient>``, ``<zodbsql>``,
+``<relstorage>``...).  Worker processes get the whole file's text and the name, and open
+the database themselves, so nothing unpicklable crosses a process boundary.
+
+Shortcuts (``--contender sqlite`` ...) write such a section for a database in a
+temporary directory that the bench owns and removes.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import ZConfig
+import ZODB
+import ZODB.config
+from ZODB.utils import z64
+
+from zodbsql.errors import ConfigurationError
+
+#: A ``<zodb NAME>`` section that holds this comment may be written to although it
+#: already holds data, when ``--wipe`` is given too.
+DISPOSABLE_MARK = "zodbsql-bench: disposable"
+
+#: Storages one process owns: the workers of such a contender are threads of one
+#: process (FileStorage locks its file; MappingStorage lives in memory).
+SINGLE_PROCESS_STORAGES = {"FileStorage", "MappingStorage", "DemoStorage"}
+
+
+@dataclass
+class Contender:
+    name: str
+    config_text: str            # the whole ZConfig file; `name` picks the section
+    owned: bool = False         # the bench created it (temporary directory)
+    disposable: bool = False    # the config marks it disposable
+    description: str = ""
+    single_process: bool = False
+    storage_class: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def open_db(self) -> ZODB.DB:
+        return database_factory(self.config_text, self.name).open()
+
+    def open_storage(self, read_only: bool = False) -> Any:
+        storage_section = database_factory(self.config_text, self.name).config.storage
+        if read_only and hasattr(storage_section.config, "read_only"):
+            storage_section.config.read_only = True
+        return storage_section.open()
+
+
+def load_factories(text: str) -> list[Any]:
+    schema = ZODB.config.getDbSchema()
+    try:
+        config, _ = ZConfig.loadConfigFile(schema, io.StringIO(text))
+    except ZConfig.ConfigurationError as exc:
+        raise ConfigurationError(f"bench configuration: {exc}") from None
+    return list(config.database or [])
+
+
+def database_factory(text: str, name: str) -> Any:
+    for factory in load_factories(text):
+        if factory.name == name:
+            return factory
+    raise ConfigurationError(f"no <zodb {name}> section in the bench configuration")
+
+
+def _disposable_names(text: str) -> set[str]:
+    """Names of the ``<zodb NAME>`` sections holding the disposable mark."""
+    names, current = set(), None
+    for line in text.splitlines():
+        opened = re.match(r"\s*<zodb\s+([^>\s]+)\s*>", line, re.I)
+        if opened:
+            current = opened.group(1)
+        elif re.match(r"\s*</zodb\s*>", line, re.I):
+            current = None
+        elif current and "#" in line and DISPOSABLE_MARK in line.split("#", 1)[1]:
+            names.add(current)
+    return names
+
+
+def from_config_text(text: str, owned: bool = False) -> list[Contender]:
+    factories = load_factories(text)
+    if not factories:
+        raise ConfigurationError("the bench configuration has no <zodb NAME> section")
+    unnamed = [f for f in factories if not f.name]
+    if unnamed:
+        raise ConfigurationError("every <zodb> section of a bench configuration needs a name")
+    disposable = _disposable_names(text)
+    return [Contender(f.name, text, owned=owned, disposable=f.name in disposable)
+            for f in factories]
+
+
+# -- shortcuts ---------------------------------------------------------------------------
+SQLITE = """
+<zodb {name}>
+  <zodbsql>
+    keep-history {keep_history}
+    <sqlite3>
+      path {dir}/Data.sqlite
+    </sqlite3>
+  </zodbsql>
+</zodb>
+"""
+FILESTORAGE = """
+<zodb {name}>
+  <filestorage>
+    path {dir}/Data.fs
+  </filestorage>
+</zodb>
+"""
+MAPPINGSTORAGE = """
+<zodb {name}>
+  <mappingstorage/>
+</zodb>
+"""
+ZEOCLIENT = """
+<zodb {name}>
+  <zeoclient>
+    server {address}
+    wait true
+  </zeoclient>
+</zodb>
+"""
+
+
+class Servers:
+    """Servers the bench starts for its contenders, stopped in ``close`` (also on Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start_zeo(self, directory: str) -> str:
+        try:
+            import ZEO  # noqa: F401
+        except ImportError:
+            raise ConfigurationError(
+                "the zeo contender needs ZEO: pip install 'zodbsql[bench]'") from None
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        address = f"127.0.0.1:{port}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ZEO.runzeo", "-a", address,
+             "-f", os.path.join(directory, "Data.fs")],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(directory, "zeo.log"), "wb"))
+        self.processes.append(process)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ConfigurationError(f"the ZEO server exited (log: {directory}/zeo.log)")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return address
+            time.sleep(0.1)
+        raise ConfigurationError("the ZEO server did not start within 30 s")
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self.processes.clear()
+
+
+def _sqlite(keep_history: bool) -> Callable[[str, str, Servers], str]:
+    def make(name: str, directory: str, servers: Servers) -> str:
+        return "%import zodbsql\n" + SQLITE.format(
+            name=name, dir=directory, keep_history=str(keep_history).lower())
+    return make
+
+
+def _zeo(name: str, directory: str, servers: Servers) -> str:
+    return ZEOCLIENT.format(name=name, address=servers.start_zeo(directory))
+
+
+def _server_dsn(kind: str) -> Callable[[str, str, Servers], str]:
+    """Placeholder for the PostgreSQL/MySQL shortcuts: when those backends land, their
+    section is written here with the DSN from ZODBSQL_BENCH_<KIND>_DSN (or a --dsn
+    option), and the maker is registered in SHORTCUTS."""
+    def make(name: str, directory: str, servers: Servers) -> str:
+        raise ConfigurationError(
+            f"the {kind} backend is not in this release; give a ZConfig file with"
+            " --config for a server database")
+    return make
+
+
+#: name -> (description, maker(section name, temporary directory, servers) -> ZConfig text)
+SHORTCUTS: dict[str, tuple[str, Callable[[str, str, Servers], str]]] = {
+    "sqlite": ("zodbsql on SQLite, history-preserving", _sqlite(True)),
+    "sqlite-hf": ("zodbsql on SQLite, history-free", _sqlite(False)),
+    "filestorage": ("ZODB FileStorage", lambda n, d, s: FILESTORAGE.format(name=n, dir=d)),
+    "mappingstorage": ("ZODB MappingStorage (in memory)",
+                       lambda n, d, s: MAPPINGSTORAGE.format(name=n)),
+    "zeo": ("ZEO client, server over a FileStorage on 127.0.0.1", _zeo),
+    # Slots for the server backends, filled when they land: "postgresql", "mysql".
+}
+DEFAULT_CONTENDERS = ("sqlite", "filestorage")
+
+
+@contextlib.contextmanager
+def prepared(config_files: list[str] | str | None, shortcuts: list[str], wipe: bool = False
+             ) -> Iterator[list[Contender]]:
+    """The contenders, checked and ready; temporary files and servers go at the end."""
+    servers = Servers()
+    tmp = tempfile.mkdtemp(prefix="zodbsql-bench-")
+    try:
+        contenders: list[Contender] = []
+        if isinstance(config_files, str):
+            config_files = [config_files]
+        for config_file in config_files or []:
+            try:
+                with open(config_file, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise ConfigurationError(f"cannot read {config_file}: {exc}") from None
+            contenders += from_config_text(text)
+        if not config_files and not shortcuts:
+            shortcuts = list(DEFAULT_CONTENDERS)
+        for shortcut in shortcuts:
+            if shortcut not in SHORTCUTS:
+                raise ConfigurationError(
+                    f"unknown contender {shortcut!r}; choose from {', '.join(SHORTCUTS)}")
+            directory = os.path.join(tmp, shortcut)
+            os.makedirs(directory)
+            description, make = SHORTCUTS[shortcut]
+            (contender,) = from_config_text(make(shortcut, directory, servers), owned=True)
+            contender.description = description
+            contenders.append(contender)
+        names = [c.name for c in contenders]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"contender names must differ: {names}")
+        for contender in contenders:
+            inspect(contender, wipe)
+        yield contenders
+    finally:
+        servers.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def inspect(contender: Contender, wipe: bool) -> None:
+    """Learn the storage's class and versions; refuse a non-empty database it may not use.
+
+    The storage is opened read-only where it can be, so a refused database is left as
+    it was.
+    """
+    try:
+        storage = contender.open_storage(read_only=not contender.owned)
+    except Exception:
+        # A database that does not exist yet can't be opened read-only (SQLite):
+        # creating it harms nothing, and it is checked for data all the same.
+        storage = contender.open_storage()
+    try:
+        contender.storage_class = type(storage).__name__
+        contender.single_process = contender.storage_class in SINGLE_PROCESS_STORAGES
+        if not contender.description:
+            contender.description = describe(storage)
+        contender.versions = versions(storage)
+        empty = storage.lastTransaction() == z64
+    finally:
+        storage.close()
+    if not empty and not contender.owned and not (wipe and contender.disposable):
+        raise ConfigurationError(
+            f"contender {contender.name!r} already holds data, left untouched: the bench"
+            f" only writes to a database that is empty, or whose <zodb {contender.name}>"
+            f" section has the comment '# {DISPOSABLE_MARK}' and --wipe is given")
+    if not contender.single_process:
+        # The root object, made here once: workers opening a new database together
+        # would each try to create it.
+        contender.open_db().close()
+
+
+def describe(storage: Any) -> str:
+    backend = getattr(storage, "backend", None)
+    if backend is not None and hasattr(backend, "describe"):
+        mode = "history-preserving" if storage.options.keep_history else "history-free"
+        return f"zodbsql, {backend.describe()} ({mode})"
+    return f"{type(storage).__module__}.{type(storage).__name__}"
+
+
+def versions(storage: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    backend = getattr(storage, "backend", None)
+    if backend is not None and type(backend).__module__.startswith("zodbsql.backends.sqlite"):
+        import sqlite3
+        found["sqlite"] = sqlite3.sqlite_version
+    if type(storage).__module__.startswith("relstorage"):
+        with contextlib.suppress(Exception):
+            found["server"] = str(storage._adapter.driver.__name__)
+    return found

@@ -1,0 +1,120 @@
+"""The terminal view: a rich table of the best figures so far, with a progress bar."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from zodbsql.bench.session import summarise
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+UNITS = {"objects/s": "objects/s", "transactions/s": "txn/s",
+         "s per 100k objects": "s/100k objects"}
+
+
+def sql_contenders(summary: list[dict[str, Any]], contenders: list[str]) -> set[str]:
+    return {r["contender"] for r in summary if r.get("sql_per_txn") is not None}
+
+
+def table_rows(summary: list[dict[str, Any]], contenders: list[str]
+               ) -> list[tuple[str, str, list[str]]]:
+    """(label, unit, cells) for each line of the table: a value per contender, followed
+    by SQL statements per transaction for contenders that count them."""
+    with_sql = sql_contenders(summary, contenders)
+    keyed = {(r["test"], r["concurrency"], r["objects_per_txn"], r["contender"]): r
+             for r in summary}
+    combos = list(dict.fromkeys((r["test"], r["concurrency"], r["objects_per_txn"])
+                                for r in summary))
+    several = len({(c, n) for _, c, n in combos}) > 1
+    lines = []
+    for test, c, n in combos:
+        cells, raised, resolved = [], [], []
+        first = None
+        for contender in contenders:
+            row = keyed.get((test, c, n, contender))
+            first = first or row
+            extra = [""] if contender in with_sql else []
+            if row is None:
+                cells += [""] + extra
+                raised += [""] + extra
+                resolved += [""] + extra
+                continue
+            cells.append(fmt(row["value"]))
+            if extra:
+                sql = row.get("sql_per_txn")
+                cells.append(f"{sql:.1f}" if sql is not None else "-")
+            raised += [fmt(row.get("conflicts_raised_per_s"))] + extra
+            resolved += [fmt(row.get("conflicts_resolved_per_s"))] + extra
+        assert first is not None
+        label = test + (f" c={c} n={n}" if several else "")
+        lines.append((label, UNITS.get(first["unit"], first["unit"]), cells))
+        if test == "conflicts":
+            lines.append(("  raised", "conflicts/s", raised))
+            lines.append(("  resolved", "conflicts/s", resolved))
+    return lines
+
+
+def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("test", no_wrap=True)
+    table.add_column("unit", style="dim", no_wrap=True)
+    with_sql = sql_contenders(summary, contenders)
+    for contender in contenders:
+        table.add_column(contender, justify="right", no_wrap=True)
+        if contender in with_sql:
+            table.add_column("sql/txn", justify="right", style="dim", no_wrap=True)
+    for label, unit, cells in table_rows(summary, contenders):
+        table.add_row(label, unit, *cells)
+    return table
+
+
+class LiveView:
+    def __init__(self, contenders: list[str], steps: int, title: str,
+                 console: Console | None = None) -> None:
+        self.console = console or Console()
+        if not self.console.is_terminal:
+            self.console = Console(width=160)   # a file or pipe: no wrapped columns
+        self.contenders = contenders
+        self.title = title
+        self.runs: list[dict[str, Any]] = []
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=self.console)
+        self.task = self.progress.add_task("starting", total=steps)
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4,
+                         transient=False)
+
+    def _render(self) -> Group:
+        return Group(build_table(summarise(self.runs), self.contenders, self.title),
+                     self.progress)
+
+    def __enter__(self) -> "LiveView":
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.update(self.task, description="done" if exc[0] is None else "stopped")
+        self.live.update(self._render())
+        self.live.__exit__(*exc)
+        self.console.print()
+
+    def result(self, run: dict[str, Any]) -> None:
+        self.runs.append(run)
+        self.progress.advance(self.task)
+        self.live.update(self._render())
+
+    def status(self, text: str) -> None:
+        self.progress.update(self.task, description=text)

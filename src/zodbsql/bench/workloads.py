@@ -1,0 +1,356 @@
+"""The tests: what one worker does in one test, between the barrier and its finish.
+
+Each worker ("unit") has its own ZODB connection and transaction manager; writers own a
+container of objects (``PersistentMapping`` or, with ``--btrees``, ``OOBTree``), and the
+reader with the same number reads that container.  ``prepare`` runs before the barrier
+(not timed), ``run`` after it (timed) and returns what it did.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import transaction
+from BTrees.Length import Length
+from BTrees.OOBTree import OOBTree
+from persistent import Persistent
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError
+
+ROOT_KEY = "zodbsql-bench"
+
+
+class Item(Persistent):
+    """One benchmark object: ``data`` of --object-size bytes and a counter."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.count = 0
+
+
+class Counter(Persistent):
+    """A counter without conflict resolution: concurrent increments conflict."""
+
+    value = 0
+
+
+@dataclass
+class Params:
+    objects: int = 1000
+    concurrency: int = 1
+    object_size: int = 128
+    btrees: bool = False
+    large_objects: int = 10_000
+    pack_objects: int = 100_000
+    commits: int = 20          # transactions per worker in empty/conflicts
+
+
+@dataclass
+class Outcome:
+    """What one unit did in one test."""
+
+    objects: int = 0           # objects written/read/checked (transactions for empty)
+    transactions: int = 0
+    loads: int | None = None   # storage load calls (read tests)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Unit:
+    """One worker: a connection of the host's database, and what it wrote."""
+
+    def __init__(self, role: str, index: int, params: Params) -> None:
+        self.role, self.index, self.params = role, index, params
+        self.tm = transaction.TransactionManager(explicit=False)
+        self.conn: Any = None
+        self.db: Any = None
+        self.key = ""
+        self.loads = 0
+        self._own_load: Any = None
+
+    # -- connections ------------------------------------------------------------------
+    def connect(self, db: Any) -> None:
+        if self.conn is not None and self.db is db:
+            return
+        self.close()
+        self.db = db
+        self.conn = db.open(transaction_manager=self.tm)
+        storage = self.conn._storage
+        original = storage.load
+        # Some storages (RelStorage) keep ``load`` as an instance attribute: put it back.
+        self._own_load = storage.__dict__.get("load")
+
+        def counting_load(*args: Any, **kw: Any) -> Any:
+            self.loads += 1
+            return original(*args, **kw)
+        storage.load = counting_load   # an instance attribute: this connection only
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.tm.abort()
+            storage = self.conn._storage
+            if self._own_load is not None:
+                storage.load = self._own_load
+            else:
+                storage.__dict__.pop("load", None)
+            self.conn.close()
+            self.conn = None
+
+    def root(self) -> Any:
+        return self.conn.root()[ROOT_KEY]
+
+    def container(self) -> Any:
+        return self.root()[self.key]
+
+    def new_container(self) -> Any:
+        return OOBTree() if self.params.btrees else PersistentMapping()
+
+    def make_container(self, key: str) -> None:
+        """Create this writer's (empty) container; retried when writers collide on root."""
+        self.key = key
+        for _ in range(50):
+            try:
+                self.tm.begin()
+                self.root()[key] = self.new_container()
+                self.tm.commit()
+                return
+            except ConflictError:
+                self.tm.abort()
+                time.sleep(0.01 * (self.index + 1))
+        raise RuntimeError("could not create the container: too many conflicts")
+
+    def fill(self, container: Any, count: int, start: int = 0) -> None:
+        data = b"x" * self.params.object_size
+        for i in range(start, start + count):
+            container[i] = Item(data)
+
+    def read_all(self) -> int:
+        count = 0
+        for item in self.container().values():
+            item.count
+            count += 1
+        return count
+
+
+def setup_database(db: Any, prepopulate: int, batch: int = 10_000) -> None:
+    """The bench's root mapping and shared counters; --prepopulate objects."""
+    tm = transaction.TransactionManager()
+    conn = db.open(transaction_manager=tm)
+    try:
+        tm.begin()
+        root = conn.root()
+        if ROOT_KEY not in root:
+            root[ROOT_KEY] = PersistentMapping()
+            tm.commit()
+            tm.begin()
+        bench = conn.root()[ROOT_KEY]
+        if "counters" not in bench:
+            bench["counters"] = PersistentMapping(resolving=Length(), plain=Counter())
+            tm.commit()
+        if prepopulate and "prepopulated" not in bench:
+            tm.begin()
+            tree = conn.root()[ROOT_KEY]["prepopulated"] = OOBTree()
+            tm.commit()
+            data = b"x" * 128
+            for start in range(0, prepopulate, batch):
+                tm.begin()
+                for i in range(start, min(start + batch, prepopulate)):
+                    tree[i] = Item(data)
+                tm.commit()
+                conn.cacheMinimize()
+    finally:
+        tm.abort()
+        conn.close()
+
+
+# -- the tests: prepare(unit, state) before the barrier, run(unit, state) after -----------
+def _read(unit: Unit) -> Outcome:
+    unit.tm.begin()
+    before = unit.loads
+    count = unit.read_all()
+    unit.tm.abort()
+    return Outcome(count, 1, unit.loads - before)
+
+
+def add_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.make_container(state["key"])
+    unit.tm.begin()
+
+
+def add_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    unit.fill(unit.container(), unit.params.objects)
+    unit.tm.commit()
+    return Outcome(unit.params.objects, 1)
+
+
+def update_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.tm.begin()
+    unit.read_all()    # the objects are in the pickle cache, as after add
+
+
+def update_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    count = 0
+    for item in unit.container().values():
+        item.count += 1
+        count += 1
+    unit.tm.commit()
+    return Outcome(count, 1)
+
+
+def reader_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.key = state["key"]
+    unit.conn.cacheMinimize()
+
+
+def hot_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.key = state["key"]
+    _read(unit)                   # the storage caches hold the objects (as after cold)
+    unit.conn.cacheMinimize()     # the pickle cache only; storage caches stay
+
+
+def steamin_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.key = state["key"]
+    unit.tm.begin()               # everything is in the pickle cache from the hot read
+    unit.read_all()
+    unit.tm.abort()
+
+
+def readcurrent_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.tm.begin()
+
+
+def readcurrent_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    count = 0
+    first = None
+    for item in unit.container().values():
+        item.count
+        unit.conn.readCurrent(item)
+        first = first if first is not None else item
+        count += 1
+    if first is not None:
+        first.count += 1          # a commit that must check every object read
+    unit.tm.commit()
+    return Outcome(count, 1)
+
+
+def empty_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.tm.abort()
+
+
+def empty_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    """Transactions with nothing in them: a poll (new ZODB transaction) and 2PC."""
+    commits = unit.params.commits
+    for _ in range(commits):
+        unit.tm.begin()
+        unit.conn.root()                      # the connection has polled
+        storage = unit.conn._storage
+        meta = TransactionMetaData(description="zodbsql bench: empty")
+        storage.tpc_begin(meta)
+        storage.tpc_vote(meta)
+        storage.tpc_finish(meta)
+        unit.tm.abort()
+    return Outcome(commits, commits)
+
+
+def conflicts_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    """Each round: increment a conflict-resolving counter, then one that can't resolve."""
+    commits = unit.params.commits
+    resolved = raised = 0
+    for _ in range(commits):
+        unit.tm.begin()
+        counter = unit.root()["counters"]["resolving"]
+        counter.change(1)
+        try:
+            unit.tm.commit()
+            if counter._p_changed is None:   # ZODB ghostifies what the storage resolved
+                resolved += 1
+        except ConflictError:
+            unit.tm.abort()
+            raised += 1
+        unit.tm.begin()
+        unit.root()["counters"]["plain"].value += 1
+        try:
+            unit.tm.commit()
+        except ConflictError:
+            unit.tm.abort()
+            raised += 1
+    return Outcome(2 * commits, 2 * commits,
+                   extra={"conflicts_raised": raised, "conflicts_resolved": resolved})
+
+
+def large_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.make_container(state["key"] + "-large")
+    unit.tm.begin()
+
+
+def large_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    unit.fill(unit.container(), unit.params.large_objects)
+    unit.tm.commit()
+    unit.conn.cacheMinimize()
+    return Outcome(unit.params.large_objects, 1)
+
+
+def pack_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    """Write --pack-objects objects, then drop them all: garbage for the pack."""
+    unit.make_container(state["key"] + "-pack")
+    unit.tm.begin()
+    unit.root()[unit.key] = OOBTree()   # buckets: each batch writes what it adds
+    unit.tm.commit()
+    total, batch = unit.params.pack_objects, max(unit.params.objects, 1000)
+    for start in range(0, total, batch):
+        unit.tm.begin()
+        unit.fill(unit.container(), min(batch, total - start), start)
+        unit.tm.commit()
+        unit.conn.cacheMinimize()
+    unit.tm.begin()
+    del unit.root()[unit.key]
+    unit.tm.commit()
+    time.sleep(0.01)
+
+
+def pack_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    unit.db.pack(time.time())
+    return Outcome(unit.params.pack_objects, 0)
+
+
+def nothing(unit: Unit, state: dict[str, Any]) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Test:
+    name: str
+    title: str
+    role: str                 # writer | reader
+    prepare: Callable[[Unit, dict[str, Any]], None]
+    run: Callable[[Unit, dict[str, Any]], Outcome]
+    unit: str = "objects/s"   # what the figure counts
+    lower_is_better: bool = False
+    reopen: bool = False      # a new DB/storage instance in the reader before it runs
+    workers: str = "all"      # all | one
+
+
+TESTS: dict[str, Test] = {t.name: t for t in [
+    Test("add", "add objects", "writer", add_prepare, add_run),
+    Test("update", "update objects", "writer", update_prepare, update_run),
+    Test("warm", "read warm (other process)", "reader", reader_prepare,
+         lambda u, s: _read(u)),
+    Test("cold", "read cold (all caches cleared)", "reader", reader_prepare,
+         lambda u, s: _read(u), reopen=True),
+    Test("hot", "read hot (storage cache kept)", "reader", hot_prepare,
+         lambda u, s: _read(u)),
+    Test("steamin", "read steamin' (all cached)", "reader", steamin_prepare,
+         lambda u, s: _read(u)),
+    Test("readcurrent", "readCurrent + commit", "writer", readcurrent_prepare, readcurrent_run),
+    Test("empty", "empty commit (poll + 2PC)", "writer", empty_prepare, empty_run,
+         unit="transactions/s"),
+    Test("conflicts", "conflicts: commits", "writer", empty_prepare, conflicts_run,
+         unit="transactions/s"),
+    Test("large", "large transaction", "writer", large_prepare, large_run),
+    Test("pack", "pack", "writer", pack_prepare, pack_run, unit="s per 100k objects",
+         lower_is_better=True, workers="one"),
+]}
+#: Tests that need the objects written by ``add``.
+NEEDS_OBJECTS = {"update", "warm", "cold", "hot", "steamin", "readcurrent"}
+READS = {"warm", "cold", "hot", "steamin"}

@@ -1,0 +1,222 @@
+"""The storage shoot-out: compare ZODB storages on the same workloads.
+
+With no arguments: zodbsql on the embedded SQLite default (history-preserving) against
+FileStorage, in a temporary directory removed at the end; about a minute.
+
+Tests (--tests / --exclude; default: all):
+  add          new objects, committed (one transaction per worker)
+  update       change every object written by add
+  warm         another process reads them; storage caches as they are
+  cold         all caches cleared: a new DB and storage instance (a new zodbsql state
+               cache), then read
+  hot          pickle cache cleared, storage caches kept, then read
+  steamin      everything in the pickle cache: storage load calls are counted and the
+               bench fails if there is one
+  readcurrent  readCurrent on every object, then a commit that must check them
+  empty        empty transactions: a poll and two-phase commit with nothing stored
+  conflicts    all workers increment a conflict-resolving counter (BTrees Length) and one
+               that can't resolve: commits/s, conflicts raised/s and resolved/s
+  large        one transaction of --large-objects objects (default 10,000) per worker
+  pack         pack after dropping --pack-objects objects (default 100 x -n): seconds per
+               100,000 objects (one worker, once per repetition)
+Blob tests are not there yet (zodbsql has no blob support yet).
+
+How figures are computed: workers are separate processes (multiprocessing, spawn) that
+wait at a barrier and are released together; a figure is the total work of all workers
+(objects, or transactions) divided by the wall time from the release to the last
+worker's finish.  The table shows the best of the repetitions (--warmup runs are
+dropped); results.json holds every run.  For zodbsql contenders, "sql/txn" is the
+number of SQL statements sent during the test divided by its transactions.  A storage
+that only one process can open (FileStorage, MappingStorage) runs its workers as
+threads of one process.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+from zodbsql.errors import ConfigurationError
+
+HELP = "the storage shoot-out: zodbsql vs FileStorage, ZEO, RelStorage ... (charts, JSON)"
+EXAMPLE = """examples:
+  zodbsql bench                                 # zodbsql SQLite vs FileStorage, ~1 minute
+  zodbsql bench --contender sqlite,sqlite-hf,zeo -n 100,1000 -c 1,2
+  zodbsql bench --config shootout.conf --tests add,cold,hot -r 5 --warmup 1
+  zodbsql bench compare bench-results/A/results.json bench-results/B/results.json
+
+a --config file holds <zodb NAME> sections, as ZODB users write them:
+  %import zodbsql
+  <zodb sqlite>
+    <zodbsql>
+      <sqlite3>
+        path /tmp/bench/Data.sqlite
+      </sqlite3>
+    </zodbsql>
+  </zodb>
+  <zodb zeo>
+    # zodbsql-bench: disposable     (with --wipe: may be used although not empty)
+    <zeoclient>
+      server 127.0.0.1:8100
+    </zeoclient>
+  </zodb>"""
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
+    return values
+
+
+def _names(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from zodbsql.bench.contenders import SHORTCUTS
+    from zodbsql.bench.session import ALL_TESTS
+    sub = parser.add_subparsers(dest="bench_command", metavar="compare")
+    compare = sub.add_parser("compare", help="print the ratios B/A of two results.json files")
+    compare.add_argument("a", help="results.json (the reference)")
+    compare.add_argument("b", help="results.json (the new figures)")
+    parser.add_argument("--config", metavar="FILE", action="append", default=[],
+                        help="ZConfig file with <zodb NAME> sections, one per contender;"
+                        " may be repeated (RelStorage's and zodbsql's <sqlite3> sections"
+                        " can't share one file)")
+    parser.add_argument("--contender", type=_names, action="extend", default=[],
+                        metavar="NAME[,NAME]",
+                        help=f"add a contender in a temporary directory: {', '.join(SHORTCUTS)}"
+                        " (default without --config: sqlite,filestorage)")
+    parser.add_argument("--tests", type=_names, metavar="T[,T]", default=None,
+                        help=f"tests to run (default: all): {', '.join(ALL_TESTS)}")
+    parser.add_argument("--exclude", type=_names, metavar="T[,T]", default=[],
+                        help="tests to leave out")
+    parser.add_argument("-n", "--objects", type=_ints, default=[1000], metavar="N[,N]",
+                        help="objects per transaction; several values compare them"
+                        " (default: %(default)s)")
+    parser.add_argument("-c", "--concurrency", type=_ints, default=[2], metavar="C[,C]",
+                        help="worker processes per test; several values compare them"
+                        " (default: %(default)s)")
+    parser.add_argument("--object-size", type=int, default=128, metavar="BYTES",
+                        help="bytes of data in each object (default: %(default)s)")
+    parser.add_argument("-r", "--repetitions", type=int, default=3,
+                        help="measured runs of each test; the best is shown"
+                        " (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="runs before the measured ones, not counted"
+                        " (default: %(default)s)")
+    parser.add_argument("--btrees", action="store_true",
+                        help="keep the objects in an OOBTree instead of a PersistentMapping")
+    parser.add_argument("--prepopulate", type=int, default=0, metavar="N",
+                        help="first fill each database with N objects")
+    parser.add_argument("--large-objects", type=int, default=10_000, metavar="N",
+                        help="objects in the large transaction (default: %(default)s)")
+    parser.add_argument("--pack-objects", type=int, default=None, metavar="N",
+                        help="objects dropped before the pack (default: 100 x the largest -n,"
+                        " at most 100,000)")
+    parser.add_argument("--commits", type=int, default=20, metavar="N",
+                        help="transactions per worker in empty and conflicts"
+                        " (default: %(default)s)")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="write a cProfile file per test and worker into DIR")
+    parser.add_argument("--output", metavar="DIR",
+                        help="results folder (default: ./bench-results/<timestamp>/)")
+    parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    parser.add_argument("--wipe", action="store_true",
+                        help="allow writing to (and packing) a configured database that"
+                        " already holds data, if its <zodb> section is marked"
+                        " '# zodbsql-bench: disposable'; otherwise such a database is"
+                        " refused and left untouched")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bench_command == "compare":
+        return run_compare(args)
+    # Ctrl-C: workers and the ZEO server get SIGINT too; the finally clauses stop what
+    # is left and remove the temporary directory.  SIGTERM is handled the same way.
+    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    from zodbsql.bench import charts, contenders, display, results, session
+    from zodbsql.bench.runner import BenchFailure
+    from zodbsql.bench.workloads import Params
+
+    tests = args.tests or list(session.ALL_TESTS)
+    unknown = [t for t in tests + args.exclude if t not in session.ALL_TESTS]
+    if unknown:
+        raise ConfigurationError(f"unknown test(s) {', '.join(unknown)}; choose from"
+                                 f" {', '.join(session.ALL_TESTS)}")
+    tests = [t for t in session.ALL_TESTS if t in tests and t not in args.exclude]
+    if not tests:
+        raise ConfigurationError("no test left to run")
+    pack_objects = args.pack_objects or min(100 * max(args.objects), 100_000)
+    plan = session.Plan(
+        tests=tests, objects=args.objects, concurrency=args.concurrency,
+        repetitions=max(1, args.repetitions), warmup=max(0, args.warmup),
+        params=Params(object_size=args.object_size, btrees=args.btrees,
+                      large_objects=args.large_objects, pack_objects=pack_objects,
+                      commits=args.commits),
+        prepopulate=args.prepopulate, profile_dir=args.profile)
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+    output = args.output or results.default_output_dir()
+    with contenders.prepared(args.config, args.contender, args.wipe) as found:
+        names = [c.name for c in found]
+        for c in found:
+            print(f"{c.name}: {c.description}" + (" (workers are threads of one process)"
+                                                  if c.single_process else ""))
+        view = display.LiveView(names, plan.steps(len(found)),
+                                f"zodbsql bench: c={','.join(map(str, plan.concurrency))}"
+                                f" n={','.join(map(str, plan.objects))}, best of"
+                                f" {plan.repetitions}")
+        try:
+            with view:
+                runs = session.execute(plan, found, view.result, view.status)
+        except BenchFailure as exc:
+            print(f"zodbsql bench: failed: {exc}", file=sys.stderr)
+            return 1
+    summary = session.summarise(runs)
+    document: dict[str, Any] = {
+        "format": "zodbsql-bench/1",
+        "environment": results.environment(),
+        "plan": session.plan_as_dict(plan),
+        "contenders": [{"name": c.name, "description": c.description,
+                        "storage_class": c.storage_class, "single_process": c.single_process,
+                        "owned": c.owned, "versions": c.versions,
+                        "config": c.config_text if c.owned else "(from --config)"}
+                       for c in found],
+        "summary": summary,
+        "runs": runs,
+    }
+    json_path, csv_path = results.write(output, document)
+    written = [] if args.no_charts else charts.write_all(output, summary)
+    print(f"results: {json_path}, {csv_path}" +
+          (f", {len(written)} charts" if written else "") + f" in {output}")
+    print("figures: total work of all workers / wall time from their release to the last"
+          " finish; best of the repetitions")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from zodbsql.bench import display, results
+    a, b = results.load(args.a), results.load(args.b)
+    rows = results.compare(a, b)
+    if not rows:
+        raise ConfigurationError("the two results have no test in common")
+    table = Table(title=f"B / A   A = {args.a}   B = {args.b}", title_justify="left")
+    for column in ("contender", "test", "c", "n", "unit", "A", "B", "B/A"):
+        table.add_column(column, justify="right" if column in "cnAB/A" else "left")
+    for row in rows:
+        colour = "green" if row["better"] else "red"
+        table.add_row(row["contender"], row["test"], str(row["concurrency"]),
+                      str(row["objects_per_txn"]), row["unit"], display.fmt(row["a"]),
+                      display.fmt(row["b"]), f"[{colour}]{row['ratio']:.2f}x[/{colour}]")
+    Console().print(table)
+    return 0

@@ -1,0 +1,210 @@
+"""zodbsql bench: every test at tiny sizes on MappingStorage and zodbsql SQLite; the
+results folder holds what the table shows; a non-empty database is refused untouched."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import pathlib
+import re
+
+import pytest
+import transaction
+import ZODB
+import ZODB.FileStorage
+from persistent.mapping import PersistentMapping
+
+import zodbsql
+from zodbsql.bench import contenders, display, runner, workloads
+from zodbsql.cli.main import main
+
+TINY = ["-n", "20", "-c", "1", "-r", "1", "--warmup", "0", "--large-objects", "60",
+        "--pack-objects", "100", "--commits", "3"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, str]:
+    out = tmp_path_factory.mktemp("bench") / "results"
+    import io
+    from contextlib import redirect_stdout
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        code = main(["bench", "--contender", "mappingstorage,sqlite", *TINY,
+                     "--output", str(out)])
+    assert code == 0, buffer.getvalue()
+    return out, buffer.getvalue()
+
+
+def test_every_test_runs_on_both_contenders(tiny_run: tuple[pathlib.Path, str]) -> None:
+    out, _ = tiny_run
+    document = json.loads((out / "results.json").read_text())
+    done = {(r["contender"], r["test"]) for r in document["summary"]}
+    assert done == {(c, t) for c in ("mappingstorage", "sqlite") for t in workloads.TESTS}
+    for key in ("machine", "python", "libraries"):
+        assert document["environment"][key]
+    assert document["environment"]["libraries"]["ZODB"]
+    sqlite = next(c for c in document["contenders"] if c["name"] == "sqlite")
+    assert sqlite["versions"]["sqlite"]
+
+
+def test_steamin_loads_nothing_and_sql_is_counted(tiny_run: tuple[pathlib.Path, str]) -> None:
+    out, _ = tiny_run
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    by = {(r["contender"], r["test"]): r for r in summary}
+    for contender in ("mappingstorage", "sqlite"):
+        assert by[contender, "steamin"]["loads"] == 0
+        assert by[contender, "cold"]["loads"] >= 20
+        assert by[contender, "add"]["sql_per_txn"] is None or contender == "sqlite"
+    assert by["sqlite", "add"]["sql_per_txn"] > 0
+    assert by["sqlite", "cold"]["sql_per_txn"] >= 20      # one load per object at least
+    assert "conflicts_resolved_per_s" in by["sqlite", "conflicts"]
+
+
+def test_json_and_csv_hold_what_the_table_shows(tiny_run: tuple[pathlib.Path, str]) -> None:
+    out, printed = tiny_run
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    with open(out / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(summary)
+    for row, item in zip(rows, summary):
+        assert row["contender"] == item["contender"] and row["test"] == item["test"]
+        assert float(row["value"]) == pytest.approx(item["value"])
+    lines = display.table_rows(summary, ["mappingstorage", "sqlite"])
+    for label, unit, cells in lines:
+        shown = [line for line in printed.splitlines()
+                 if re.match(rf"\W*{re.escape(label.strip())}\s", line.strip("│┃ "))]
+        assert shown, f"{label} not in the printed table"
+        for cell in cells:
+            if cell:
+                assert cell in shown[0]
+    for item in summary:
+        assert display.fmt(item["value"]) in printed
+
+
+def test_charts_are_pngs(tiny_run: tuple[pathlib.Path, str]) -> None:
+    out, _ = tiny_run
+    for test in workloads.TESTS:
+        assert (out / f"{test}.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_scaling_charts_and_compare(tmp_path: pathlib.Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "scaling"
+    assert main(["bench", "--contender", "sqlite", "--tests", "add,hot", "-n", "10,30",
+                 "-c", "1,2", "-r", "1", "--warmup", "0", "--btrees",
+                 "--output", str(out)]) == 0
+    for name in ("scaling-concurrency.png", "scaling-objects-per-txn.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    assert {(r["concurrency"], r["objects_per_txn"]) for r in summary} == {
+        (1, 10), (1, 30), (2, 10), (2, 30)}
+    capsys.readouterr()
+    assert main(["bench", "compare", str(out / "results.json"), str(out / "results.json")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("1.00x") == len(summary)
+
+
+def _digest(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_database_with_data_is_refused_untouched(tmp_path: pathlib.Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    fs_path = tmp_path / "Data.fs"
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(str(fs_path)))
+    with db.transaction() as conn:
+        conn.root.precious = PersistentMapping(keep="me")
+    db.close()
+    sqlite_path = tmp_path / "Data.sqlite"
+    db = zodbsql.open_db(f"sqlite://{sqlite_path}")
+    with db.transaction() as conn:
+        conn.root.precious = 1
+    db.close()
+    before = {p.name: _digest(p) for p in tmp_path.iterdir()}
+    config = tmp_path / "bench.conf"
+    config.write_text(f"""%import zodbsql
+<zodb fs>
+  <filestorage>
+    path {fs_path}
+  </filestorage>
+</zodb>
+<zodb sql>
+  # zodbsql-bench: disposable
+  <zodbsql>
+    <sqlite3>
+      path {sqlite_path}
+    </sqlite3>
+  </zodbsql>
+</zodb>
+""")
+    before["bench.conf"] = _digest(config)
+    assert main(["bench", "--config", str(config), *TINY, "--output",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "'fs' already holds data, left untouched" in err
+    # Marked disposable, but --wipe is missing: refused too.
+    found = contenders.from_config_text(config.read_text())
+    assert [c.disposable for c in found] == [False, True]
+    with pytest.raises(zodbsql.ConfigurationError, match="'sql' already holds data"):
+        contenders.inspect(found[1], wipe=False)
+    contenders.inspect(found[1], wipe=True)   # allowed: disposable and --wipe
+    after = {p.name: _digest(p) for p in tmp_path.iterdir() if p.name != "out"}
+    assert {k: v for k, v in after.items() if not k.startswith("Data.sqlite-")} == \
+        {k: v for k, v in before.items() if not k.startswith("Data.sqlite-")}
+    assert not (tmp_path / "out").exists()
+
+
+def test_steamin_with_a_load_fails_loudly() -> None:
+    unit = {"start": 0.0, "end": 1.0, "objects": 10, "transactions": 1, "loads": 3,
+            "statements": None, "extra": {}, "unit": "reader0"}
+    with pytest.raises(runner.BenchFailure, match="steamin' loaded 3 objects"):
+        runner.figure("steamin", [unit])
+
+
+def test_unknown_test_and_contender(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--tests", "add,nope"]) == 2
+    assert "unknown test(s) nope" in capsys.readouterr().err
+    assert main(["bench", "--contender", "oracle", "--tests", "add"]) == 2
+    assert "unknown contender 'oracle'" in capsys.readouterr().err
+
+
+def test_help_mentions_blobs_and_how_figures_are_computed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    assert "example" in text and "Blob tests are not there yet" in text
+    assert "wall time from the release" in text
+    transaction.abort()
+
+
+def test_wipe_uses_a_disposable_database_and_profile_prepopulate(tmp_path: pathlib.Path) -> None:
+    sqlite_path = tmp_path / "Data.sqlite"
+    db = zodbsql.open_db(f"sqlite://{sqlite_path}")
+    with db.transaction() as conn:
+        conn.root.kept = 1
+    db.close()
+    config = tmp_path / "bench.conf"
+    config.write_text(f"""%import zodbsql
+<zodb sql>
+  # zodbsql-bench: disposable
+  <zodbsql>
+    <sqlite3>
+      path {sqlite_path}
+    </sqlite3>
+  </zodbsql>
+</zodb>
+""")
+    out, profiles = tmp_path / "out", tmp_path / "profiles"
+    assert main(["bench", "--config", str(config), "--wipe", "--tests", "add,steamin",
+                 "-n", "10", "-c", "1", "-r", "1", "--warmup", "0", "--prepopulate", "30",
+                 "--profile", str(profiles), "--output", str(out), "--no-charts"]) == 0
+    assert sorted(p.name for p in profiles.iterdir()) == [
+        "sql-add-c1-n10-r0-writer0.prof", "sql-steamin-c1-n10-r0-reader0.prof"]
+    assert not list(out.glob("*.png"))
+    db = zodbsql.open_db(f"sqlite://{sqlite_path}")
+    with db.transaction() as conn:
+        assert conn.root.kept == 1
+        assert len(conn.root()["zodbsql-bench"]["prepopulated"]) == 30
+    db.close()
