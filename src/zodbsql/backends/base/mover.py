@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
 CLEAR_TEMP_REF = "DELETE FROM temp_ref"
+CLEAR_TEMP_BLOB = "DELETE FROM temp_blob"
 STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state)"
                " VALUES (%s, %s, %s, %s, %s, %s)")
 STAGE_REF = "INSERT INTO temp_ref (zoid, to_zoid) VALUES (%s, %s)"
@@ -47,6 +48,8 @@ HP_MOVE_REFS = "INSERT INTO object_ref (zoid, tid, to_zoid) SELECT zoid, %s, to_
 HP_SET_CURRENT = (
     "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store WHERE true"
     " ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid")
+HP_MOVE_BLOBS = (
+    "INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, %s, content_hash FROM temp_blob")
 HP_COUNT_OBJECTS = "SELECT COUNT(*) FROM current_object"
 
 # -- history-free -----------------------------------------------------------------------------
@@ -61,6 +64,10 @@ HF_DELETE_REMOVED = (
     "DELETE FROM object_state WHERE zoid IN (SELECT zoid FROM temp_store WHERE state IS NULL)")
 HF_DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
 HF_MOVE_REFS = "INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref"
+# A new revision replaces the object's blob reference (or drops it: deleted, not a blob).
+HF_DELETE_OLD_BLOBS = "DELETE FROM blob_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
+HF_MOVE_BLOBS = (
+    "INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, %s, content_hash FROM temp_blob")
 HF_COUNT_OBJECTS = "SELECT COUNT(*) FROM object_state"
 
 
@@ -126,6 +133,7 @@ class Mover:
             return
         conn.execute(CLEAR_TEMP_STORE)
         conn.execute(CLEAR_TEMP_REF)
+        conn.execute(CLEAR_TEMP_BLOB)
 
     def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
               refs: Iterable[tuple[int, int]]) -> None:
@@ -155,8 +163,11 @@ class Mover:
             conn.execute(HP_MOVE_STATES, (tid,))
             conn.execute(HP_SET_CURRENT, (tid,))
             conn.execute(HP_MOVE_REFS, (tid,))
+            conn.execute(HP_MOVE_BLOBS, (tid,))
         else:
             conn.execute(HF_MOVE_STATES, (tid,))
             conn.execute(HF_DELETE_REMOVED)
             conn.execute(HF_DELETE_OLD_REFS)
             conn.execute(HF_MOVE_REFS)
+            conn.execute(HF_DELETE_OLD_BLOBS)
+            conn.execute(HF_MOVE_BLOBS, (tid,))
