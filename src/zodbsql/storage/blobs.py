@@ -15,6 +15,7 @@ Either way files being committed wait in ``blob_dir/tmp``; savepoints also use i
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import fcntl
@@ -213,6 +214,29 @@ class BlobCache:
         return removed
 
 
+class RevisionHashes:
+    """A bounded memo of ``(oid, tid) -> content hash`` (revisions never change), so a
+    blob loaded or committed before is found again without a query."""
+
+    def __init__(self, size: int = 10000) -> None:
+        self.size = size
+        self._map: "collections.OrderedDict[tuple[int, int], bytes]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, oid: int, tid: int) -> bytes | None:
+        with self._lock:
+            found = self._map.get((oid, tid))
+            if found is not None:
+                self._map.move_to_end((oid, tid))
+            return found
+
+    def put(self, oid: int, tid: int, content_hash: bytes) -> None:
+        with self._lock:
+            self._map[(oid, tid)] = content_hash
+            if len(self._map) > self.size:
+                self._map.popitem(last=False)
+
+
 class BlobFiles:
     """The blob directory of one storage (shared by its instances)."""
 
@@ -232,6 +256,7 @@ class BlobFiles:
             self.temp_dir = os.path.join(self.directory, "tmp")
             os.makedirs(self.temp_dir, exist_ok=True)
             self.cache = BlobCache(self.directory, options.blob_cache_size)
+        self.hashes = RevisionHashes()
 
     def take(self, blobfilename: str) -> str:
         """Move a file handed to storeBlob/restoreBlob into the storage's temp dir."""
@@ -263,6 +288,23 @@ class BlobFiles:
                 remove_quietly(temp)
         ZODB.blob.set_not_writable(staged)
         os.replace(staged, target)
+
+    def link_revision(self, oid: int, from_tid: int, tid: int) -> None:
+        """Undo in the shared layout: the new revision's file is the copied revision's."""
+        existing = self.revision_path(oid, from_tid)
+        if not os.path.exists(existing):
+            return  # that revision has no blob
+        assert self.fshelper is not None
+        self.fshelper.getPathForOID(p64(oid), create=True)
+        target = self.revision_path(oid, tid)
+        temp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.link(existing, temp)
+        except OSError:
+            import shutil
+            shutil.copyfile(existing, temp)
+            ZODB.blob.set_not_writable(temp)
+        os.replace(temp, target)
 
     def load_shared(self, oid: int, tid: int) -> str:
         path = self.revision_path(oid, tid)

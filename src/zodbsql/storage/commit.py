@@ -162,7 +162,7 @@ class PendingCommit:
             conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
             _as_bytes(meta.description), _extension_bytes(meta),
             self.storage.shared.options.commit_lock_timeout, bool(self.states),
-            check_blobs=check_blobs)
+            check_blobs=check_blobs, blobs=self._changes_blob_refs())
         if self.states:
             highest = max(self.states)
             if highest > self.storage.shared.highest_oid_seen:
@@ -173,16 +173,26 @@ class PendingCommit:
             # crash in between leaves only files no revision names (pack removes them).
             for oid, (_, _, same_as) in self.blob_staged.items():
                 files.place(oid, tid, self.blob_files.pop(oid), same_as)
+            for oid, data_tid in self.data_tids.items():
+                if oid not in self.blob_staged:
+                    files.link_revision(oid, data_tid, tid)
         conn.commit()
         self.tid = tid
         if files is not None and files.cache is not None:
             for oid, (content_hash, size, _) in self.blob_staged.items():
+                files.hashes.put(oid, tid, content_hash)
                 staged = self.blob_files.pop(oid)
                 try:
                     files.cache.install(content_hash, size, staged)
                 except OSError:
                     remove_quietly(staged)
         return tid
+
+    def _changes_blob_refs(self) -> bool:
+        """Can this commit add, replace or drop a blob reference?"""
+        if self.blob_staged or self.data_tids or self.unchecked:
+            return True
+        return any(state is None for _, state in self.states.values())
 
     def release(self) -> None:
         for staged in self.blob_files.values():

@@ -388,14 +388,21 @@ class SQLStorage(ConflictResolvingStorage):
         if files.cache is None:
             return files.load_shared(oid_int, tid)
         blobs = self.shared.backend.blobs
-        with self._load_lock:
-            conn = self._conn()
-            content_hash = blobs.content_hash(conn, oid_int, tid)
-            if content_hash is None:
-                raise POSException.POSKeyError(f"no blob for this revision", oid, serial)
+        content_hash = files.hashes.get(oid_int, tid)
+        if content_hash is not None:
             path = files.cache.lookup(content_hash)
             if path is not None:
                 return path
+        with self._load_lock:
+            conn = self._conn()
+            if content_hash is None:
+                content_hash = blobs.content_hash(conn, oid_int, tid)
+                if content_hash is None:
+                    raise POSException.POSKeyError("no blob for this revision", oid, serial)
+                files.hashes.put(oid_int, tid, content_hash)
+                path = files.cache.lookup(content_hash)
+                if path is not None:
+                    return path
             own_txn = not conn.in_transaction
             if own_txn:
                 conn.begin_read()  # the content row and its chunks from one snapshot

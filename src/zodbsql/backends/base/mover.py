@@ -133,7 +133,8 @@ class Mover:
             return
         conn.execute(CLEAR_TEMP_STORE)
         conn.execute(CLEAR_TEMP_REF)
-        conn.execute(CLEAR_TEMP_BLOB)
+        # temp_blob is emptied by move_staged after use (and by rollback), so a commit
+        # without blobs spends no statement on it.
 
     def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
               refs: Iterable[tuple[int, int]]) -> None:
@@ -157,17 +158,25 @@ class Mover:
         row = conn.fetchone(MAX_STAGED_OID)
         return int(row[0]) if row and row[0] is not None else None
 
-    def move_staged(self, conn: "DBConnection", tid: int) -> None:
-        """Make the staged states the revisions of ``tid``."""
+    def move_staged(self, conn: "DBConnection", tid: int, blobs: bool = True) -> None:
+        """Make the staged states the revisions of ``tid``.
+
+        ``blobs``: the commit may change blob references (it staged blobs, copies
+        revisions, deletes or restores objects); otherwise the blob steps are skipped.
+        """
         if self.keep_history:
             conn.execute(HP_MOVE_STATES, (tid,))
             conn.execute(HP_SET_CURRENT, (tid,))
             conn.execute(HP_MOVE_REFS, (tid,))
-            conn.execute(HP_MOVE_BLOBS, (tid,))
+            if blobs:
+                conn.execute(HP_MOVE_BLOBS, (tid,))
         else:
             conn.execute(HF_MOVE_STATES, (tid,))
             conn.execute(HF_DELETE_REMOVED)
             conn.execute(HF_DELETE_OLD_REFS)
             conn.execute(HF_MOVE_REFS)
-            conn.execute(HF_DELETE_OLD_BLOBS)
-            conn.execute(HF_MOVE_BLOBS, (tid,))
+            if blobs:
+                conn.execute(HF_DELETE_OLD_BLOBS)
+                conn.execute(HF_MOVE_BLOBS, (tid,))
+        if blobs and not self.backend.features.staging_emptied_by_transaction_end:
+            conn.execute(CLEAR_TEMP_BLOB)

@@ -39,8 +39,10 @@ class TransactionControl:
 
     def finish(self, conn: "DBConnection", clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
-               has_states: bool = True, check_blobs: bool = False) -> int:
-        """``check_blobs``: the commit staged blob contents kept in the database; check
+               has_states: bool = True, check_blobs: bool = False,
+               blobs: bool = True) -> int:
+        """``blobs``: the commit may change blob references (see ``Mover.move_staged``).
+        ``check_blobs``: the commit staged blob contents kept in the database; check
         under the commit lock that each is still complete (a pack may have freed one)."""
         backend = self.backend
         backend.locker.lock_commit(conn, lock_timeout)
@@ -57,5 +59,5 @@ class TransactionControl:
             tid = max(clock_tid, last + 1)
         backend.history.record_commit(conn, tid, user, description, extension)
         if has_states:
-            backend.mover.move_staged(conn, tid)
+            backend.mover.move_staged(conn, tid, blobs)
         return tid

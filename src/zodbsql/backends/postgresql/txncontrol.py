@@ -26,7 +26,9 @@ BLOB_VANISHED = "ZS002"
 class PostgreSQLTransactionControl(TransactionControl):
     def finish(self, conn: "DBConnection", clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
-               has_states: bool = True, check_blobs: bool = False) -> int:
+               has_states: bool = True, check_blobs: bool = False,
+               blobs: bool = True) -> int:
+        # The function moves blob references in every commit: no round trip to save.
         try:
             row = conn.fetchone(FINISH, (clock_tid, requested_tid, user, description,
                                          extension, has_states,
