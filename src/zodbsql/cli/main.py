@@ -8,9 +8,10 @@ from typing import Callable, Sequence
 from zodbsql.errors import ZodbsqlError
 
 # Each tool module has `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
-from zodbsql.cli import convert, demo, doctor, pack, verify
+from zodbsql.cli import blobspeed, convert, demo, doctor, pack, verify
 
-TOOLS = {"demo": demo, "convert": convert, "pack": pack, "verify": verify, "doctor": doctor}
+TOOLS = {"demo": demo, "convert": convert, "pack": pack, "verify": verify, "doctor": doctor,
+         "blobspeed": blobspeed}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -130,6 +130,11 @@ class BlobCache:
         self.added(size)
         return path
 
+    def evict(self, content_hash: bytes | None) -> None:
+        """Remove one content from the cache (it is downloaded again when loaded)."""
+        if content_hash is not None:
+            remove_quietly(self.path(content_hash))
+
     def install(self, content_hash: bytes, size: int, staged: str) -> None:
         """Move a just committed file (already known to have this hash) into the cache."""
         path = self.path(content_hash)
