@@ -179,6 +179,27 @@ class BlobCache:
                         continue
                     yield entry.path, st.st_size, max(st.st_atime, st.st_mtime)
 
+    def _remove_unused(self, path: str) -> bool:
+        """Remove a cached file unless it was used within ``keep_recent`` seconds.
+
+        The file is first renamed away (atomic), then its use time is read: a reader
+        that touched it before the rename gets it back at once (linked into place
+        again), and one that comes after the rename misses and downloads it again.
+        """
+        hidden = f"{path}.{os.getpid()}.prune"
+        try:
+            os.rename(path, hidden)
+        except FileNotFoundError:
+            return False
+        st = os.stat(hidden)
+        if time.time() - max(st.st_atime, st.st_mtime) < self.keep_recent:
+            with contextlib.suppress(FileExistsError):
+                os.link(hidden, path)  # unless it was downloaded again meanwhile
+            os.remove(hidden)
+            return False
+        os.remove(hidden)
+        return True
+
     def prune(self) -> int:
         """Remove least recently used files until the cache fits; one process at a time.
         Returns the number of files removed."""
@@ -201,14 +222,8 @@ class BlobCache:
                         break
                     if now - used < self.keep_recent:
                         continue
-                    try:
-                        # Look again: a reader may have touched it since the listing.
-                        st = os.stat(path)
-                        if now - max(st.st_atime, st.st_mtime) < self.keep_recent:
-                            continue
-                        ZODB.blob.remove_committed(path)
-                    except FileNotFoundError:
-                        pass
+                    if not self._remove_unused(path):
+                        continue
                     total -= size
                     removed += 1
                 with self._lock:

@@ -171,8 +171,11 @@ class PendingCommit:
         if files is not None and files.shared:
             # The files are in place before the commit makes the revisions visible; a
             # crash in between leaves only files no revision names (pack removes them).
-            for oid, (_, _, same_as) in self.blob_staged.items():
-                files.place(oid, tid, self.blob_files.pop(oid), same_as)
+            placed: dict[bytes, tuple[int, int]] = {}
+            for oid, (content_hash, _, same_as) in self.blob_staged.items():
+                files.place(oid, tid, self.blob_files.pop(oid),
+                            same_as or placed.get(content_hash))
+                placed.setdefault(content_hash, (oid, tid))
             for oid, data_tid in self.data_tids.items():
                 if oid not in self.blob_staged:
                     files.link_revision(oid, data_tid, tid)
