@@ -271,10 +271,17 @@ def test_processes_sharing_a_cache_never_see_missing_or_partial_files(
 #: the test uses 256 MiB; memory is checked against it all the same.
 LARGE_BLOB_MB = 256
 LARGE = textwrap.dedent("""
-    import hashlib, json, os, resource, sys, time
+    import hashlib, json, os, sys, time
     import transaction, ZODB
     from ZODB.blob import Blob
     from zodbsql.api import open_storage
+    def peak_rss():
+        # VmHWM: this process's peak resident set (ru_maxrss would also count the
+        # parent's memory copied by fork before exec).
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
     spec = json.loads(sys.argv[1])
     if spec["backend"] == "sqlite":
         from zodbsql.backends.sqlite.adapter import SQLiteOptions as O
@@ -294,7 +301,7 @@ LARGE = textwrap.dedent("""
             block = i.to_bytes(8, "big") + piece[8:]
             digest.update(block)
             f.write(block)
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    baseline = peak_rss()
     started = time.time()
     blob = Blob()
     blob.consumeFile(path)
@@ -307,7 +314,7 @@ LARGE = textwrap.dedent("""
     with storage.openCommittedBlobFile(blob._p_oid, blob._p_serial) as f:
         while data := f.read(1 << 20):
             check.update(data)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     print(json.dumps({"ok": check.digest() == digest.digest(), "baseline": baseline,
                       "peak": peak, "seconds": time.time() - started}))
     db.close()
@@ -335,4 +342,7 @@ class TestLargeBlob:
             print(f"\n  large blob {storage_factory.param.backend}: {LARGE_BLOB_MB} MiB in"
                   f" {result['seconds']:.1f} s, peak RSS {result['peak'] / 2**20:.0f} MiB"
                   f" (+{grown / 2**20:.0f} MiB during the round trip)")
-        assert result["peak"] < size / 4, result
+        # The whole process (interpreter, ZODB, driver) stays far below the blob's size,
+        # and the round trip itself adds far less than one eighth of it.
+        assert result["peak"] < size / 3, result
+        assert grown < size / 8, result

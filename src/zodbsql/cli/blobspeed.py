@@ -88,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"--size-mb must be at least 1, got {args.size_mb}")
     size = args.size_mb * PIECE
     storage = common.open_storage(args.storage)
+    if not IBlobStorage.providedBy(storage):
+        storage.close()
+        raise ConfigurationError("the storage has no blob support (set blob-dir)")
     write_seconds, read_seconds = measure(storage, size)
     print(f"blob of {args.size_mb} MiB on {storage.getName()}")
     print(f"write: {size / 1e6 / write_seconds:.1f} MB/s ({write_seconds:.2f} s)")
