@@ -8,13 +8,11 @@ to some cells is data in ``differences``, not skipped silently.
 """
 from __future__ import annotations
 
-import doctest
 import os
 import unittest
 from typing import Any, Iterator
 
 import pytest
-import ZODB.tests.util
 from ZODB.tests.testblob import storage_reusable_suite
 
 from tests.conformance.differences import (BLOB_EXAMPLES_AS_ROOT, BLOB_PACKING_APPLIES,

@@ -69,6 +69,12 @@ def test_same_content_is_stored_once_and_freed_with_its_last_revision(
         # Dedup: the second object added a reference, no chunk, no content.
         assert (count(storage, "blob_chunk"), count(storage, "blob_content")) == (4, 1)
         assert count(storage, "blob_ref") == 2
+        root["c"], root["d"] = Blob(same), Blob(same)  # twice in one commit
+        transaction.commit()
+        assert (count(storage, "blob_chunk"), count(storage, "blob_content")) == (4, 1)
+        assert not os.listdir(storage.temporaryDirectory())  # nothing left behind
+        del root["c"], root["d"]
+        transaction.commit()
         with root["a"].open("w") as f:
             f.write(other)
         transaction.commit()
@@ -346,3 +352,24 @@ class TestLargeBlob:
         # and the round trip itself adds far less than one eighth of it.
         assert result["peak"] < size / 3, result
         assert grown < size / 8, result
+
+
+def test_blob_tables_are_added_to_a_database_made_before_blobs(storage_factory,
+                                                               tmp_path) -> None:
+    storage_factory.open().close()
+    raw = storage_factory.open().backend.connect()
+    raw.begin_write()
+    for table in ("blob_ref", "blob_chunk", "blob_content"):
+        raw.execute(f"DROP TABLE {table}")
+    raw.commit()
+    raw.close()
+    storage = storage_factory.open(blob_dir=str(tmp_path / "cache"))
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["a"] = Blob(b"after the upgrade")
+        with db.transaction() as conn:
+            assert read(conn.root()["a"]) == b"after the upgrade"
+        assert count(storage, "blob_ref") == 1
+    finally:
+        db.close()

@@ -22,14 +22,15 @@ import fcntl
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import ZODB.blob
 from ZODB.POSException import POSKeyError
-from ZODB.utils import oid_repr, p64, tid_repr
+from ZODB.utils import p64
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
@@ -139,6 +140,7 @@ class BlobCache:
         """Move a just committed file (already known to have this hash) into the cache."""
         path = self.path(content_hash)
         if os.path.exists(path):
+            remove_quietly(staged)
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         ZODB.blob.set_not_writable(staged)
@@ -250,6 +252,10 @@ class RevisionHashes:
                 self._map.move_to_end((oid, tid))
             return found
 
+    def clear(self) -> None:
+        with self._lock:
+            self._map.clear()
+
     def put(self, oid: int, tid: int, content_hash: bytes) -> None:
         with self._lock:
             self._map[(oid, tid)] = content_hash
@@ -321,7 +327,6 @@ class BlobFiles:
         try:
             os.link(existing, temp)
         except OSError:
-            import shutil
             shutil.copyfile(existing, temp)
             ZODB.blob.set_not_writable(temp)
         os.replace(temp, target)
@@ -386,7 +391,3 @@ class BlobFiles:
                 continue
             with contextlib.suppress(OSError):
                 os.rmdir(dirpath)  # only succeeds when empty
-
-
-def describe(oid: int, tid: int) -> str:
-    return f"oid {oid_repr(p64(oid))} tid {tid_repr(p64(tid))}"

@@ -111,13 +111,20 @@ class PendingCommit:
         if files is None:
             return
         rows = []
-        for oid, staged in self.blob_files.items():
-            content_hash, size = file_hash(staged)
+        uploaded: set[bytes] = set()
+        hashed = sorted((file_hash(staged), oid, staged)
+                        for oid, staged in self.blob_files.items())
+        # In hash order: two commits uploading the same contents wait for each other
+        # on the first one (insert-if-absent) instead of deadlocking.
+        for (content_hash, size), oid, staged in hashed:
             same_as = None
             if files.shared:
                 same_as = blobs.revision_with_content(conn, content_hash)
-            elif not blobs.has_content(conn, content_hash):
+            elif content_hash in uploaded or blobs.has_content(conn, content_hash):
+                pass  # stored already: nothing to upload
+            else:
                 blobs.upload(conn, content_hash, size, file_chunks(staged, files.chunk_size))
+                uploaded.add(content_hash)
             self.blob_staged[oid] = (content_hash, size, same_as)
             rows.append((oid, content_hash))
         blobs.stage(conn, rows)

@@ -533,6 +533,8 @@ class SQLStorage(ConflictResolvingStorage):
         shared.backend.destroy()
         self._load = self._open_checked(shared.backend, self._options)
         shared.cache.clear()
+        if shared.blob_files is not None:
+            shared.blob_files.hashes.clear()
         with shared.oid_lock:
             shared.free_oids = []
             shared.highest_oid_seen = 0

@@ -13,7 +13,7 @@ is used.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.adapter import Backend
