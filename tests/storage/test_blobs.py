@@ -256,7 +256,7 @@ def test_processes_sharing_a_cache_never_see_missing_or_partial_files(
     spec = {"backend": storage_factory.param.backend, "path": storage_factory.path,
             "dsn": getattr(storage_factory, "dsn", None),
             "keep_history": storage_factory.param.keep_history,
-            "blob_dir": str(cache_dir), "cache_size": 50_000, "seconds": 3.0,
+            "blob_dir": str(cache_dir), "cache_size": 50_000, "seconds": 2.0,
             "blobs": blobs}
     procs = [subprocess.Popen([sys.executable, "-c", READER, json.dumps(spec)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -267,7 +267,7 @@ def test_processes_sharing_a_cache_never_see_missing_or_partial_files(
         assert proc.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert all(not r["errors"] for r in results), results
-    assert sum(r["reads"] for r in results) > 400
+    assert sum(r["reads"] for r in results) > 200
     assert sum(r["pruned"] for r in results) > 0  # the cache really was pruned meanwhile
     assert not [p for p in cache_dir.rglob("*.part")]
 
