@@ -373,3 +373,12 @@ def test_blob_tables_are_added_to_a_database_made_before_blobs(storage_factory,
         assert count(storage, "blob_ref") == 1
     finally:
         db.close()
+
+
+def test_the_other_blob_layout_is_refused(storage_factory, tmp_path) -> None:
+    from zodbsql.errors import SchemaError
+    storage_factory.open(blob_dir=str(tmp_path / "cache")).close()
+    with pytest.raises(SchemaError, match="shared-blob-dir false"):
+        storage_factory.open(blob_dir=str(tmp_path / "shared"), shared_blob_dir=True)
+    storage_factory.open().close()  # without blobs it opens
+    storage_factory.open(blob_dir=str(tmp_path / "cache")).close()

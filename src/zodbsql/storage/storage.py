@@ -27,7 +27,7 @@ from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import ConnectionPool, DBConnection
 from zodbsql.cache import StateCache
-from zodbsql.errors import ZodbsqlError
+from zodbsql.errors import SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import history, iteration, pack
 from zodbsql.storage.blobs import BlobFiles
@@ -35,6 +35,9 @@ from zodbsql.storage.commit import PendingCommit
 from zodbsql.storage.records import verified
 
 log = logging.getLogger(__name__)
+
+#: The meta entry that records where blob data lives ("database" or "shared-directory").
+BLOB_LAYOUT = "blob_layout"
 
 #: Committing connections one storage keeps open at most.
 COMMIT_POOL_SIZE = 8
@@ -72,6 +75,8 @@ class SQLStorage(ConflictResolvingStorage):
             shared = Shared(backend, options)
             self._load = self._open_checked(backend, options)
             self._is_root = True
+            if options.blob_dir:
+                self._check_blob_layout(backend, options)
         else:
             self._is_root = False
         self.shared = shared
@@ -103,6 +108,33 @@ class SQLStorage(ConflictResolvingStorage):
             conn.close()
             raise
         return conn
+
+    def _check_blob_layout(self, backend: Backend, options: Options) -> None:
+        """The blob layout is recorded with the first storage that has a blob-dir; one
+        opened with the other layout would not find the blobs, so it is refused."""
+        assert self._load is not None
+        want = "shared-directory" if options.shared_blob_dir else "database"
+        conn = self._load
+        stored = backend.history.get_meta(conn, BLOB_LAYOUT)
+        if stored is None and not options.read_only:
+            conn.begin_write()
+            try:
+                stored = backend.history.get_meta(conn, BLOB_LAYOUT)
+                if stored is None:
+                    backend.history.set_meta(conn, BLOB_LAYOUT, want)
+                    stored = want
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+        if stored is not None and stored != want:
+            conn.close()
+            self._load = None
+            raise SchemaError(
+                f"{backend.describe()} keeps its blobs in the {stored} layout, but the"
+                f" storage was configured for the {want} layout (shared-blob-dir"
+                f" {'true' if options.shared_blob_dir else 'false'}); set shared-blob-dir"
+                f" {'true' if stored == 'shared-directory' else 'false'} to open it")
 
     # -- IMVCCStorage ---------------------------------------------------------------------------
     def new_instance(self) -> "SQLStorage":
