@@ -101,3 +101,38 @@ def test_options_are_immutable() -> None:
     with pytest.raises(AttributeError):
         options.keep_history = False  # type: ignore[misc]
     assert options.replace(keep_history=False).keep_history is False
+
+
+def test_blob_options_from_zconfig_and_url(tmp_path: pathlib.Path) -> None:
+    from ZODB.blob import Blob
+    from ZODB.interfaces import IBlobStorage
+
+    from zodbsql.api import parse_url
+    text = zconfig(tmp_path / "Data.sqlite",
+                   f"blob-dir {tmp_path}/blobs\n blob-cache-size 200MB\n"
+                   " blob-chunk-size 64KB")
+    db = ZODB.config.databaseFromString(text)
+    try:
+        options = db.storage.options
+        assert (options.blob_dir, options.shared_blob_dir, options.blob_cache_size,
+                options.blob_chunk_size) == (f"{tmp_path}/blobs", False, 200 << 20, 64 << 10)
+        assert IBlobStorage.providedBy(db.storage)
+        with db.transaction() as conn:
+            conn.root.blob = Blob(b"data")
+        with db.transaction() as conn:
+            with conn.root.blob.open() as f:
+                assert f.read() == b"data"
+    finally:
+        db.close()
+    _, options = parse_url(f"sqlite://{tmp_path}/x.sqlite?blob_dir={tmp_path}/b"
+                           "&shared_blob_dir=true&blob_cache_size=1000&blob_chunk_size=4096")
+    assert (options.blob_dir, options.shared_blob_dir, options.blob_cache_size,
+            options.blob_chunk_size) == (f"{tmp_path}/b", True, 1000, 4096)
+    with pytest.raises(ConfigurationError, match="shared-blob-dir"):
+        parse_url(f"sqlite://{tmp_path}/x.sqlite?shared_blob_dir=true")
+    plain = ZODB.config.databaseFromString(zconfig(tmp_path / "Plain.sqlite"))
+    try:
+        assert plain.storage.options.blob_dir is None
+        assert not IBlobStorage.providedBy(plain.storage)
+    finally:
+        plain.close()

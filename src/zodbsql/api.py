@@ -17,7 +17,9 @@ _BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
 _OPTION_TYPES = {"keep_history": bool, "read_only": bool, "create_schema": bool,
                  "cache_size_mb": float, "commit_lock_timeout": float,
                  "row_lock_timeout": float,
-                 "pack_batch_size": int, "pack_duty_cycle": float, "name": str}
+                 "pack_batch_size": int, "pack_duty_cycle": float, "name": str,
+                 "blob_dir": str, "shared_blob_dir": bool, "blob_cache_size": int,
+                 "blob_chunk_size": int}
 #: Query parameters that belong to the SQLite backend.
 _SQLITE_KEYS = {"synchronous"}
 #: Query parameters that belong to the PostgreSQL backend (the rest of an unknown

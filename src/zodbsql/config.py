@@ -21,6 +21,10 @@ def options_from_section(section: Any) -> Options:
         row_lock_timeout=section.row_lock_timeout,
         pack_batch_size=section.pack_batch_size,
         pack_duty_cycle=section.pack_duty_cycle,
+        blob_dir=section.blob_dir,
+        shared_blob_dir=section.shared_blob_dir,
+        blob_cache_size=section.blob_cache_size,
+        blob_chunk_size=section.blob_chunk_size,
     )
 
 

@@ -57,3 +57,8 @@ class CorruptRecordError(ZodbsqlError, POSException.StorageError):
         super().__init__(f"corrupt record for oid 0x{oid:016x} tid 0x{tid:016x}: {detail}")
         self.oid = oid
         self.tid = tid
+
+
+class BlobContentVanished(ZodbsqlError, POSException.ConflictError):
+    """A blob's content that vote found in the database was freed by a concurrent pack
+    before the commit finished; retrying the transaction uploads it again."""

@@ -16,6 +16,12 @@ class Options:
     ``row_lock_timeout`` bounds the wait for the row locks of the objects a commit
     changes (backends with row locks); None means the same as ``commit_lock_timeout``.
     ``pack_batch_size`` is how many objects one pack step deletes while holding the lock.
+
+    Blobs: ``blob_dir`` (None: no blob support) is either a local cache of blob files
+    whose data lives in the database (``shared_blob_dir`` false, the default), bounded
+    by ``blob_cache_size`` bytes, with data moved in ``blob_chunk_size`` pieces; or a
+    directory every client shares that holds the blob files themselves
+    (``shared_blob_dir`` true).
     """
 
     name: str | None = None
@@ -27,6 +33,10 @@ class Options:
     row_lock_timeout: float | None = None
     pack_batch_size: int = 1000
     pack_duty_cycle: float = 1.0
+    blob_dir: str | None = None
+    shared_blob_dir: bool = False
+    blob_cache_size: int = 1 << 30
+    blob_chunk_size: int = 1 << 20
 
     def __post_init__(self) -> None:
         if self.cache_size_mb < 0:
@@ -42,6 +52,15 @@ class Options:
         if not 0 < self.pack_duty_cycle <= 1:
             raise ConfigurationError(
                 f"pack-duty-cycle must be in (0, 1], got {self.pack_duty_cycle}")
+
+        if self.shared_blob_dir and not self.blob_dir:
+            raise ConfigurationError("shared-blob-dir is true but no blob-dir is set")
+        if self.blob_cache_size < 0:
+            raise ConfigurationError(
+                f"blob-cache-size must be 0 or more bytes, got {self.blob_cache_size}")
+        if self.blob_chunk_size < 1024:
+            raise ConfigurationError(
+                f"blob-chunk-size must be at least 1024 bytes, got {self.blob_chunk_size}")
 
     @property
     def row_lock_wait(self) -> float:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 import ZODB
@@ -86,8 +87,22 @@ def test_verify_reports_problems_with_exit_status(tmp_path: pathlib.Path,
     assert "checksum: oid 0x0000000000000001" in out and "problem(s)" in out
 
 
-@pytest.mark.parametrize("tool", ["demo", "convert", "pack", "verify", "doctor"])
+@pytest.mark.parametrize("tool", ["demo", "convert", "pack", "verify", "doctor", "blobspeed"])
 def test_help_ends_with_an_example(tool: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main([tool, "--help"])
     assert "example:" in capsys.readouterr().out.split("\n\n")[-1]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["database", "shared-dir"])
+def test_blobspeed_prints_write_and_read_rates(tmp_path: pathlib.Path, shared: bool,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    url = (f"sqlite://{tmp_path}/Data.sqlite?blob_dir={tmp_path}/blobs"
+           f"&shared_blob_dir={'true' if shared else 'false'}")
+    assert main(["blobspeed", url, "--size-mb", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "blob of 3 MiB" in out
+    assert re.search(r"write: [0-9.]+ MB/s", out) and re.search(r"read: +[0-9.]+ MB/s", out)
+    assert main(["verify", url, "--quiet"]) == 0
+    assert main(["blobspeed", f"sqlite://{tmp_path}/Plain.sqlite", "--size-mb", "1"]) == 2
+    assert "no blob support" in capsys.readouterr().err

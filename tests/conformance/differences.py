@@ -31,3 +31,23 @@ SERVER_SESSIONS_NEEDED = {
         " root session, a ZODB connection's load session and a commit session (about"
         " 180 sessions in all; the same test with 16 threads peaks at 48 and passes)"),
 }
+
+#: ZODB's reusable blob suite (``ZODB.tests.testblob.storage_reusable_suite``): parts
+#: that apply only to some cells of backend x history mode x blob layout, with why.
+BLOB_PACKING_APPLIES = (
+    "blob_packing.txt checks, after each pack, which per-revision files exist at"
+    " fshelper.getBlobFilename(oid, tid): it applies to the shared blob directory"
+    " (one file per revision) in history-preserving mode.  The database layout keeps"
+    " content-addressed cache files, not per-revision files; history-free mode keeps"
+    " no old revisions to pack away one by one")
+BLOB_UNDO_APPLIES = "BlobUndoTests undo transactions; a history-free storage keeps no undo log"
+
+#: Doctest examples left out when the tests run as root, keyed by file: the source of
+#: the example, and why it cannot pass for any storage then.
+BLOB_EXAMPLES_AS_ROOT = {
+    "blob_transaction.txt": (
+        "open(blob.committed(), 'w')",
+        "expects PermissionError opening a read-only committed blob file for writing;"
+        " root may open any file for writing (the file is 0444, checked by"
+        " test_blob_file_permissions)"),
+}

@@ -8,10 +8,10 @@ from typing import Callable, Sequence
 from zodbsql.errors import ZodbsqlError
 
 # Each tool module has `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
-from zodbsql.cli import bench, convert, demo, doctor, pack, verify
+from zodbsql.cli import bench, blobspeed, convert, demo, doctor, pack, verify
 
 TOOLS = {"bench": bench, "demo": demo, "convert": convert, "pack": pack, "verify": verify,
-         "doctor": doctor}
+         "doctor": doctor, "blobspeed": blobspeed}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ import json
 from zodbsql.cli import common
 from zodbsql.storage.verify import verify
 
-HELP = "check checksums and references of every stored state (read-only)"
+HELP = "check checksums and references of every stored state, and blobs (read-only)"
 EXAMPLE = "example:\n  zodbsql verify zodbsql+sqlite:///var/Data.sqlite\n  zodbsql verify zope.conf#main --json"
 
 
@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         storage.close()
     if args.json:
         print(json.dumps({"clean": report.clean, "states": report.states,
-                          "bytes": report.bytes,
+                          "bytes": report.bytes, "blobs": report.blobs,
+                          "blob_bytes": report.blob_bytes,
                           "problems": [{"kind": p.kind, "oid": f"0x{p.oid:016x}",
                                         "tid": f"0x{p.tid:016x}", "detail": p.detail}
                                        for p in report.problems]}, indent=2))
@@ -43,5 +44,7 @@ def run(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(problem)
         verdict = "clean" if report.clean else f"{len(report.problems)} problem(s)"
-        print(f"{report.states} states ({report.bytes / 1e6:.1f} MB) checked: {verdict}")
+        blobs = (f" and {report.blobs} blobs ({report.blob_bytes / 1e6:.1f} MB)"
+                 if report.blobs else "")
+        print(f"{report.states} states ({report.bytes / 1e6:.1f} MB){blobs} checked: {verdict}")
     return 0 if report.clean else 1

@@ -6,6 +6,12 @@ statement, locks and finds conflicts in one query, resolves what it can, and lea
 locks held.  Finish takes the commit lock, allocates the tid (strictly after the last
 one, close to the clock), moves the staged states in a few set-based statements and
 commits.  Abort rolls back and gives the connection back.
+
+Blobs (when the storage has a blob directory): ``storeBlob`` moves the file into the
+blob temp directory.  Vote hashes each file; in the database layout it uploads the
+chunks of contents the database does not have yet, and stages ``(oid, hash)`` either
+way.  Finish moves the staged references with the states; in the shared layout it puts
+the files in place after the tid is known and before the database commit.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
+from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
 from zodbsql.storage.records import checksum, references, verified
 
 if TYPE_CHECKING:
@@ -39,6 +46,10 @@ class PendingCommit:
         self.voted = False
         self.resolved: set[bytes] = set()
         self.tid: int | None = None
+        # Blobs: oid -> file in the blob temp dir; after vote, oid -> (hash, size,
+        # revision with the same content in the shared layout).
+        self.blob_files: dict[int, str] = {}
+        self.blob_staged: dict[int, tuple[bytes, int, tuple[int, int] | None]] = {}
 
     # -- buffering --------------------------------------------------------------------------
     def store(self, oid: int, prev_tid: int, state: bytes | None) -> None:
@@ -47,8 +58,19 @@ class PendingCommit:
             prev_tid = self.states[oid][0]
         self.states[oid] = (prev_tid, state)
         self.data_tids.pop(oid, None)
+        self._drop_blob(oid)
+
+    def store_blob(self, oid: int, staged: str) -> None:
+        """After ``store``/``restore`` of the same oid: its blob file (owned now)."""
+        self.blob_files[oid] = staged
+
+    def _drop_blob(self, oid: int) -> None:
+        staged = self.blob_files.pop(oid, None)
+        if staged is not None:
+            remove_quietly(staged)
 
     def restore(self, oid: int, state: bytes | None, data_tid: int | None) -> None:
+        self._drop_blob(oid)
         self.states[oid] = (0, state)
         self.unchecked.add(oid)
         if data_tid is None:
@@ -71,6 +93,7 @@ class PendingCommit:
                          len(state) if state else 0, state))
             refs.extend((oid, ref) for ref in references(oid, state))
         mover.stage(conn, rows, refs)
+        self._stage_blobs(conn)
         conflicts, read_conflicts = backend.locker.lock_objects(conn, self.read_current)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
@@ -80,6 +103,35 @@ class PendingCommit:
             self._resolve(conn, oid, expected, actual)
         self.voted = True
         return self.resolved
+
+    def _stage_blobs(self, conn: "DBConnection") -> None:
+        storage = self.storage
+        files = storage.shared.blob_files
+        blobs = storage.shared.backend.blobs
+        if files is None:
+            return
+        rows = []
+        uploaded: set[bytes] = set()
+        hashed = sorted((file_hash(staged), oid, staged)
+                        for oid, staged in self.blob_files.items())
+        # In hash order: two commits uploading the same contents wait for each other
+        # on the first one (insert-if-absent) instead of deadlocking.
+        for (content_hash, size), oid, staged in hashed:
+            same_as = None
+            if files.shared:
+                same_as = blobs.revision_with_content(conn, content_hash)
+            elif content_hash in uploaded or blobs.has_content(conn, content_hash):
+                pass  # stored already: nothing to upload
+            else:
+                blobs.upload(conn, content_hash, size, file_chunks(staged, files.chunk_size))
+                uploaded.add(content_hash)
+            self.blob_staged[oid] = (content_hash, size, same_as)
+            rows.append((oid, content_hash))
+        blobs.stage(conn, rows)
+        # Undo and restores with a backpointer copy an older revision's blob reference.
+        for oid, data_tid in self.data_tids.items():
+            if oid not in self.blob_files:
+                blobs.stage_copy(conn, oid, data_tid)
 
     def _resolve(self, conn: "DBConnection", oid: int, expected: int, actual: int) -> None:
         prev_tid, state = self.states[oid]
@@ -110,20 +162,52 @@ class PendingCommit:
         meta = self.transaction
         # The clock's tid; the backend takes one past the last tid if that is later.
         clock_tid = u64(newTid(None))
+        files = self.storage.shared.blob_files
+        check_blobs = (files is not None and not files.shared
+                       and bool(self.blob_staged or self.data_tids))
         tid = backend.txncontrol.finish(
             conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
             _as_bytes(meta.description), _extension_bytes(meta),
-            self.storage.shared.options.commit_lock_timeout, bool(self.states))
+            self.storage.shared.options.commit_lock_timeout, bool(self.states),
+            check_blobs=check_blobs, blobs=self._changes_blob_refs())
         if self.states:
             highest = max(self.states)
             if highest > self.storage.shared.highest_oid_seen:
                 backend.oids.ensure_above(conn, highest)
                 self.storage.shared.highest_oid_seen = highest
+        if files is not None and files.shared:
+            # The files are in place before the commit makes the revisions visible; a
+            # crash in between leaves only files no revision names (pack removes them).
+            placed: dict[bytes, tuple[int, int]] = {}
+            for oid, (content_hash, _, same_as) in self.blob_staged.items():
+                files.place(oid, tid, self.blob_files.pop(oid),
+                            same_as or placed.get(content_hash))
+                placed.setdefault(content_hash, (oid, tid))
+            for oid, data_tid in self.data_tids.items():
+                if oid not in self.blob_staged:
+                    files.link_revision(oid, data_tid, tid)
         conn.commit()
         self.tid = tid
+        if files is not None and files.cache is not None:
+            for oid, (content_hash, size, _) in self.blob_staged.items():
+                files.hashes.put(oid, tid, content_hash)
+                staged = self.blob_files.pop(oid)
+                try:
+                    files.cache.install(content_hash, size, staged)
+                except OSError:
+                    remove_quietly(staged)
         return tid
 
+    def _changes_blob_refs(self) -> bool:
+        """Can this commit add, replace or drop a blob reference?"""
+        if self.blob_staged or self.data_tids or self.unchecked:
+            return True
+        return any(state is None for _, state in self.states.values())
+
     def release(self) -> None:
+        for staged in self.blob_files.values():
+            remove_quietly(staged)
+        self.blob_files.clear()
         if self.conn is not None:
             self.storage.shared.pool.release(self.conn)
             self.conn = None

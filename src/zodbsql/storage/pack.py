@@ -9,6 +9,11 @@
 4. History-preserving: delete objects whose kept revision is a deletion (IExternalGC),
    then the revisions older than each object's kept revision, in batches, then mark
    the packed transactions.
+5. Blobs: free the contents (chunks) no blob reference uses any more, found with an
+   anti-join, one batch per locked step (a commit that found a content at vote checks
+   under the commit lock that it still exists); with a shared blob directory remove
+   the files of revisions that are gone.  Both are idempotent, so an interrupted pack
+   finishes the job when run again.
 
 ``progress`` (if given) is called with ``(phase, done)`` after every batch.
 """
@@ -82,6 +87,8 @@ class _Pack:
         if pack_tid <= 0 or (keep_history and pack_tid <= packed_tid(self.storage, conn)):
             return nothing
         if not keep_history and not self.gc:
+            if not self.dry_run:
+                self._collect_blobs()
             return nothing
         self.checked = last
         self.pack_tid = pack_tid
@@ -98,7 +105,28 @@ class _Pack:
                                  self.backend.packer.still_deleted, "deleted")
             self._delete_old_revisions()
         self._locked(lambda: self._finish(pack_tid))
+        self._collect_blobs()
         return counts
+
+    def _collect_blobs(self) -> None:
+        blobs, conn = self.backend.blobs, self.conn
+        done = 0
+        while True:
+            freed: list[bytes] = []
+
+            def step() -> None:
+                freed.extend(blobs.unused_contents(conn, self.batch))
+                if freed:
+                    blobs.delete_contents(conn, freed)
+            self._locked(step)
+            if not freed:
+                break
+            done += len(freed)
+            self.progress("blobs", done)
+        files = self.storage.shared.blob_files
+        if files is not None and files.shared:
+            last = self.backend.poller.last_tid(conn)
+            files.collect_files(conn, blobs, last)
 
     def _walk(self) -> None:
         while self.backend.packer.walk_step(self.conn, self.generation, self.pack_tid) > 0:

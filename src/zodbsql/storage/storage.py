@@ -17,7 +17,9 @@ import zope.interface
 import ZODB.BaseStorage
 from ZODB import POSException
 from ZODB.ConflictResolution import ConflictResolvingStorage
-from ZODB.interfaces import (IExternalGC, IMVCCStorage, IStorage, IStorageIteration,
+from ZODB.blob import BlobFile
+from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
+                             IMVCCStorage, IStorage, IStorageIteration,
                              IStorageRestoreable, IStorageUndoable)
 from ZODB.utils import p64, u64
 
@@ -25,13 +27,17 @@ from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import ConnectionPool, DBConnection, StatementTally
 from zodbsql.cache import StateCache
-from zodbsql.errors import ZodbsqlError
+from zodbsql.errors import SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import history, iteration, pack
+from zodbsql.storage.blobs import BlobFiles
 from zodbsql.storage.commit import PendingCommit
 from zodbsql.storage.records import verified
 
 log = logging.getLogger(__name__)
+
+#: The meta entry that records where blob data lives ("database" or "shared-directory").
+BLOB_LAYOUT = "blob_layout"
 
 #: Committing connections one storage keeps open at most.
 COMMIT_POOL_SIZE = 8
@@ -55,6 +61,7 @@ class Shared:
         self.highest_oid_seen = 0
         self.pack_lock = threading.Lock()
         self.closed = False
+        self.blob_files = BlobFiles(options) if options.blob_dir else None
 
     def counted(self, conn: DBConnection) -> DBConnection:
         """Add ``conn``'s statements from now on to this storage's running total."""
@@ -78,6 +85,8 @@ class SQLStorage(ConflictResolvingStorage):
             shared = Shared(backend, options)
             self._load = shared.counted(self._open_checked(backend, options))
             self._is_root = True
+            if options.blob_dir:
+                self._check_blob_layout(backend, options)
         else:
             self._is_root = False
         self.shared = shared
@@ -85,6 +94,10 @@ class SQLStorage(ConflictResolvingStorage):
         self.__name__ = shared.options.name or backend.describe()
         if shared.options.keep_history:
             zope.interface.alsoProvides(self, IStorageUndoable)
+        if shared.blob_files is not None:
+            zope.interface.alsoProvides(self, IBlobStorage, IBlobStorageRestoreable)
+            if shared.blob_files.fshelper is not None:
+                self.fshelper = shared.blob_files.fshelper
         self._snapshot: int | None = None   # None: read the newest data
         self._polled: int | None = None
         self._own_tids: set[int] = set()
@@ -105,6 +118,33 @@ class SQLStorage(ConflictResolvingStorage):
             conn.close()
             raise
         return conn
+
+    def _check_blob_layout(self, backend: Backend, options: Options) -> None:
+        """The blob layout is recorded with the first storage that has a blob-dir; one
+        opened with the other layout would not find the blobs, so it is refused."""
+        assert self._load is not None
+        want = "shared-directory" if options.shared_blob_dir else "database"
+        conn = self._load
+        stored = backend.history.get_meta(conn, BLOB_LAYOUT)
+        if stored is None and not options.read_only:
+            conn.begin_write()
+            try:
+                stored = backend.history.get_meta(conn, BLOB_LAYOUT)
+                if stored is None:
+                    backend.history.set_meta(conn, BLOB_LAYOUT, want)
+                    stored = want
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+        if stored is not None and stored != want:
+            conn.close()
+            self._load = None
+            raise SchemaError(
+                f"{backend.describe()} keeps its blobs in the {stored} layout, but the"
+                f" storage was configured for the {want} layout (shared-blob-dir"
+                f" {'true' if options.shared_blob_dir else 'false'}); set shared-blob-dir"
+                f" {'true' if stored == 'shared-directory' else 'false'} to open it")
 
     # -- IMVCCStorage ---------------------------------------------------------------------------
     def new_instance(self) -> "SQLStorage":
@@ -359,6 +399,83 @@ class SQLStorage(ConflictResolvingStorage):
     def tpc_transaction(self) -> Any:
         return self._pending.transaction if self._pending is not None else None
 
+    # -- blobs --------------------------------------------------------------------------------
+    def _blob_files(self) -> BlobFiles:
+        files = self.shared.blob_files
+        if files is None:
+            raise POSException.Unsupported(
+                f"storage {self.__name__} has no blob-dir, so it does not store blobs"
+                " (set blob-dir to store them)")
+        return files
+
+    def storeBlob(self, oid: bytes, oldserial: bytes, data: bytes, blobfilename: str,
+                  version: str, transaction: Any) -> None:
+        files = self._blob_files()
+        self.store(oid, _serial_bytes(oldserial), data, version, transaction)
+        self._pending_for(transaction).store_blob(u64(oid), files.take(blobfilename))
+
+    def restoreBlob(self, oid: bytes, serial: bytes, data: bytes, blobfilename: str,
+                    prev_txn: bytes | None, transaction: Any) -> None:
+        files = self._blob_files()
+        self.restore(oid, serial, data, "", prev_txn, transaction)
+        self._pending_for(transaction).store_blob(u64(oid), files.take(blobfilename))
+
+    def temporaryDirectory(self) -> str:
+        return self._blob_files().temp_dir
+
+    def loadBlob(self, oid: bytes, serial: bytes) -> str:
+        """The path of a file holding the blob of revision ``serial`` of ``oid``."""
+        files = self._blob_files()
+        oid_int, tid = u64(oid), u64(serial)
+        if files.cache is None:
+            return files.load_shared(oid_int, tid)
+        blobs = self.shared.backend.blobs
+        content_hash = files.hashes.get(oid_int, tid)
+        if content_hash is not None:
+            path = files.cache.lookup(content_hash)
+            if path is not None:
+                return path
+        with self._load_lock:
+            conn = self._conn()
+            if content_hash is None:
+                content_hash = blobs.content_hash(conn, oid_int, tid)
+                if content_hash is None:
+                    raise POSException.POSKeyError("no blob for this revision", oid, serial)
+                files.hashes.put(oid_int, tid, content_hash)
+                path = files.cache.lookup(content_hash)
+                if path is not None:
+                    return path
+            own_txn = not conn.in_transaction
+            if own_txn:
+                conn.begin_read()  # the content row and its chunks from one snapshot
+            try:
+                found = blobs.content(conn, content_hash)
+                if found is None:
+                    raise POSException.POSKeyError(
+                        f"the blob content {content_hash.hex()} is missing", oid, serial)
+                size, chunks = found
+                return files.cache.fill(
+                    content_hash, size,
+                    lambda write: blobs.download(conn, content_hash, chunks, write))
+            except KeyError as exc:
+                raise POSException.POSKeyError(
+                    f"chunk {exc} of blob content {content_hash.hex()} is missing",
+                    oid, serial) from None
+            finally:
+                if own_txn:
+                    conn.rollback()
+
+    def openCommittedBlobFile(self, oid: bytes, serial: bytes, blob: Any = None) -> Any:
+        # A cached file may be pruned between loadBlob and open: load it again then.
+        for attempt in range(5):
+            path = self.loadBlob(oid, serial)
+            try:
+                return open(path, "rb") if blob is None else BlobFile(path, "r", blob)
+            except FileNotFoundError:
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
     # -- undo ---------------------------------------------------------------------------------------
     def supportsUndo(self) -> bool:
         return self._options.keep_history
@@ -387,7 +504,13 @@ class SQLStorage(ConflictResolvingStorage):
 
     def copyTransactionsFrom(self, other: Any, verbose: bool = False) -> None:
         """Copy every transaction of ``other`` (any iterable storage) into this one."""
-        ZODB.BaseStorage.copy(other, self, verbose)
+        if self.shared.blob_files is not None:
+            from ZODB.utils import z64
+
+            from zodbsql.copying import copy_transactions
+            copy_transactions(other, self, z64)
+        else:
+            ZODB.BaseStorage.copy(other, self, verbose)
 
     def record_iternext(self, next: Any = None) -> tuple[bytes, bytes, bytes, Any]:
         return iteration.record_iternext(self, next)
@@ -450,6 +573,8 @@ class SQLStorage(ConflictResolvingStorage):
         shared.backend.destroy()
         self._load = self._open_checked(shared.backend, self._options)
         shared.cache.clear()
+        if shared.blob_files is not None:
+            shared.blob_files.hashes.clear()
         with shared.oid_lock:
             shared.free_oids = []
             shared.highest_oid_seen = 0
@@ -476,3 +601,10 @@ class SQLStorage(ConflictResolvingStorage):
 
     def __repr__(self) -> str:
         return f"<SQLStorage {self.__name__}>"
+
+
+def _serial_bytes(serial: bytes | str) -> bytes:
+    """Some callers pass the empty serial as a str of NULs."""
+    if isinstance(serial, str):
+        return serial.encode("latin-1")
+    return serial

@@ -1,11 +1,16 @@
-"""Verify a database: every state against its checksum, every reference resolvable.
+"""Verify a database: every state against its checksum, every reference resolvable,
+every blob reference's content present and intact.
 
 Read-only.  Problems are collected, not raised, so one run reports all of them.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 from typing import TYPE_CHECKING, Callable
+
+from zodbsql.storage.blobs import file_hash
 
 from zodbsql.storage.records import checksum
 
@@ -15,7 +20,7 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    kind: str          # "checksum" or "dangling-reference"
+    kind: str          # "checksum", "dangling-reference", "blob-missing", "blob-corrupt"
     oid: int
     tid: int
     detail: str
@@ -28,6 +33,8 @@ class Problem:
 class Report:
     states: int = 0
     bytes: int = 0
+    blobs: int = 0
+    blob_bytes: int = 0
     problems: list[Problem] = dataclasses.field(default_factory=list)
 
     @property
@@ -61,6 +68,57 @@ def verify(storage: "SQLStorage", progress: Callable[[int, int], None] | None = 
             report.problems.append(Problem(
                 "dangling-reference", int(oid), int(tid),
                 f"refers to oid 0x{int(missing):016x}, which does not exist"))
+        _verify_blobs(storage, conn, report)
     finally:
         conn.close()
     return report
+
+
+def _verify_blobs(storage: "SQLStorage", conn: object, report: Report) -> None:
+    """Blob references against their contents: in the database (chunks hashed and
+    measured) or, with a shared blob directory, the revision files."""
+    blobs = storage.backend.blobs
+    files = storage.shared.blob_files
+    if files is not None and files.shared:
+        for oid, tid, content_hash in blobs.iter_refs(conn):
+            report.blobs += 1
+            path = files.revision_path(oid, tid)
+            if not os.path.exists(path):
+                report.problems.append(Problem("blob-missing", oid, tid,
+                                               f"the blob file {path} does not exist"))
+                continue
+            digest, size = file_hash(path)
+            report.blob_bytes += size
+            if digest != content_hash:
+                report.problems.append(Problem(
+                    "blob-corrupt", oid, tid,
+                    f"the blob file {path} ({size} bytes) does not have the recorded SHA-256"))
+        return
+    for oid, tid, content_hash in blobs.refs_without_content(conn):
+        report.problems.append(Problem(
+            "blob-missing", oid, tid,
+            f"its blob content {content_hash.hex()} is not in the database"))
+    for content_hash, size, chunks in blobs.iter_contents(conn):
+        report.blobs += 1
+        digest = hashlib.sha256()
+        got = 0
+
+        def write(data: bytes) -> None:
+            nonlocal got
+            digest.update(data)
+            got += len(data)
+        detail = None
+        try:
+            blobs.download(conn, content_hash, chunks, write)
+        except KeyError as exc:
+            detail = f"chunk {exc} of {chunks} is missing"
+        else:
+            report.blob_bytes += got
+            if got != size:
+                detail = f"its chunks hold {got} bytes, {size} recorded"
+            elif digest.digest() != content_hash:
+                detail = "its chunks do not have the recorded SHA-256"
+        if detail is not None:
+            oid, tid = blobs.revision_with_content(conn, content_hash) or (0, 0)
+            report.problems.append(Problem(
+                "blob-corrupt", oid, tid, f"blob content {content_hash.hex()}: {detail}"))

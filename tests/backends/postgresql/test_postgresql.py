@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import transaction
+import ZODB
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.POSException import POSKeyError
@@ -271,3 +272,53 @@ def test_connection_killed_mid_commit_leaves_nothing_half_done(factory, when):
     store(storage, txn, oid, tid, 3)
     storage.tpc_vote(txn)
     assert u64(storage.tpc_finish(txn)) > u64(tid)
+
+
+def test_connection_killed_during_blob_upload_leaves_no_partial_blob(factory, tmp_path):
+    """pg_terminate_backend of the commit connection while vote uploads a blob's chunks."""
+    import hashlib
+    import os
+
+    from ZODB.blob import Blob
+
+    storage = factory.open(blob_dir=str(tmp_path / "cache"), blob_chunk_size=4096)
+    blobs = storage.backend.blobs
+    real_upload = blobs.upload
+    data = os.urandom(10 * 4096)
+
+    def upload_then_die(conn, content_hash, size, chunks):
+        def first_chunks_then_kill():
+            for num, chunk in enumerate(chunks):
+                if num == 3:
+                    _terminate(factory, conn)
+                yield chunk
+        return real_upload(conn, content_hash, size, first_chunks_then_kill())
+
+    blobs.upload = upload_then_die
+    db = ZODB.DB(storage)
+    try:
+        conn = db.open()
+        conn.root()["big"] = Blob(data)
+        with pytest.raises(ConnectionLost):
+            transaction.commit()
+        transaction.abort()
+        # Nothing of the upload is visible: no content, no chunk, no reference.
+        for table in ("blob_content", "blob_chunk", "blob_ref"):
+            assert factory.admin.execute(
+                f'SELECT COUNT(*) FROM "{factory.path}".{table}').fetchone()[0] == 0
+        blobs.upload = real_upload
+        conn.root()["big"] = Blob(data)
+        transaction.commit()  # the next commit works (the pool reconnects)
+        incomplete = factory.admin.execute(
+            f'SELECT COUNT(*) FROM "{factory.path}".blob_content c WHERE c.chunks <>'
+            f' (SELECT COUNT(*) FROM "{factory.path}".blob_chunk k'
+            f'  WHERE k.content_hash = c.content_hash)').fetchone()[0]
+        assert incomplete == 0
+        conn2 = db.open(transaction_manager=transaction.TransactionManager())
+        storage.shared.blob_files.cache.evict(
+            hashlib.sha256(data).digest())
+        with conn2.root()["big"].open() as f:
+            assert f.read() == data
+    finally:
+        blobs.upload = real_upload
+        db.close()

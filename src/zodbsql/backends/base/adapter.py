@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from zodbsql.backends.base.blobs import Blobs
 from zodbsql.backends.base.checker import Checker
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.features import Features
@@ -41,6 +42,7 @@ class Backend:
     checker_class: ClassVar[type[Checker]] = Checker
     txncontrol_class: ClassVar[type[TransactionControl]] = TransactionControl
     inspector_class: ClassVar[type[Inspector]] = Inspector
+    blobs_class: ClassVar[type[Blobs]] = Blobs
 
     def __init__(self, keep_history: bool) -> None:
         self.keep_history = keep_history
@@ -55,6 +57,7 @@ class Backend:
         self.checker = self.checker_class(self)
         self.txncontrol = self.txncontrol_class(self)
         self.inspector = self.inspector_class(self)
+        self.blobs = self.blobs_class(self)
 
     def connect(self) -> DBConnection:
         """Open a new connection (autocommit between explicit transactions)."""

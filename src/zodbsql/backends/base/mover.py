@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
 CLEAR_TEMP_REF = "DELETE FROM temp_ref"
+CLEAR_TEMP_BLOB = "DELETE FROM temp_blob"
 STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state)"
                " VALUES (%s, %s, %s, %s, %s, %s)")
 STAGE_REF = "INSERT INTO temp_ref (zoid, to_zoid) VALUES (%s, %s)"
@@ -47,6 +48,8 @@ HP_MOVE_REFS = "INSERT INTO object_ref (zoid, tid, to_zoid) SELECT zoid, %s, to_
 HP_SET_CURRENT = (
     "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store WHERE true"
     " ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid")
+HP_MOVE_BLOBS = (
+    "INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, %s, content_hash FROM temp_blob")
 HP_COUNT_OBJECTS = "SELECT COUNT(*) FROM current_object"
 
 # -- history-free -----------------------------------------------------------------------------
@@ -61,6 +64,10 @@ HF_DELETE_REMOVED = (
     "DELETE FROM object_state WHERE zoid IN (SELECT zoid FROM temp_store WHERE state IS NULL)")
 HF_DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
 HF_MOVE_REFS = "INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref"
+# A new revision replaces the object's blob reference (or drops it: deleted, not a blob).
+HF_DELETE_OLD_BLOBS = "DELETE FROM blob_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
+HF_MOVE_BLOBS = (
+    "INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, %s, content_hash FROM temp_blob")
 HF_COUNT_OBJECTS = "SELECT COUNT(*) FROM object_state"
 
 
@@ -126,6 +133,8 @@ class Mover:
             return
         conn.execute(CLEAR_TEMP_STORE)
         conn.execute(CLEAR_TEMP_REF)
+        # temp_blob is emptied by move_staged after use (and by rollback), so a commit
+        # without blobs spends no statement on it.
 
     def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
               refs: Iterable[tuple[int, int]]) -> None:
@@ -149,14 +158,25 @@ class Mover:
         row = conn.fetchone(MAX_STAGED_OID)
         return int(row[0]) if row and row[0] is not None else None
 
-    def move_staged(self, conn: "DBConnection", tid: int) -> None:
-        """Make the staged states the revisions of ``tid``."""
+    def move_staged(self, conn: "DBConnection", tid: int, blobs: bool = True) -> None:
+        """Make the staged states the revisions of ``tid``.
+
+        ``blobs``: the commit may change blob references (it staged blobs, copies
+        revisions, deletes or restores objects); otherwise the blob steps are skipped.
+        """
         if self.keep_history:
             conn.execute(HP_MOVE_STATES, (tid,))
             conn.execute(HP_SET_CURRENT, (tid,))
             conn.execute(HP_MOVE_REFS, (tid,))
+            if blobs:
+                conn.execute(HP_MOVE_BLOBS, (tid,))
         else:
             conn.execute(HF_MOVE_STATES, (tid,))
             conn.execute(HF_DELETE_REMOVED)
             conn.execute(HF_DELETE_OLD_REFS)
             conn.execute(HF_MOVE_REFS)
+            if blobs:
+                conn.execute(HF_DELETE_OLD_BLOBS)
+                conn.execute(HF_MOVE_BLOBS, (tid,))
+        if blobs and not self.backend.features.staging_emptied_by_transaction_end:
+            conn.execute(CLEAR_TEMP_BLOB)

@@ -7,6 +7,9 @@ of explicit oid lists, each batch in its own short write transaction, so writers
 between batches; deletes name oids instead of using a subquery, which every database
 plans well.
 
+Blob references go with the revisions and objects they belong to, in the same batches;
+afterwards blob contents no reference uses any more are freed (``storage/pack.py``).
+
 Reachability follows the references recorded at commit: in history-preserving mode the
 edges of each object's ``keep_tid`` revision and of every revision after the pack tid.
 """
@@ -83,16 +86,19 @@ NEXT_WITH_OLD_REVISIONS = (
     "SELECT zoid, keep_tid FROM pack_object WHERE zoid > %s AND old_count > 0"
     " ORDER BY zoid LIMIT %s")
 HP_DELETE_OBJECTS = (
+    "DELETE FROM blob_ref WHERE zoid IN ({oids})",
     "DELETE FROM object_ref WHERE zoid IN ({oids})",
     "DELETE FROM current_object WHERE zoid IN ({oids})",
     "DELETE FROM object_state WHERE zoid IN ({oids})",
 )
 HF_DELETE_OBJECTS = (
+    "DELETE FROM blob_ref WHERE zoid IN ({oids})",
     "DELETE FROM object_ref WHERE zoid IN ({oids})",
     "DELETE FROM object_state WHERE zoid IN ({oids})",
 )
 DELETE_OLD_STATES = "DELETE FROM object_state WHERE zoid = %s AND tid < %s"
 DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid = %s AND tid < %s"
+DELETE_OLD_BLOB_REFS = "DELETE FROM blob_ref WHERE zoid = %s AND tid < %s"
 COUNT_GARBAGE = (
     "SELECT COUNT(*) FROM pack_object p"
     " WHERE NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = p.zoid)")
@@ -169,6 +175,7 @@ class Packer:
     def delete_old_revisions(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
         conn.executemany(DELETE_OLD_STATES, keep)
         conn.executemany(DELETE_OLD_REFS, keep)
+        conn.executemany(DELETE_OLD_BLOB_REFS, keep)
 
     def count(self, conn: "DBConnection", gc: bool) -> dict[str, int]:
         """What the prepared pack would remove: garbage objects and old revisions."""

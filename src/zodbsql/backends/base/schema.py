@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 #: Every table zodbsql creates, in an order that drops cleanly.
-TABLES = ("object_ref", "current_object", "object_state", "transactions",
+TABLES = ("blob_ref", "blob_chunk", "blob_content", "object_ref", "current_object", "object_state", "transactions",
           "oid_counter", "commit_row", "zodbsql_meta")
 
 SELECT_META = "SELECT name, value FROM zodbsql_meta"
@@ -32,6 +32,10 @@ class Schema:
     HISTORY_PRESERVING_DDL: tuple[str, ...] = ()
     #: DDL run in order to create a history-free database.
     HISTORY_FREE_DDL: tuple[str, ...] = ()
+    #: DDL of the blob tables (history-preserving, history-free); part of the DDL above,
+    #: and run alone to add them to a database created before blobs were supported.
+    HISTORY_PRESERVING_BLOB_DDL: tuple[str, ...] = ()
+    HISTORY_FREE_BLOB_DDL: tuple[str, ...] = ()
     #: Query listing the tables in the database (one column, the name).
     LIST_TABLES = ""
 
@@ -70,6 +74,15 @@ class Schema:
         meta = self.read_meta(conn)
         if meta is not None:
             self.check(meta, keep_history)
+            if not read_only and "blob_ref" not in self.list_tables(conn):
+                conn.begin_write()
+                try:
+                    if "blob_ref" not in self.list_tables(conn):
+                        self.add_blob_tables(conn, keep_history)
+                    conn.commit()
+                except BaseException:
+                    conn.rollback()
+                    raise
             return
         where = self.backend.describe()
         foreign = self.list_tables(conn)
@@ -99,6 +112,12 @@ class Schema:
             conn.execute(statement)
         conn.execute(INSERT_META, ("schema_version", str(SCHEMA_VERSION)))
         conn.execute(INSERT_META, ("keep_history", "true" if keep_history else "false"))
+
+    def add_blob_tables(self, conn: "DBConnection", keep_history: bool) -> None:
+        """Add the blob tables to a database made before blobs (an additive upgrade)."""
+        ddl = self.HISTORY_PRESERVING_BLOB_DDL if keep_history else self.HISTORY_FREE_BLOB_DDL
+        for statement in ddl:
+            conn.execute(statement)
 
     def drop_all(self, conn: "DBConnection") -> None:
         """Drop zodbsql's own tables (and nothing else)."""

@@ -11,10 +11,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ZODB.POSException import StorageTransactionError
+from ZODB.utils import p64
+
+from zodbsql.errors import BlobContentVanished
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.adapter import Backend
     from zodbsql.backends.base.connections import DBConnection
+
+
+def blob_vanished(oid: int | None) -> BlobContentVanished:
+    where = f" of oid 0x{oid:016x}" if oid is not None else ""
+    return BlobContentVanished(
+        f"the blob content{where} was freed by a pack while this transaction committed;"
+        " the transaction can be retried", oid=p64(oid) if oid is not None else None)
 
 
 def out_of_order(requested: int, last: int) -> StorageTransactionError:
@@ -29,9 +39,17 @@ class TransactionControl:
 
     def finish(self, conn: "DBConnection", clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
-               has_states: bool = True) -> int:
+               has_states: bool = True, check_blobs: bool = False,
+               blobs: bool = True) -> int:
+        """``blobs``: the commit may change blob references (see ``Mover.move_staged``).
+        ``check_blobs``: the commit staged blob contents kept in the database; check
+        under the commit lock that each is still complete (a pack may have freed one)."""
         backend = self.backend
         backend.locker.lock_commit(conn, lock_timeout)
+        if check_blobs:
+            missing = backend.blobs.staged_missing(conn)
+            if missing is not None:
+                raise blob_vanished(missing)
         last = backend.poller.last_tid(conn)
         if requested_tid is not None:
             if requested_tid <= last:
@@ -41,5 +59,5 @@ class TransactionControl:
             tid = max(clock_tid, last + 1)
         backend.history.record_commit(conn, tid, user, description, extension)
         if has_states:
-            backend.mover.move_staged(conn, tid)
+            backend.mover.move_staged(conn, tid, blobs)
         return tid

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.postgresql.blobs import PostgreSQLBlobs
 from zodbsql.backends.postgresql.connections import (DRIVERS, MIN_SERVER_VERSION,
                                                      PREPARE_THRESHOLD,
                                                      PostgreSQLConnection, load_driver)
@@ -60,6 +61,7 @@ class PostgreSQLBackend(Backend):
     packer_class = PostgreSQLPacker
     txncontrol_class = PostgreSQLTransactionControl
     inspector_class = PostgreSQLInspector
+    blobs_class = PostgreSQLBlobs
 
     def __init__(self, options: PostgreSQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

@@ -20,6 +20,25 @@ COMMON_DDL = (
     # Oids come from zoid_seq (see oidalloc.py): nextval never blocks and is never undone.
     "CREATE SEQUENCE zoid_seq START WITH 1 MINVALUE 0",
 )
+# Blob data, each distinct content once (see backends/base/blobs.py).
+BLOB_CONTENT_DDL = (
+    "CREATE TABLE blob_content (content_hash BYTEA PRIMARY KEY, size BIGINT NOT NULL,"
+    " chunks INTEGER NOT NULL)",
+    "CREATE TABLE blob_chunk (content_hash BYTEA NOT NULL, chunk_num INTEGER NOT NULL,"
+    " data BYTEA NOT NULL, PRIMARY KEY (content_hash, chunk_num))",
+    # Chunks are compressed already or not worth compressing; keep them out of line.
+    "ALTER TABLE blob_chunk ALTER COLUMN data SET STORAGE EXTERNAL",
+)
+HISTORY_PRESERVING_BLOB_DDL = BLOB_CONTENT_DDL + (
+    "CREATE TABLE blob_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
+    " content_hash BYTEA NOT NULL, PRIMARY KEY (zoid, tid))",
+    "CREATE INDEX blob_ref_hash ON blob_ref (content_hash)",
+)
+HISTORY_FREE_BLOB_DDL = BLOB_CONTENT_DDL + (
+    "CREATE TABLE blob_ref (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL,"
+    " content_hash BYTEA NOT NULL)",
+    "CREATE INDEX blob_ref_hash ON blob_ref (content_hash)",
+)
 HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid BIGINT PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
     " username BYTEA NOT NULL, description BYTEA NOT NULL, extension BYTEA NOT NULL)",
@@ -33,7 +52,7 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
     " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid))",
     "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
-)
+) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL,"
     " checksum BIGINT, state_size BIGINT NOT NULL, state BYTEA)",
@@ -41,7 +60,7 @@ HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
     " PRIMARY KEY (zoid, to_zoid))",
     "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
-)
+) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = (
     "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
 HAS_SEQUENCE = (
@@ -51,7 +70,10 @@ HAS_FINISH = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_finish'")
 DROP_FINISH = ("DROP FUNCTION zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA, BOOLEAN,"
-               " INTEGER)")
+               " INTEGER, BOOLEAN)")
+# The finish function of databases made before blobs (one argument fewer).
+DROP_OLD_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA,"
+                   " BYTEA, BOOLEAN, INTEGER)")
 # Serialises schema creation between processes (the key is arbitrary but fixed).
 CREATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('zodbsql:create:' || current_schema()))"
 
@@ -59,6 +81,8 @@ CREATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('zodbsql:create:' || curren
 class PostgreSQLSchema(Schema):
     HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
+    HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
+    HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
 
     def create(self, conn: "DBConnection", keep_history: bool) -> None:
@@ -66,8 +90,19 @@ class PostgreSQLSchema(Schema):
         if self.read_meta(conn) is not None:
             return  # another process created it while this one waited for the lock
         super().create(conn, keep_history)
+        self.install_procedures(conn, keep_history)
+
+    def install_procedures(self, conn: "DBConnection", keep_history: bool) -> None:
         procedures = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
         conn.execute_script(resources.files(__package__).joinpath(procedures).read_text())
+
+    def add_blob_tables(self, conn: "DBConnection", keep_history: bool) -> None:
+        conn.execute(CREATE_LOCK)
+        if "blob_ref" in self.list_tables(conn):
+            return
+        super().add_blob_tables(conn, keep_history)
+        conn.execute(DROP_OLD_FINISH)
+        self.install_procedures(conn, keep_history)
 
     def drop_all(self, conn: "DBConnection") -> None:
         super().drop_all(conn)

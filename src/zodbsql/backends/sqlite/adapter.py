@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.sqlite.blobs import SQLiteBlobs
 from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
 from zodbsql.backends.sqlite.inspector import SQLiteInspector
@@ -46,6 +47,7 @@ class SQLiteBackend(Backend):
     mover_class = SQLiteMover
     packer_class = SQLitePacker
     inspector_class = SQLiteInspector
+    blobs_class = SQLiteBlobs
 
     def __init__(self, options: SQLiteOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

@@ -5,6 +5,7 @@ CREATE_TEMP_TABLES = (
     "CREATE TEMP TABLE IF NOT EXISTS temp_store (zoid INTEGER PRIMARY KEY,"
     " prev_tid INTEGER NOT NULL, data_tid INTEGER, checksum INTEGER, state_size INTEGER NOT NULL, state BLOB)",
     "CREATE TEMP TABLE IF NOT EXISTS temp_ref (zoid INTEGER NOT NULL, to_zoid INTEGER NOT NULL)",
+    "CREATE TEMP TABLE IF NOT EXISTS temp_blob (zoid INTEGER PRIMARY KEY, content_hash BLOB NOT NULL)",
 )
 
 

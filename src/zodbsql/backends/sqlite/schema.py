@@ -9,6 +9,23 @@ COMMON_DDL = (
     "CREATE TABLE oid_counter (id INTEGER PRIMARY KEY CHECK (id = 0), last_oid INTEGER NOT NULL)",
     "INSERT INTO oid_counter (id, last_oid) VALUES (0, 0)",
 )
+# Blob data, each distinct content once (see backends/base/blobs.py).
+BLOB_CONTENT_DDL = (
+    "CREATE TABLE blob_content (content_hash BLOB PRIMARY KEY, size INTEGER NOT NULL,"
+    " chunks INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE blob_chunk (content_hash BLOB NOT NULL, chunk_num INTEGER NOT NULL,"
+    " data BLOB NOT NULL, PRIMARY KEY (content_hash, chunk_num))",
+)
+HISTORY_PRESERVING_BLOB_DDL = BLOB_CONTENT_DDL + (
+    "CREATE TABLE blob_ref (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
+    " content_hash BLOB NOT NULL, PRIMARY KEY (zoid, tid)) WITHOUT ROWID",
+    "CREATE INDEX blob_ref_hash ON blob_ref (content_hash)",
+)
+HISTORY_FREE_BLOB_DDL = BLOB_CONTENT_DDL + (
+    "CREATE TABLE blob_ref (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL,"
+    " content_hash BLOB NOT NULL)",
+    "CREATE INDEX blob_ref_hash ON blob_ref (content_hash)",
+)
 HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid INTEGER PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
     " username BLOB NOT NULL, description BLOB NOT NULL, extension BLOB NOT NULL)",
@@ -23,7 +40,7 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE object_ref (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
     " to_zoid INTEGER NOT NULL, PRIMARY KEY (zoid, tid, to_zoid)) WITHOUT ROWID",
     "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
-)
+) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL,"
     " checksum INTEGER, state_size INTEGER NOT NULL, state BLOB)",
@@ -31,7 +48,7 @@ HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_ref (zoid INTEGER NOT NULL, to_zoid INTEGER NOT NULL,"
     " PRIMARY KEY (zoid, to_zoid)) WITHOUT ROWID",
     "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
-)
+) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
 HAS_META = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'zodbsql_meta'"
 
@@ -46,6 +63,8 @@ def use_wal(conn: DBConnection) -> None:
 class SQLiteSchema(Schema):
     HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
+    HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
+    HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
 
     def prepare(self, conn: DBConnection, keep_history: bool, create: bool,

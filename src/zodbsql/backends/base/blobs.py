@@ -1,0 +1,179 @@
+"""Blobs: the SQL that stores blob data and maps revisions to it.
+
+Each distinct content (the bytes of a blob file) is stored once, named by its SHA-256:
+``blob_content`` (hash, size, number of chunks) and its ``blob_chunk`` rows.
+``blob_ref`` says which content a revision's blob has.  A commit stages ``(oid, hash)``
+in ``temp_blob`` during vote; the mover's ``move_staged`` (or the server-side finish
+function) moves them into ``blob_ref`` with the states.
+
+Chunks are inserted with insert-if-absent semantics (two commits may upload the same
+content at once); backends override ``INSERT_CHUNK`` and ``INSERT_CONTENT`` with their
+dialect.  With a shared blob directory the files hold the data and only ``blob_ref``
+is used.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.backends.base.connections import DBConnection
+
+CLEAR_TEMP_BLOB = "DELETE FROM temp_blob"
+STAGE_BLOB = "INSERT INTO temp_blob (zoid, content_hash) VALUES (%s, %s)"
+# Undo and restore with a backpointer: the revision copied keeps its content.
+STAGE_BLOB_COPY = (
+    "INSERT INTO temp_blob (zoid, content_hash)"
+    " SELECT zoid, content_hash FROM blob_ref WHERE zoid = %s AND tid = %s")
+UNSTAGE_BLOB = "DELETE FROM temp_blob WHERE zoid = %s"
+CONTENT_EXISTS = "SELECT 1 FROM blob_content WHERE content_hash = %s"
+INSERT_CHUNK = ("INSERT INTO blob_chunk (content_hash, chunk_num, data) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING")
+INSERT_CONTENT = ("INSERT INTO blob_content (content_hash, size, chunks) VALUES (%s, %s, %s)"
+                  " ON CONFLICT DO NOTHING")
+FIND_REF = "SELECT content_hash FROM blob_ref WHERE zoid = %s AND tid = %s"
+CONTENT = "SELECT size, chunks FROM blob_content WHERE content_hash = %s"
+CHUNK = "SELECT data FROM blob_chunk WHERE content_hash = %s AND chunk_num = %s"
+REVISION_WITH_CONTENT = "SELECT zoid, tid FROM blob_ref WHERE content_hash = %s LIMIT 1"
+# Staged contents that are missing or incomplete (run under the commit lock, so no pack
+# can free one of them between this check and the commit).
+STAGED_MISSING = (
+    "SELECT t.zoid FROM temp_blob t LEFT JOIN blob_content c"
+    " ON c.content_hash = t.content_hash WHERE c.content_hash IS NULL"
+    " OR c.chunks <> (SELECT COUNT(*) FROM blob_chunk k WHERE k.content_hash = t.content_hash)"
+    " LIMIT 1")
+# -- pack -------------------------------------------------------------------------------
+DELETE_REFS_OF_OBJECTS = "DELETE FROM blob_ref WHERE zoid IN ({oids})"
+DELETE_OLD_REFS = "DELETE FROM blob_ref WHERE zoid = %s AND tid < %s"
+UNUSED_CONTENTS = (
+    "SELECT c.content_hash FROM blob_content c WHERE NOT EXISTS"
+    " (SELECT 1 FROM blob_ref r WHERE r.content_hash = c.content_hash) LIMIT %s")
+DELETE_CHUNKS = "DELETE FROM blob_chunk WHERE content_hash IN ({hashes})"
+DELETE_CONTENTS = "DELETE FROM blob_content WHERE content_hash IN ({hashes})"
+REFS_IN = "SELECT zoid, tid FROM blob_ref WHERE zoid IN ({oids})"
+# -- verify -----------------------------------------------------------------------------
+REFS_WITHOUT_CONTENT = (
+    "SELECT r.zoid, r.tid, r.content_hash FROM blob_ref r WHERE NOT EXISTS"
+    " (SELECT 1 FROM blob_content c WHERE c.content_hash = r.content_hash)"
+    " ORDER BY r.zoid, r.tid")
+CONTENTS_AFTER = ("SELECT content_hash, size, chunks FROM blob_content WHERE content_hash > %s"
+                  " ORDER BY content_hash LIMIT %s")
+REFS_AFTER = ("SELECT zoid, tid, content_hash FROM blob_ref"
+              " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
+COUNT_REFS = "SELECT COUNT(*) FROM blob_ref"
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+class Blobs:
+    """Blob rows in and out of the database."""
+
+    INSERT_CHUNK = INSERT_CHUNK
+    INSERT_CONTENT = INSERT_CONTENT
+
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+        self.keep_history = backend.keep_history
+
+    # -- committing ---------------------------------------------------------------------
+    def clear_staged(self, conn: "DBConnection") -> None:
+        if not self.backend.features.staging_emptied_by_transaction_end:
+            conn.execute(CLEAR_TEMP_BLOB)
+
+    def stage(self, conn: "DBConnection", rows: Sequence[tuple[int, bytes]]) -> None:
+        if rows:
+            conn.executemany(STAGE_BLOB, rows)
+
+    def stage_copy(self, conn: "DBConnection", oid: int, from_tid: int) -> None:
+        conn.execute(STAGE_BLOB_COPY, (oid, from_tid))
+
+    def unstage(self, conn: "DBConnection", oid: int) -> None:
+        conn.execute(UNSTAGE_BLOB, (oid,))
+
+    def has_content(self, conn: "DBConnection", content_hash: bytes) -> bool:
+        return conn.fetchone(CONTENT_EXISTS, (content_hash,)) is not None
+
+    def upload(self, conn: "DBConnection", content_hash: bytes, size: int,
+               chunks: Iterator[bytes]) -> int:
+        """Insert the chunks, then the content row; return the number of chunks."""
+        count = 0
+        for data in chunks:
+            conn.execute(self.INSERT_CHUNK, (content_hash, count, data))
+            count += 1
+        conn.execute(self.INSERT_CONTENT, (content_hash, size, count))
+        return count
+
+    def staged_missing(self, conn: "DBConnection") -> int | None:
+        """An oid whose staged content is gone or incomplete, or None (commit lock held)."""
+        row = conn.fetchone(STAGED_MISSING)
+        return int(row[0]) if row else None
+
+    def revision_with_content(self, conn: "DBConnection",
+                              content_hash: bytes) -> tuple[int, int] | None:
+        row = conn.fetchone(REVISION_WITH_CONTENT, (content_hash,))
+        return (int(row[0]), int(row[1])) if row else None
+
+    # -- loading ------------------------------------------------------------------------
+    def content_hash(self, conn: "DBConnection", oid: int, tid: int) -> bytes | None:
+        row = conn.fetchone(FIND_REF, (oid, tid))
+        return bytes(row[0]) if row else None
+
+    def content(self, conn: "DBConnection", content_hash: bytes) -> tuple[int, int] | None:
+        row = conn.fetchone(CONTENT, (content_hash,))
+        return (int(row[0]), int(row[1])) if row else None
+
+    def download(self, conn: "DBConnection", content_hash: bytes, chunks: int,
+                 write: Callable[[bytes], object]) -> None:
+        """Pass each chunk to ``write`` in order, one query per chunk."""
+        for num in range(chunks):
+            row = conn.fetchone(CHUNK, (content_hash, num))
+            if row is None:
+                raise KeyError(num)
+            write(bytes(row[0]))
+
+    # -- pack ---------------------------------------------------------------------------
+    def delete_refs_of_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
+        conn.execute(DELETE_REFS_OF_OBJECTS.format(oids=_marks(len(oids))), list(oids))
+
+    def delete_old_refs(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
+        conn.executemany(DELETE_OLD_REFS, keep)
+
+    def unused_contents(self, conn: "DBConnection", limit: int) -> list[bytes]:
+        return [bytes(row[0]) for row in conn.fetchall(UNUSED_CONTENTS, (limit,))]
+
+    def delete_contents(self, conn: "DBConnection", hashes: Sequence[bytes]) -> None:
+        marks = _marks(len(hashes))
+        conn.execute(DELETE_CHUNKS.format(hashes=marks), list(hashes))
+        conn.execute(DELETE_CONTENTS.format(hashes=marks), list(hashes))
+
+    def revisions_of(self, conn: "DBConnection", oids: Sequence[int]) -> set[tuple[int, int]]:
+        rows = conn.fetchall(REFS_IN.format(oids=_marks(len(oids))), list(oids))
+        return {(int(o), int(t)) for o, t in rows}
+
+    # -- verify -------------------------------------------------------------------------
+    def refs_without_content(self, conn: "DBConnection") -> list[tuple[int, int, bytes]]:
+        return [(int(o), int(t), bytes(h)) for o, t, h in conn.fetchall(REFS_WITHOUT_CONTENT)]
+
+    def iter_contents(self, conn: "DBConnection",
+                      batch: int = 500) -> Iterator[tuple[bytes, int, int]]:
+        after = b""
+        while True:
+            rows = conn.fetchall(CONTENTS_AFTER, (after, batch))
+            if not rows:
+                return
+            for content_hash, size, chunks in rows:
+                yield bytes(content_hash), int(size), int(chunks)
+            after = bytes(rows[-1][0])
+
+    def iter_refs(self, conn: "DBConnection",
+                  batch: int = 500) -> Iterator[tuple[int, int, bytes]]:
+        oid, tid = -1, -1
+        while True:
+            rows = conn.fetchall(REFS_AFTER, (oid, oid, tid, batch))
+            if not rows:
+                return
+            for o, t, h in rows:
+                yield int(o), int(t), bytes(h)
+            oid, tid = int(rows[-1][0]), int(rows[-1][1])

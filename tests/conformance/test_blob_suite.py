@@ -1,0 +1,97 @@
+"""ZODB's reusable blob suite over backend x history mode x blob layout.
+
+``ZODB.tests.testblob.storage_reusable_suite`` (doctests blob_connection.txt,
+blob_importexport.txt, blob_transaction.txt, blob_packing.txt, the module's doctests,
+RecoveryBlobStorage, BlobUndoTests) runs against a storage the ``storage_factory``
+fixture opens, each ``create_storage`` call on a new empty database.  What applies only
+to some cells is data in ``differences``, not skipped silently.
+"""
+from __future__ import annotations
+
+import os
+import unittest
+from typing import Any, Iterator
+
+import pytest
+from ZODB.tests.testblob import storage_reusable_suite
+
+from tests.conformance.differences import (BLOB_EXAMPLES_AS_ROOT, BLOB_PACKING_APPLIES,
+                                           BLOB_UNDO_APPLIES)
+
+LAYOUTS = ("database", "shared")
+
+
+def blob_suite(storage_factory: Any, layout: str) -> unittest.TestSuite:
+    keep_history = storage_factory.param.keep_history
+
+    def factory(name: str, blob_dir: str) -> Any:
+        return storage_factory.open_other(blob_dir=os.path.abspath(blob_dir),
+                                          shared_blob_dir=layout == "shared")
+
+    return storage_reusable_suite(
+        f"{storage_factory.param.id}-{layout}-", factory,
+        test_blob_storage_recovery=True,
+        test_packing=layout == "shared" and keep_history,
+        test_undo=keep_history)
+
+
+def leaves(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:
+    for test in suite:
+        if isinstance(test, unittest.TestSuite):
+            yield from leaves(test)
+        else:
+            yield test
+
+
+def drop_root_examples(test: unittest.TestCase) -> list[str]:
+    """As root, leave out the examples BLOB_EXAMPLES_AS_ROOT names; return the reasons."""
+    dt = getattr(test, "_dt_test", None)
+    if dt is None or os.geteuid() != 0:
+        return []
+    entry = BLOB_EXAMPLES_AS_ROOT.get(os.path.basename(dt.filename or ""))
+    if entry is None:
+        return []
+    source, reason = entry
+    kept = [ex for ex in dt.examples if source not in ex.source]
+    if len(kept) == len(dt.examples):
+        raise AssertionError(f"{dt.name}: no example {source!r} to leave out any more")
+    dt.examples = kept
+    return [reason]
+
+
+def run_suite(suite: unittest.TestSuite) -> tuple[unittest.TestResult, list[str], list[str]]:
+    """Run each test inside the suite's layer (ZODB's MonotonicallyIncreasingTime)."""
+    layer = getattr(suite, "layer", None)
+    result = unittest.TestResult()
+    names, notes = [], []
+    for test in leaves(suite):
+        names.append(test.id())
+        notes.extend(drop_root_examples(test))
+        if layer is not None:
+            layer.testSetUp()
+        try:
+            test.run(result)
+        finally:
+            if layer is not None:
+                layer.testTearDown()
+    return result, names, notes
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_zodb_blob_suite(storage_factory, layout: str, tmp_path, monkeypatch,
+                         capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    suite = blob_suite(storage_factory, layout)
+    result, names, notes = run_suite(suite)
+    problems = result.failures + result.errors
+    assert not problems, "\n".join(f"{test.id()}\n{text}" for test, text in problems)
+    assert result.testsRun > 0 and result.testsRun == len(names)
+    keep_history = storage_factory.param.keep_history
+    packing = any("blob_packing" in name for name in names)
+    undo = any("BlobUndoTests" in name for name in names)
+    assert packing == (layout == "shared" and keep_history), BLOB_PACKING_APPLIES
+    assert undo == keep_history, BLOB_UNDO_APPLIES
+    with capsys.disabled():
+        print(f"\n  blob suite {storage_factory.param.id}-{layout}: {result.testsRun} run,"
+              f" {len(result.skipped)} skipped"
+              + (f"; left out as root: {len(notes)} example(s)" if notes else ""))
