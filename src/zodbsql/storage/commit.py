@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
+from zodbsql.errors import DatabaseError
 from zodbsql.storage.records import checksum, references, verified
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class PendingCommit:
         shared = self.storage.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
+        self._check_sizes()  # before anything is sent, so nothing is half-written
         backend.locker.begin_commit(conn, shared.options.commit_lock_timeout)
         mover = backend.mover
         mover.clear_staged(conn)
@@ -80,6 +82,21 @@ class PendingCommit:
             self._resolve(conn, oid, expected, actual)
         self.voted = True
         return self.resolved
+
+    def _check_sizes(self) -> None:
+        """Refuse states larger than one statement may carry (``Features.max_state_size``)."""
+        backend = self.storage.shared.backend
+        limit = backend.features.max_state_size
+        if limit is None:
+            return
+        for oid, (_, state) in self.states.items():
+            if state is not None and len(state) > limit:
+                detail = backend.features.max_state_size_detail
+                raise DatabaseError(
+                    f"the state of oid 0x{oid:016x} is {len(state)} bytes, larger than the"
+                    f" {limit} bytes {backend.describe()} accepts in one statement"
+                    + (f" ({detail})" if detail else "")
+                    + "; nothing of this transaction was written")
 
     def _resolve(self, conn: "DBConnection", oid: int, expected: int, actual: int) -> None:
         prev_tid, state = self.states[oid]
