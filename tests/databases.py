@@ -142,6 +142,15 @@ class MySQLFactory:
         try:
             cursor = self.admin.cursor()
             for name in self.databases:
+                # Sessions a test left open (an instance never released, a thread still
+                # running) would hold metadata locks and stall DROP DATABASE: end them.
+                cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s",
+                               (name,))
+                for (session,) in cursor.fetchall():
+                    try:
+                        cursor.execute(f"KILL {int(session)}")
+                    except Exception:
+                        pass  # already gone
                 cursor.execute(f"DROP DATABASE IF EXISTS {name}")
         finally:
             self.admin.close()

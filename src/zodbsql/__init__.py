@@ -10,12 +10,13 @@ or configure it with ZConfig (``%import zodbsql`` and a ``<zodbsql>`` section) o
 zodburi URI (``zodbsql+sqlite:///var/Data.sqlite``).
 """
 from zodbsql.api import open_db, open_storage
+from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, CorruptRecordError,
                             DatabaseError, SchemaError, ZodbsqlError)
 from zodbsql.options import Options
 from zodbsql.storage import SQLStorage
 
-__all__ = ["open_db", "open_storage", "Options", "SQLiteOptions", "SQLStorage", "ZodbsqlError",
+__all__ = ["open_db", "open_storage", "Options", "SQLiteOptions", "MySQLOptions", "SQLStorage", "ZodbsqlError",
            "ConfigurationError", "SchemaError", "DatabaseError", "CommitLockTimeout",
            "CorruptRecordError"]

@@ -6,6 +6,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import ZODB
 
+from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.errors import ConfigurationError
 from zodbsql.options import Options
@@ -19,6 +20,8 @@ _OPTION_TYPES = {"keep_history": bool, "read_only": bool, "create_schema": bool,
                  "pack_batch_size": int, "pack_duty_cycle": float, "name": str}
 #: Query parameters that belong to the SQLite backend.
 _SQLITE_KEYS = {"synchronous"}
+#: Query parameters that belong to the MySQL backend.
+_MYSQL_KEYS = {"unix_socket", "driver"}
 
 
 def _convert(key: str, value: str) -> Any:
@@ -37,13 +40,15 @@ def _convert(key: str, value: str) -> Any:
 def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
     """Split ``scheme://...?opts`` into backend options and storage options.
 
-    ``sqlite:///abs/path`` and ``sqlite://rel/path`` name an SQLite file; the scheme may
-    carry a ``zodbsql+`` prefix (the zodburi form).
+    ``sqlite:///abs/path`` and ``sqlite://rel/path`` name an SQLite file;
+    ``mysql://user:password@host:port/db?unix_socket=/path&driver=pymysql`` a MySQL or
+    MariaDB database.  The scheme may carry a ``zodbsql+`` prefix (the zodburi form).
     """
     parts = urlsplit(url)
     scheme = parts.scheme.lower().removeprefix("zodbsql+")
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    backend_kw = {k: query.pop(k) for k in list(query) if k in _SQLITE_KEYS}
+    backend_keys = _MYSQL_KEYS if scheme in ("mysql", "mariadb") else _SQLITE_KEYS
+    backend_kw = {k: query.pop(k) for k in list(query) if k in backend_keys}
     for key, value in query.items():
         key = key.replace("-", "_")
         if key not in _OPTION_TYPES:
@@ -52,8 +57,31 @@ def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
     if scheme in ("sqlite", "sqlite3"):
         path = unquote(parts.netloc + parts.path)
         return SQLiteOptions(path=path, **backend_kw), Options(**options)
+    if scheme in ("mysql", "mariadb"):
+        return _mysql_options(parts, backend_kw), Options(**options)
     raise ConfigurationError(
-        f"unknown database in {url!r}: expected a sqlite:// URL")
+        f"unknown database in {url!r}: expected a sqlite:// or mysql:// URL")
+
+
+def _mysql_options(parts: Any, backend_kw: dict[str, str]) -> MySQLOptions:
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError(f"mysql URL has a bad port: {parts.netloc!r}") from None
+    kw: dict[str, Any] = {"db": unquote(parts.path.lstrip("/"))}
+    if parts.hostname:
+        kw["host"] = unquote(parts.hostname)
+    if port:
+        kw["port"] = port
+    if parts.username is not None:
+        kw["user"] = unquote(parts.username)
+    if parts.password is not None:
+        kw["passwd"] = unquote(parts.password)
+    if backend_kw.get("unix_socket"):
+        kw["unix_socket"] = backend_kw["unix_socket"]
+    if backend_kw.get("driver"):
+        kw["driver"] = backend_kw["driver"]
+    return MySQLOptions(**kw)
 
 
 def open_storage(url: str | Any, **options: Any) -> SQLStorage:

@@ -5,6 +5,7 @@ from typing import Any
 
 from ZODB.config import BaseConfig
 
+from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.options import Options
 from zodbsql.storage import SQLStorage
@@ -36,3 +37,10 @@ class StorageFactory(BaseConfig):
 def SQLiteSection(section: Any) -> SQLiteOptions:
     """``<sqlite3>``: the database file."""
     return SQLiteOptions(path=section.path, synchronous=section.synchronous)
+
+
+def MySQLSection(section: Any) -> MySQLOptions:
+    """``<mysql>``: the server, database, login and driver."""
+    return MySQLOptions(host=section.host, port=section.port, unix_socket=section.unix_socket,
+                        db=section.db, user=section.user, passwd=section.passwd or "",
+                        driver=section.driver)

@@ -8,16 +8,47 @@ at READ COMMITTED, so its INSERT ... SELECTs take no shared locks on the rows th
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.packer import Packer
 from zodbsql.backends.mysql.connections import prepare_for_writing
 from zodbsql.errors import DatabaseError
 
+# A pack step holds commit_row and then deletes; a committer that voted holds its
+# objects' current rows and then waits for commit_row.  So a step must never wait for a
+# row lock: it locks what it deletes with SKIP LOCKED and leaves the objects a committer
+# is writing for the next pack, and every delete is a join driven by the oid list in a
+# TEMPORARY table (STRAIGHT_JOIN, primary key lookups), because a DELETE ... WHERE zoid
+# IN (long list) may be planned as a scan that waits on every locked row of the table.
+CREATE_DELETE_LIST = ("CREATE TEMPORARY TABLE IF NOT EXISTS temp_pack_delete"
+                      " (zoid BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB")
+CLEAR_DELETE_LIST = "DELETE FROM temp_pack_delete"
+ADD_TO_DELETE_LIST = "INSERT INTO temp_pack_delete (zoid) VALUES (%s)"
+DROP_FROM_DELETE_LIST = "DELETE FROM temp_pack_delete WHERE zoid IN ({oids})"
+HP_LOCK_FOR_DELETE = ("SELECT x.zoid FROM temp_pack_delete d STRAIGHT_JOIN current_object x"
+                      " ON x.zoid = d.zoid ORDER BY d.zoid FOR UPDATE SKIP LOCKED")
+HF_LOCK_FOR_DELETE = ("SELECT x.zoid FROM temp_pack_delete d STRAIGHT_JOIN object_state x"
+                      " ON x.zoid = d.zoid ORDER BY d.zoid FOR UPDATE SKIP LOCKED")
+HP_EXISTING = ("SELECT x.zoid FROM temp_pack_delete d STRAIGHT_JOIN current_object x"
+               " ON x.zoid = d.zoid")
+HF_EXISTING = ("SELECT x.zoid FROM temp_pack_delete d STRAIGHT_JOIN object_state x"
+               " ON x.zoid = d.zoid")
+HP_DELETE_OBJECTS = (
+    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_ref x ON x.zoid = d.zoid",
+    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN current_object x ON x.zoid = d.zoid",
+    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_state x ON x.zoid = d.zoid",
+)
+HF_DELETE_OBJECTS = (
+    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_ref x ON x.zoid = d.zoid",
+    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_state x ON x.zoid = d.zoid",
+)
 CREATE_WORK_TABLES = (
     "CREATE TABLE IF NOT EXISTS pack_object (zoid BIGINT NOT NULL PRIMARY KEY,"
     " keep_tid BIGINT NOT NULL, old_count BIGINT NOT NULL) ENGINE=InnoDB",
     "CREATE TABLE IF NOT EXISTS pack_reach (zoid BIGINT NOT NULL PRIMARY KEY,"
     " gen BIGINT NOT NULL, KEY pack_reach_gen (gen)) ENGINE=InnoDB",
+    CREATE_DELETE_LIST,
 )
 PACK_LOCK = "SELECT GET_LOCK(CONCAT('zodbsql.pack.', DATABASE()), 0)"
 
@@ -32,3 +63,17 @@ class MySQLPacker(Packer):
             raise DatabaseError(
                 f"another process is packing {self.backend.describe()}; one pack at a time")
         super().prepare(conn, pack_tid, gc)
+
+    def delete_objects(self, conn: DBConnection, oids: Sequence[int]) -> None:
+        hp = self.keep_history
+        conn.execute(CLEAR_DELETE_LIST)
+        conn.executemany(ADD_TO_DELETE_LIST, [(oid,) for oid in oids])
+        locked = {int(r[0]) for r in conn.fetchall(HP_LOCK_FOR_DELETE if hp else HF_LOCK_FOR_DELETE)}
+        if len(locked) < len(oids):
+            existing = {int(r[0]) for r in conn.fetchall(HP_EXISTING if hp else HF_EXISTING)}
+            busy = sorted(existing - locked)   # rows a committer holds: skipped this time
+            if busy:
+                conn.execute(DROP_FROM_DELETE_LIST.format(oids=", ".join(["%s"] * len(busy))),
+                             busy)
+        for statement in (HP_DELETE_OBJECTS if hp else HF_DELETE_OBJECTS):
+            conn.execute(statement)
