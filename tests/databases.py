@@ -121,6 +121,11 @@ class MySQLFactory:
         self.databases.append(name)
         return name
 
+    @property
+    def path(self) -> str:
+        """The test's database (SQLiteFactory's ``path`` counterpart)."""
+        return self.db
+
     def backend_options(self, db: str | None = None) -> Any:
         settings = {k: v for k, v in MYSQL_SERVER.items()}
         settings["driver"] = self.driver
