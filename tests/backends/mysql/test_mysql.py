@@ -23,7 +23,10 @@ from zodbsql.api import parse_url
 from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.mysql.connections import DRIVERS, MySQLConnection, load_driver
 from zodbsql.errors import CommitLockTimeout, ConnectionLost, DatabaseError, DriverNotFound
-from tests.databases import MYSQL_SERVER, MySQLFactory, Param, mysql_admin
+from tests.databases import BACKENDS, MySQLFactory, Param, mysql_admin
+
+pytestmark = pytest.mark.skipif(
+    "mysql" not in BACKENDS, reason="mysql is not in ZODBSQL_TEST_BACKENDS")
 
 
 def _available_drivers() -> list[str]:
