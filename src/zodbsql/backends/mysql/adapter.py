@@ -10,6 +10,7 @@ from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, MyS
                                                 error_number, load_driver,
                                                 prepare_for_writing)
 from zodbsql.backends.mysql.features import MySQLFeatures
+from zodbsql.backends.mysql.history import MySQLHistory
 from zodbsql.backends.mysql.locker import MySQLLocker
 from zodbsql.backends.mysql.mover import MySQLMover
 from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
@@ -55,6 +56,7 @@ class MySQLBackend(Backend):
     locker_class = MySQLLocker
     mover_class = MySQLMover
     oids_class = MySQLOidAllocator
+    history_class = MySQLHistory
     packer_class = MySQLPacker
 
     def __init__(self, options: MySQLOptions, keep_history: bool, lock_timeout: float,

@@ -67,6 +67,8 @@ class MySQLConnection(DBConnection):
         self.isolation: str | None = None
         self.lock_timeout: int | None = None
         self.max_allowed_packet = 0
+        #: commit_row's tid as read by the commit lock, valid until the transaction ends.
+        self.locked_last_tid: int | None = None
         self.connection_id = int(raw.thread_id())
 
     # -- session settings (each sent only when it changes) ----------------------------------
@@ -88,6 +90,7 @@ class MySQLConnection(DBConnection):
         self.in_transaction = True
 
     def begin_write(self) -> None:
+        self.locked_last_tid = None
         self.execute("START TRANSACTION")
         self.in_transaction = True
 
@@ -113,7 +116,12 @@ class MySQLConnection(DBConnection):
         except Exception as exc:
             raise self._fail(exc, sql) from exc
 
+    def commit(self) -> None:
+        self.locked_last_tid = None
+        super().commit()
+
     def rollback(self) -> None:
+        self.locked_last_tid = None
         if not self.in_transaction:
             return
         self.statements += 1

@@ -56,4 +56,6 @@ class MySQLLocker(Locker):
         return conflicts, read_conflicts
 
     def lock_commit(self, conn: DBConnection, timeout: float) -> None:
-        conn.fetchone(LOCK_COMMIT)
+        row = conn.fetchone(LOCK_COMMIT)
+        # Finish reads the last tid next: MySQLHistory answers from this locking read.
+        conn.locked_last_tid = int(row[0]) if row else 0  # type: ignore[attr-defined]
