@@ -15,7 +15,9 @@ import transaction
 import ZODB
 import ZODB.config
 from persistent.mapping import PersistentMapping
+from transaction.interfaces import TransientError
 from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError
 from ZODB.utils import p64, z64
 
 import zodbsql
@@ -303,3 +305,25 @@ def test_url_and_zconfig(factory: MySQLFactory) -> None:
             assert conn.root.answer == 42
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("number,kind,words", [
+    (1205, CommitLockTimeout, ["commit-lock-timeout", "innodb_lock_wait_timeout"]),
+    (1213, ConflictError, ["deadlock", "retried"]),
+    (2006, ConnectionLost, ["lost"]),
+    (2013, ConnectionLost, ["lost"]),
+    (1153, DatabaseError, ["max_allowed_packet", "bytes"]),
+    (1146, DatabaseError, ["statement: SELECT 1"]),
+])
+def test_error_translation(factory: MySQLFactory, number: int, kind: type, words: list[str]) -> None:
+    storage = factory.open()
+    conn = storage.shared.pool.acquire()
+    try:
+        exc = conn.module.OperationalError(number, "server says no")
+        error = conn.translate_error(exc, "SELECT 1")
+        assert isinstance(error, kind), error
+        if kind in (CommitLockTimeout, ConflictError, ConnectionLost):
+            assert isinstance(error, TransientError)
+        assert all(word in str(error) for word in words), str(error)
+    finally:
+        storage.shared.pool.release(conn)
