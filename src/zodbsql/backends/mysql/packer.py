@@ -50,18 +50,24 @@ CREATE_WORK_TABLES = (
     " gen BIGINT NOT NULL, KEY pack_reach_gen (gen)) ENGINE=InnoDB",
     CREATE_DELETE_LIST,
 )
-PACK_LOCK = "SELECT GET_LOCK(CONCAT('zodbsql.pack.', DATABASE()), 0)"
+PACK_LOCK = "SELECT GET_LOCK(CONCAT('zodbsql.pack.', DATABASE()), %s)"
+PACK_UNLOCK = "SELECT RELEASE_LOCK(CONCAT('zodbsql.pack.', DATABASE()))"
 
 
 class MySQLPacker(Packer):
     CREATE_WORK_TABLES = CREATE_WORK_TABLES
 
     def prepare(self, conn: DBConnection, pack_tid: int, gc: bool) -> None:
-        prepare_for_writing(conn, getattr(self.backend, "lock_timeout", 30))
-        row = conn.fetchone(PACK_LOCK)
+        timeout = getattr(self.backend, "lock_timeout", 30)
+        prepare_for_writing(conn, timeout)
+        # Held until finish or until the pack's session ends.  Waiting (rather than
+        # failing at once) also covers the previous pack's session, whose lock the
+        # server frees only when it has processed that session's disconnect.
+        row = conn.fetchone(PACK_LOCK, (max(1, int(timeout)),))
         if not row or row[0] != 1:
             raise DatabaseError(
-                f"another process is packing {self.backend.describe()}; one pack at a time")
+                f"another process has been packing {self.backend.describe()} for more"
+                f" than {timeout:g}s (commit-lock-timeout); one pack at a time")
         super().prepare(conn, pack_tid, gc)
 
     def delete_objects(self, conn: DBConnection, oids: Sequence[int]) -> None:
@@ -77,3 +83,7 @@ class MySQLPacker(Packer):
                              busy)
         for statement in (HP_DELETE_OBJECTS if hp else HF_DELETE_OBJECTS):
             conn.execute(statement)
+
+    def finish(self, conn: DBConnection, pack_tid: int) -> None:
+        super().finish(conn, pack_tid)
+        conn.fetchone(PACK_UNLOCK)
