@@ -7,18 +7,16 @@ CI=true an unreachable server fails them.
 from __future__ import annotations
 
 import importlib
-import threading
 from typing import Any, Iterator
 
 import pytest
-import transaction
 import ZODB
 import ZODB.config
 from persistent.mapping import PersistentMapping
 from transaction.interfaces import TransientError
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
-from ZODB.utils import p64, z64
+from ZODB.utils import z64
 
 import zodbsql
 from zodbsql.api import parse_url
