@@ -8,7 +8,8 @@ from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, MySQLConnection,
                                                 error_number, load_driver,
-                                                prepare_for_writing)
+                                                prepare_for_writing,
+                                                pymysql_connection_class)
 from zodbsql.backends.mysql.features import MySQLFeatures
 from zodbsql.backends.mysql.history import MySQLHistory
 from zodbsql.backends.mysql.locker import MySQLLocker
@@ -90,7 +91,10 @@ class MySQLBackend(Backend):
     def connect(self) -> DBConnection:
         where = self._where()
         try:
-            raw = self.module.connect(**self._connect_args())
+            if self.driver_name == "pymysql":
+                raw = pymysql_connection_class(self.module)(**self._connect_args())
+            else:
+                raw = self.module.connect(**self._connect_args())
         except Exception as exc:
             number = error_number(exc)
             if number in ACCESS_DENIED:

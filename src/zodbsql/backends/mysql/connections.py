@@ -49,6 +49,35 @@ def load_driver(choice: str) -> tuple[str, Any]:
         " 'zodbsql[mysql]', which needs the MySQL client headers)")
 
 
+_PYMYSQL_CONNECTION: Any = None
+
+
+def pymysql_connection_class(module: Any) -> Any:
+    """PyMySQL's Connection, reusing one TLS context for its "preferred TLS" default.
+
+    Without TLS options PyMySQL builds a fresh default SSLContext for every connection
+    (loading the system CA store: about 20 ms, forty times the rest of a local connect).
+    The context it builds is always the same, so one is built and shared; explicit TLS
+    options still get their own.
+    """
+    global _PYMYSQL_CONNECTION
+    if _PYMYSQL_CONNECTION is None:
+        base = module.connections.Connection
+
+        class Connection(base):  # type: ignore[misc, valid-type]
+            _shared_default_ctx = None
+
+            def _create_ssl_ctx(self, sslp: Any) -> Any:
+                if sslp == {}:
+                    cls = type(self)
+                    if cls._shared_default_ctx is None:
+                        cls._shared_default_ctx = super()._create_ssl_ctx(sslp)
+                    return cls._shared_default_ctx
+                return super()._create_ssl_ctx(sslp)
+        _PYMYSQL_CONNECTION = Connection
+    return _PYMYSQL_CONNECTION
+
+
 def error_number(exc: Exception) -> int | None:
     args = getattr(exc, "args", ())
     if args and isinstance(args[0], int):
