@@ -6,6 +6,7 @@ reason in ``history_modes_reason``); nothing is skipped silently.
 from __future__ import annotations
 
 import pytest
+import transaction
 
 from tests.conformance.differences import HISTORY_FREE_SKIPS, SERVER_SESSIONS_NEEDED
 from tests.databases import FACTORIES, PARAMS, Param, server_session_limit
@@ -42,6 +43,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         reason = HISTORY_FREE_SKIPS.get(f"{item.cls.__name__}::{item.originalname}")
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"history-free: {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_synchronizers():
+    """Start each test without ZODB connections an earlier test left registered.
+
+    A test that opens a ``ZODB.DB`` and never closes it (ZODB's testPackUnlinkedFromRoot)
+    leaves its connection as a synchronizer of the thread's transaction manager; the
+    next ``transaction.abort()`` would poll that connection's storage, which the factory
+    has closed and whose server database it has dropped.
+    """
+    transaction.manager.clearSynchs()
+    yield
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ zodburi URI (``zodbsql+sqlite:///var/Data.sqlite``,
 """
 from zodbsql.api import open_db, open_storage
 from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, CorruptRecordError,
                             DatabaseError, SchemaError, ZodbsqlError)
@@ -19,6 +20,6 @@ from zodbsql.options import Options
 from zodbsql.storage import SQLStorage
 
 __all__ = ["open_db", "open_storage", "Options", "SQLiteOptions",
-           "PostgreSQLOptions", "SQLStorage", "ZodbsqlError",
+           "PostgreSQLOptions", "MySQLOptions", "SQLStorage", "ZodbsqlError",
            "ConfigurationError", "SchemaError", "DatabaseError", "CommitLockTimeout",
            "CorruptRecordError"]

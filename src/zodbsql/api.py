@@ -6,6 +6,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import ZODB
 
+from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.errors import ConfigurationError
 from zodbsql.options import Options
@@ -26,6 +27,8 @@ _SQLITE_KEYS = {"synchronous"}
 #: query stays in the DSN, for libpq: sslmode, connect_timeout, ...).
 _POSTGRESQL_KEYS = {"schema", "driver"}
 _POSTGRESQL_SCHEMES = ("postgresql", "postgres")
+#: Query parameters that belong to the MySQL backend.
+_MYSQL_KEYS = {"unix_socket", "driver"}
 
 
 def _convert(key: str, value: str) -> Any:
@@ -46,13 +49,15 @@ def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
 
     ``sqlite:///abs/path`` and ``sqlite://rel/path`` name an SQLite file;
     ``postgresql://user@host:port/dbname?schema=s`` a PostgreSQL database (the DSN is the
-    URL without zodbsql's own options).  The scheme may carry a ``zodbsql+`` prefix (the
-    zodburi form).
+    URL without zodbsql's own options), ``mysql://user:password@host:port/db?unix_socket=
+    /path&driver=pymysql`` a MySQL or MariaDB database.  The scheme may carry a
+    ``zodbsql+`` prefix (the zodburi form).
     """
     parts = urlsplit(url)
     scheme = parts.scheme.lower().removeprefix("zodbsql+")
     postgresql = scheme in _POSTGRESQL_SCHEMES
-    backend_keys = _POSTGRESQL_KEYS if postgresql else _SQLITE_KEYS
+    mysql = scheme in ("mysql", "mariadb")
+    backend_keys = _POSTGRESQL_KEYS if postgresql else _MYSQL_KEYS if mysql else _SQLITE_KEYS
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     backend_kw: dict[str, str] = {}
     dsn_query: list[tuple[str, str]] = []
@@ -73,8 +78,31 @@ def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
         from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(dsn_query), ""))
         return PostgreSQLOptions(dsn=dsn, **backend_kw), Options(**options)
+    if mysql:
+        return _mysql_options(parts, backend_kw), Options(**options)
     raise ConfigurationError(
-        f"unknown database in {url!r}: expected a sqlite:// or postgresql:// URL")
+        f"unknown database in {url!r}: expected a sqlite://, postgresql:// or mysql:// URL")
+
+
+def _mysql_options(parts: Any, backend_kw: dict[str, str]) -> MySQLOptions:
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError(f"mysql URL has a bad port: {parts.netloc!r}") from None
+    kw: dict[str, Any] = {"db": unquote(parts.path.lstrip("/"))}
+    if parts.hostname:
+        kw["host"] = unquote(parts.hostname)
+    if port:
+        kw["port"] = port
+    if parts.username is not None:
+        kw["user"] = unquote(parts.username)
+    if parts.password is not None:
+        kw["passwd"] = unquote(parts.password)
+    if backend_kw.get("unix_socket"):
+        kw["unix_socket"] = backend_kw["unix_socket"]
+    if backend_kw.get("driver"):
+        kw["driver"] = backend_kw["driver"]
+    return MySQLOptions(**kw)
 
 
 def open_storage(url: str | Any, **options: Any) -> SQLStorage:

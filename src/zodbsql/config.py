@@ -5,6 +5,7 @@ from typing import Any
 
 from ZODB.config import BaseConfig
 
+from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.options import Options
 from zodbsql.storage import SQLStorage
@@ -47,3 +48,10 @@ def PostgreSQLSection(section: Any) -> Any:
     """``<postgresql>``: the server, database and schema."""
     from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
     return PostgreSQLOptions(dsn=section.dsn, schema=section.schema, driver=section.driver)
+
+
+def MySQLSection(section: Any) -> MySQLOptions:
+    """``<mysql>``: the server, database, login and driver."""
+    return MySQLOptions(host=section.host, port=section.port, unix_socket=section.unix_socket,
+                        db=section.db, user=section.user, passwd=section.passwd or "",
+                        driver=section.driver)

@@ -21,6 +21,7 @@ from ZODB.POSException import ConflictError, ReadConflictError, StorageTransacti
 from ZODB.utils import newTid, p64, u64
 
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
+from zodbsql.errors import DatabaseError
 from zodbsql.storage.records import checksum, references, verified
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class PendingCommit:
         shared = self.storage.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
+        self._check_sizes()  # before anything is sent, so nothing is half-written
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         mover = backend.mover
         mover.clear_staged(conn)
@@ -132,6 +134,21 @@ class PendingCommit:
         for oid, data_tid in self.data_tids.items():
             if oid not in self.blob_files:
                 blobs.stage_copy(conn, oid, data_tid)
+
+    def _check_sizes(self) -> None:
+        """Refuse states larger than one statement may carry (``Features.max_state_size``)."""
+        backend = self.storage.shared.backend
+        limit = backend.features.max_state_size
+        if limit is None:
+            return
+        for oid, (_, state) in self.states.items():
+            if state is not None and len(state) > limit:
+                detail = backend.features.max_state_size_detail
+                raise DatabaseError(
+                    f"the state of oid 0x{oid:016x} is {len(state)} bytes, larger than the"
+                    f" {limit} bytes {backend.describe()} accepts in one statement"
+                    + (f" ({detail})" if detail else "")
+                    + "; nothing of this transaction was written")
 
     def _resolve(self, conn: "DBConnection", oid: int, expected: int, actual: int) -> None:
         prev_tid, state = self.states[oid]

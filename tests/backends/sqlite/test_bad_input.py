@@ -72,6 +72,7 @@ def test_wrong_history_mode(storage_factory: Any) -> None:
 
 
 def test_missing_directory(storage_factory: Any) -> None:
+    sqlite_only(storage_factory)  # a missing directory for the database file
     path = str(storage_factory.tmp_path / "no-such-dir" / "Data.sqlite")
     with pytest.raises(ConfigurationError) as info:
         storage_factory.open(path)

@@ -15,6 +15,8 @@ class Features:
     is_single_file = False
     #: The largest state one statement may carry, in bytes (None: no limit known).
     max_state_size: int | None = None
+    #: What sets ``max_state_size`` and how to raise it, for the error message.
+    max_state_size_detail: str | None = None
     #: Statements the connection must run at most once per commit may be batched into one.
     supports_multiple_statements = False
     #: Are the staging tables empty at the start of every transaction (ON COMMIT DELETE

@@ -1,0 +1,156 @@
+"""The MySQL/MariaDB backend: its parts, and how a session is opened and set up."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from zodbsql.backends.base.adapter import Backend
+from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, MySQLConnection,
+                                                error_number, load_driver,
+                                                prepare_for_writing,
+                                                pymysql_connection_class)
+from zodbsql.backends.mysql.features import MySQLFeatures
+from zodbsql.backends.mysql.history import MySQLHistory
+from zodbsql.backends.mysql.locker import MySQLLocker
+from zodbsql.backends.mysql.mover import MySQLMover
+from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
+from zodbsql.backends.mysql.packer import MySQLPacker
+from zodbsql.backends.mysql.schema import MySQLSchema
+from zodbsql.errors import ConfigurationError, DatabaseError
+
+DRIVER_CHOICES = ("auto", "mysqlclient", "pymysql")
+#: Bytes of a statement that are not the state itself (column values, SQL text).
+PACKET_OVERHEAD = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class MySQLOptions:
+    """Where the server is, which database, who logs in, and which driver talks to it."""
+
+    host: str = "localhost"
+    port: int = 3306
+    unix_socket: str | None = None
+    db: str = ""
+    user: str = "root"
+    passwd: str = dataclasses.field(default="", repr=False)
+    driver: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.db:
+            raise ConfigurationError("mysql needs a database name (db)")
+        if self.driver not in DRIVER_CHOICES:
+            raise ConfigurationError(
+                f"mysql driver must be one of {', '.join(DRIVER_CHOICES)}, got {self.driver!r}")
+        if not 0 < int(self.port) < 65536:
+            raise ConfigurationError(f"mysql port must be 1-65535, got {self.port}")
+
+    def create_backend(self, keep_history: bool, lock_timeout: float,
+                       read_only: bool = False) -> "MySQLBackend":
+        return MySQLBackend(self, keep_history, lock_timeout, read_only)
+
+
+class MySQLBackend(Backend):
+    name: ClassVar[str] = "mysql"
+    features_class = MySQLFeatures
+    schema_class = MySQLSchema
+    locker_class = MySQLLocker
+    mover_class = MySQLMover
+    oids_class = MySQLOidAllocator
+    history_class = MySQLHistory
+    packer_class = MySQLPacker
+
+    def __init__(self, options: MySQLOptions, keep_history: bool, lock_timeout: float,
+                 read_only: bool = False) -> None:
+        super().__init__(keep_history)
+        self.options = options
+        self.lock_timeout = lock_timeout
+        self.read_only = read_only
+        self.driver_name, self.module = load_driver(options.driver)
+
+    def _where(self) -> str:
+        o = self.options
+        server = f"unix socket {o.unix_socket}" if o.unix_socket else f"{o.host}:{o.port}"
+        return f"MySQL database {o.db!r} on {server}"
+
+    def _connect_args(self) -> dict[str, Any]:
+        o = self.options
+        args: dict[str, Any] = {"user": o.user, "charset": "utf8mb4", "autocommit": True,
+                                "port": int(o.port), "connect_timeout": 10}
+        if self.driver_name == "mysqlclient":
+            args.update(db=o.db, passwd=o.passwd)
+            # libmysqlclient uses the socket only for host "localhost".
+            args["host"] = "localhost" if o.unix_socket else o.host
+        else:
+            args.update(database=o.db, password=o.passwd, host=o.host,
+                        max_allowed_packet=1 << 30)  # the server's limit is the one that counts
+        if o.unix_socket:
+            args["unix_socket"] = o.unix_socket
+        return args
+
+    def connect(self) -> DBConnection:
+        where = self._where()
+        try:
+            if self.driver_name == "pymysql":
+                raw = pymysql_connection_class(self.module)(**self._connect_args())
+            else:
+                raw = self.module.connect(**self._connect_args())
+        except Exception as exc:
+            number = error_number(exc)
+            if number in ACCESS_DENIED:
+                raise DatabaseError(
+                    f"cannot log in to {where} as user {self.options.user!r}: {exc}"
+                    " (check user and passwd, and that the user may use this database)") from exc
+            if number in CANT_CONNECT:
+                raise DatabaseError(f"cannot reach the MySQL server for {where}: {exc}") from exc
+            if number == 1049:
+                raise DatabaseError(
+                    f"{where} does not exist: {exc} (create it with CREATE DATABASE;"
+                    " zodbsql creates tables, not databases)") from exc
+            raise DatabaseError(f"cannot connect to {where}: {exc}") from exc
+        conn = MySQLConnection(raw, self.driver_name, where, self.module)
+        try:
+            row = conn.fetchone("SELECT @@max_allowed_packet, @@innodb_lock_wait_timeout")
+            conn.max_allowed_packet = int(row[0]) if row else 0
+            conn.lock_timeout = int(float(row[1])) if row else None
+            # The largest state that fits one statement: the drivers send states escaped
+            # in the statement text, where each byte can take two.
+            limit = max(0, (conn.max_allowed_packet - PACKET_OVERHEAD) // 2)
+            self.features.max_state_size = limit
+            self.features.max_state_size_detail = (
+                f"the server's max_allowed_packet is {conn.max_allowed_packet} bytes and"
+                " a state is sent escaped, up to twice its size; raise max_allowed_packet")
+            # Loads read at REPEATABLE READ (the history-free snapshot); whatever the
+            # server's default, say so explicitly.
+            conn.set_isolation("REPEATABLE READ")
+        except BaseException:
+            conn.close()
+            raise
+        conn.statements = 0
+        return conn
+
+    def connect_for_commit(self, lock_timeout: float) -> DBConnection:
+        conn = self.connect()
+        try:
+            prepare_for_writing(conn, lock_timeout)
+            self.mover.prepare_connection(conn)
+        except BaseException:
+            conn.close()
+            raise
+        conn.statements = 0
+        return conn
+
+    def describe(self) -> str:
+        return self._where()
+
+    def sort_key(self) -> str:
+        o = self.options
+        server = o.unix_socket or f"{o.host}:{o.port}"
+        return f"zodbsql:mysql:{server}/{o.db}"
+
+    def database_size(self, conn: DBConnection) -> int:
+        row = conn.fetchone(
+            "SELECT COALESCE(SUM(data_length + index_length), 0) FROM information_schema.tables"
+            " WHERE table_schema = DATABASE()")
+        return int(row[0]) if row else 0
+

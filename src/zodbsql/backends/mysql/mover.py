@@ -1,0 +1,48 @@
+"""MySQL stages commits in TEMPORARY tables and upserts with ON DUPLICATE KEY UPDATE.
+
+A TEMPORARY table is private to the session and never locked by other sessions; MySQL
+can't name one twice in a statement, which none of these statements does.  Deletes
+driven by the staged oids are multi-table DELETEs with ``STRAIGHT_JOIN`` from the temp
+table, so InnoDB visits (and locks) exactly the staged rows instead of scanning.
+"""
+from __future__ import annotations
+
+from zodbsql.backends.base import mover as base
+from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.mover import Mover
+
+CREATE_TEMP_TABLES = (
+    "CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (zoid BIGINT NOT NULL PRIMARY KEY,"
+    " prev_tid BIGINT NOT NULL, data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL,"
+    " state LONGBLOB) ENGINE=InnoDB",
+    "CREATE TEMPORARY TABLE IF NOT EXISTS temp_ref (zoid BIGINT NOT NULL,"
+    " to_zoid BIGINT NOT NULL, KEY (zoid)) ENGINE=InnoDB",
+)
+HP_SET_CURRENT = (
+    "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store"
+    " ON DUPLICATE KEY UPDATE tid = VALUES(tid)")
+HF_MOVE_STATES = (
+    "INSERT INTO object_state (zoid, tid, checksum, state_size, state)"
+    " SELECT zoid, %s, checksum, state_size, state FROM temp_store WHERE state IS NOT NULL"
+    " ON DUPLICATE KEY UPDATE tid = VALUES(tid), checksum = VALUES(checksum),"
+    " state_size = VALUES(state_size), state = VALUES(state)")
+HF_DELETE_REMOVED = (
+    "DELETE s FROM temp_store t STRAIGHT_JOIN object_state s ON s.zoid = t.zoid"
+    " WHERE t.state IS NULL")
+HF_DELETE_OLD_REFS = (
+    "DELETE r FROM temp_store t STRAIGHT_JOIN object_ref r ON r.zoid = t.zoid")
+
+
+class MySQLMover(Mover):
+    CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
+
+    def move_staged(self, conn: DBConnection, tid: int) -> None:
+        if self.keep_history:
+            conn.execute(base.HP_MOVE_STATES, (tid,))
+            conn.execute(HP_SET_CURRENT, (tid,))
+            conn.execute(base.HP_MOVE_REFS, (tid,))
+        else:
+            conn.execute(HF_MOVE_STATES, (tid,))
+            conn.execute(HF_DELETE_REMOVED)
+            conn.execute(HF_DELETE_OLD_REFS)
+            conn.execute(base.HF_MOVE_REFS)

@@ -1,0 +1,84 @@
+"""MySQL/MariaDB tables: InnoDB, utf8mb4, signed BIGINT oids and tids, LONGBLOB states.
+
+InnoDB clusters every table on its primary key, so ``object_state``'s (zoid, tid) key
+keeps an object's revisions together and a load is one b-tree descent.  DDL commits
+implicitly in MySQL, so creating the schema is serialised with a named lock instead of
+a transaction.
+"""
+from __future__ import annotations
+
+from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.schema import TABLES, Schema
+from zodbsql.errors import SchemaError
+
+TABLE_OPTIONS = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+
+COMMON_DDL = (
+    "CREATE TABLE zodbsql_meta (name VARCHAR(191) NOT NULL PRIMARY KEY, value TEXT NOT NULL)"
+    + TABLE_OPTIONS,
+    "CREATE TABLE commit_row (id TINYINT NOT NULL PRIMARY KEY CHECK (id = 0),"
+    " last_tid BIGINT NOT NULL)" + TABLE_OPTIONS,
+    "INSERT INTO commit_row (id, last_tid) VALUES (0, 0)",
+    "CREATE TABLE oid_counter (id TINYINT NOT NULL PRIMARY KEY CHECK (id = 0),"
+    " last_oid BIGINT NOT NULL)" + TABLE_OPTIONS,
+    "INSERT INTO oid_counter (id, last_oid) VALUES (0, 0)",
+)
+HISTORY_PRESERVING_DDL = COMMON_DDL + (
+    "CREATE TABLE transactions (tid BIGINT NOT NULL PRIMARY KEY,"
+    " packed TINYINT NOT NULL DEFAULT 0, username MEDIUMBLOB NOT NULL,"
+    " description MEDIUMBLOB NOT NULL, extension MEDIUMBLOB NOT NULL)" + TABLE_OPTIONS,
+    # data_tid: set when the state is a copy of an older revision's (undo, restore).
+    "CREATE TABLE object_state (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
+    " data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL, state LONGBLOB,"
+    " PRIMARY KEY (zoid, tid), KEY object_state_tid (tid))" + TABLE_OPTIONS,
+    "CREATE TABLE current_object (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
+    " KEY current_object_tid (tid))" + TABLE_OPTIONS,
+    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
+    " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid),"
+    " KEY object_ref_to (to_zoid))" + TABLE_OPTIONS,
+)
+HISTORY_FREE_DDL = COMMON_DDL + (
+    "CREATE TABLE object_state (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
+    " checksum BIGINT, state_size BIGINT NOT NULL, state LONGBLOB,"
+    " KEY object_state_tid (tid))" + TABLE_OPTIONS,
+    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
+    " PRIMARY KEY (zoid, to_zoid), KEY object_ref_to (to_zoid))" + TABLE_OPTIONS,
+)
+LIST_TABLES = ("SELECT table_name FROM information_schema.tables"
+               " WHERE table_schema = DATABASE()")
+#: Pack's work tables (permanent: see packer.py); dropped with the schema.
+WORK_TABLES = ("pack_reach", "pack_object")
+#: Named locks are server-wide: the database name keeps them per database.
+SCHEMA_LOCK = "SELECT GET_LOCK(CONCAT('zodbsql.schema.', DATABASE()), %s)"
+SCHEMA_UNLOCK = "SELECT RELEASE_LOCK(CONCAT('zodbsql.schema.', DATABASE()))"
+
+
+class MySQLSchema(Schema):
+    HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
+    HISTORY_FREE_DDL = HISTORY_FREE_DDL
+    LIST_TABLES = LIST_TABLES
+
+    def prepare(self, conn: DBConnection, keep_history: bool, create: bool,
+                read_only: bool) -> None:
+        if read_only or not create:
+            super().prepare(conn, keep_history, create, read_only)
+            return
+        # Two processes opening an empty database at once: one creates, the other waits
+        # and then finds the schema (the base re-reads the meta table under the lock).
+        row = conn.fetchone(SCHEMA_LOCK, (60,))
+        if not row or row[0] != 1:
+            raise SchemaError(f"{self.backend.describe()}: another process held the schema"
+                              " lock for 60s while creating the schema")
+        try:
+            super().prepare(conn, keep_history, create, read_only)
+        finally:
+            conn.fetchone(SCHEMA_UNLOCK)
+
+    def list_tables(self, conn: DBConnection) -> set[str]:
+        return super().list_tables(conn) - set(WORK_TABLES)
+
+    def drop_all(self, conn: DBConnection) -> None:
+        present = super().list_tables(conn)
+        for table in WORK_TABLES + TABLES:
+            if table in present:
+                conn.execute(f"DROP TABLE {table}")

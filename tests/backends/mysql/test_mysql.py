@@ -1,0 +1,327 @@
+"""MySQL/MariaDB specifics: size limits, parallel commits, lock timeouts, lost sessions,
+bad logins, both drivers, URLs and ZConfig.
+
+These run against the server named by ZODBSQL_MYSQL_* (see tests/databases.py); with
+CI=true an unreachable server fails them.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Iterator
+
+import pytest
+import ZODB
+import ZODB.config
+from persistent.mapping import PersistentMapping
+from transaction.interfaces import TransientError
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError
+from ZODB.utils import z64
+
+import zodbsql
+from zodbsql.api import parse_url
+from zodbsql.backends.mysql.adapter import MySQLOptions
+from zodbsql.backends.mysql.connections import DRIVERS, MySQLConnection, load_driver
+from zodbsql.errors import CommitLockTimeout, ConnectionLost, DatabaseError, DriverNotFound
+from tests.databases import BACKENDS, MySQLFactory, Param, mysql_admin
+
+pytestmark = pytest.mark.skipif(
+    "mysql" not in BACKENDS, reason="mysql is not in ZODBSQL_TEST_BACKENDS")
+
+
+def _available_drivers() -> list[str]:
+    found = []
+    for name, module in DRIVERS:
+        try:
+            importlib.import_module(module)
+            found.append(name)
+        except ImportError:
+            pass
+    return found
+
+
+DRIVERS_PRESENT = _available_drivers()
+
+
+@pytest.fixture(params=DRIVERS_PRESENT)
+def driver(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=[True, False], ids=["hp", "hf"])
+def factory(request: pytest.FixtureRequest, tmp_path: Any, driver: str) -> Iterator[MySQLFactory]:
+    f = MySQLFactory(Param("mysql", request.param), tmp_path, driver=driver)
+    yield f
+    f.cleanup()
+
+
+def _populate(factory: MySQLFactory, count: int) -> list[bytes]:
+    """``count`` objects under the root, committed through a DB of its own; their oids."""
+    db = ZODB.DB(factory.open())
+    try:
+        with db.transaction() as conn:
+            root = conn.root()
+            for i in range(count):
+                root[i] = PersistentMapping(value=0)
+        with db.transaction() as conn:
+            return [conn.root()[i]._p_oid for i in range(count)]
+    finally:
+        db.close()
+
+
+def _begin_store(storage: Any, values: dict[bytes, bytes]) -> TransactionMetaData:
+    """tpc_begin and store ``{oid: state}`` against the current serials, on ``storage``."""
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    for oid, state in values.items():
+        _, serial = storage.load(oid)
+        storage.store(oid, serial, state, "", txn)
+    return txn
+
+
+def _state(value: Any) -> bytes:
+    from ZODB.tests.MinPO import MinPO
+    from ZODB.tests.StorageTestBase import zodb_pickle
+    return zodb_pickle(MinPO(value))
+
+
+def test_both_drivers_are_tested() -> None:
+    # PyMySQL is a dependency; mysqlclient comes with the `mysql` extra (CI installs it).
+    assert "pymysql" in DRIVERS_PRESENT
+
+
+def test_driver_not_found_lists_each_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.import_module
+
+    def refuse(name: str, *args: Any) -> Any:
+        if name in ("MySQLdb", "pymysql"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args)
+    monkeypatch.setattr(importlib, "import_module", refuse)
+    with pytest.raises(DriverNotFound) as info:
+        load_driver("auto")
+    message = str(info.value)
+    assert "mysqlclient" in message and "MySQLdb" in message and "pymysql" in message
+
+
+def test_commit_and_reload(factory: MySQLFactory, driver: str) -> None:
+    storage = factory.open()
+    assert storage.shared.backend.driver_name == driver
+    oids = _populate(factory, 3)
+    assert [storage.load(oid)[0] for oid in oids] == [storage.load(oids[0])[0]] * 3
+    assert len(storage) == 4
+
+
+def test_state_larger_than_max_allowed_packet(factory: MySQLFactory) -> None:
+    storage = factory.open()
+    (small,) = _populate(factory, 1)
+    last = storage.lastTransaction()
+    before = storage.load(small)
+    cursor = mysql_admin().cursor()
+    cursor.execute("SELECT @@max_allowed_packet")
+    packet = int(cursor.fetchone()[0])
+    big = b"x" * (packet + 1024)
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.store(small, before[1], _state(1), "", txn)
+    storage.store(storage.new_oid(), z64, big, "", txn)
+    with pytest.raises(DatabaseError) as info:
+        storage.tpc_vote(txn)
+    storage.tpc_abort(txn)
+    message = str(info.value)
+    assert "max_allowed_packet" in message
+    assert str(len(big)) in message and str(packet) in message
+    assert "nothing of this transaction was written" in message
+    assert storage.lastTransaction() == last
+    assert storage.load(small) == before
+    # The storage still commits.
+    _populate(factory, 1)
+    assert storage.lastTransaction() > last
+
+
+def test_large_state_below_the_limit(factory: MySQLFactory) -> None:
+    storage = factory.open()
+    (oid,) = _populate(factory, 1)
+    data = bytes(range(256)) * (2 * 1024 * 4)  # 2 MB, every byte value (escapes)
+    txn = _begin_store(storage, {oid: data})
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    assert storage.load(oid)[0] == data
+
+
+def test_parallel_commits_of_disjoint_objects(factory: MySQLFactory) -> None:
+    a = factory.open(commit_lock_timeout=5)
+    oids = _populate(factory, 2)
+    b = factory.open(commit_lock_timeout=5)
+    txn_a = _begin_store(a, {oids[0]: _state("a")})
+    a.tpc_vote(txn_a)            # A holds the row lock of oids[0] from here to finish
+    txn_b = _begin_store(b, {oids[1]: _state("b")})
+    b.tpc_vote(txn_b)            # B's rows are disjoint: it doesn't wait for A
+    tid_b = b.tpc_finish(txn_b)
+    tid_a = a.tpc_finish(txn_a)
+    assert tid_b < tid_a         # tids follow the order of finishing
+    check = factory.open()
+    assert check.load(oids[0]) == (_state("a"), tid_a)
+    assert check.load(oids[1]) == (_state("b"), tid_b)
+
+
+def test_overlapping_commit_times_out(factory: MySQLFactory) -> None:
+    a = factory.open(commit_lock_timeout=5)
+    oids = _populate(factory, 1)
+    b = factory.open(commit_lock_timeout=1)
+    txn_a = _begin_store(a, {oids[0]: _state("a")})
+    a.tpc_vote(txn_a)
+    txn_b = _begin_store(b, {oids[0]: _state("b")})
+    with pytest.raises(CommitLockTimeout) as info:
+        b.tpc_vote(txn_b)
+    b.tpc_abort(txn_b)
+    assert "commit-lock-timeout" in str(info.value)
+    assert "innodb_lock_wait_timeout" in str(info.value)
+    tid_a = a.tpc_finish(txn_a)
+    assert factory.open().load(oids[0]) == (_state("a"), tid_a)
+    # B retries and now sees A's commit as a conflict to resolve or report, not a hang.
+    txn_b = _begin_store(b, {oids[0]: _state("b2")})
+    b.tpc_vote(txn_b)
+    assert b.tpc_finish(txn_b) > tid_a
+
+
+def test_killed_connection_between_vote_and_finish(factory: MySQLFactory) -> None:
+    storage = factory.open()
+    oids = _populate(factory, 2)
+    last = storage.lastTransaction()
+    before = [storage.load(oid) for oid in oids]
+    txn = _begin_store(storage, {oids[0]: _state("x"), oids[1]: _state("y")})
+    storage.tpc_vote(txn)
+    conn = storage._pending.conn
+    assert isinstance(conn, MySQLConnection)
+    admin = mysql_admin()
+    admin.cursor().execute(f"KILL {conn.connection_id}")
+    admin.close()
+    with pytest.raises(ConnectionLost):
+        storage.tpc_finish(txn)
+    storage.tpc_abort(txn)
+    other = factory.open()
+    assert other.lastTransaction() == last
+    assert [other.load(oid) for oid in oids] == before
+    # The next transaction works (the pool replaced the dead session).
+    txn = _begin_store(storage, {oids[0]: _state("z")})
+    storage.tpc_vote(txn)
+    tid = storage.tpc_finish(txn)
+    assert other.load(oids[0]) == (_state("z"), tid)
+
+
+def test_bad_credentials(factory: MySQLFactory) -> None:
+    options = factory.backend_options()
+    bad = MySQLOptions(host=options.host, port=options.port, unix_socket=options.unix_socket,
+                       db=options.db, user="zodbsql_no_such_user", passwd="wrong",
+                       driver=options.driver)
+    with pytest.raises(DatabaseError) as info:
+        zodbsql.open_storage(bad)
+    message = str(info.value)
+    assert "zodbsql_no_such_user" in message and "log in" in message
+    assert "'wrong'" not in message  # the password is never shown
+
+
+def test_missing_database(factory: MySQLFactory) -> None:
+    options = factory.backend_options("zodbsql_test_does_not_exist")
+    with pytest.raises(DatabaseError, match="does not exist"):
+        zodbsql.open_storage(options)
+
+
+def test_unix_socket(factory: MySQLFactory) -> None:
+    cursor = mysql_admin().cursor()
+    cursor.execute("SELECT @@socket")
+    socket_path = cursor.fetchone()[0]
+    o = factory.backend_options()
+    _populate(factory, 1)
+    storage = zodbsql.open_storage(
+        MySQLOptions(unix_socket=socket_path, db=o.db, user=o.user, passwd=o.passwd,
+                     driver=o.driver), keep_history=factory.param.keep_history)
+    try:
+        assert storage.sortKey().startswith("zodbsql:mysql:" + socket_path)
+        assert len(storage) == 2
+    finally:
+        storage.close()
+
+
+def test_statements_per_commit(factory: MySQLFactory) -> None:
+    storage = factory.open()
+    db = ZODB.DB(storage)
+    try:
+        counts = {}
+        for n in (1, 1000):
+            with db.transaction() as conn:
+                conn.root()[f"batch{n}"] = PersistentMapping()
+            pool_conn = storage.shared.pool.acquire()
+            storage.shared.pool.release(pool_conn)
+            before = pool_conn.statements
+            with db.transaction() as conn:
+                batch = conn.root()[f"batch{n}"]
+                for i in range(n):
+                    batch[i] = PersistentMapping(value=i)
+            pool_conn2 = storage.shared.pool.acquire()
+            storage.shared.pool.release(pool_conn2)
+            assert pool_conn2 is pool_conn
+            counts[n] = pool_conn.statements - before
+        print(f"statements per commit ({'hp' if factory.param.keep_history else 'hf'}):"
+              f" {counts}")
+        assert counts[1] <= 15 and counts[1000] <= 40, counts
+    finally:
+        db.close()
+
+
+def test_url_and_zconfig(factory: MySQLFactory) -> None:
+    o = factory.backend_options()
+    url = (f"zodbsql+mysql://{o.user}@{o.host}:{o.port}/{o.db}"
+           f"?driver={o.driver}&keep_history={'true' if factory.param.keep_history else 'false'}")
+    options, storage_options = parse_url(url)
+    assert options == o
+    db = ZODB.DB(zodbsql.open_storage(url))
+    try:
+        with db.transaction() as conn:
+            conn.root.answer = 42
+    finally:
+        db.close()
+    text = f"""
+%import zodbsql
+<zodb>
+  <zodbsql>
+    keep-history {'true' if factory.param.keep_history else 'false'}
+    <mysql>
+      host {o.host}
+      port {o.port}
+      db {o.db}
+      user {o.user}
+      driver {o.driver}
+    </mysql>
+  </zodbsql>
+</zodb>
+"""
+    db = ZODB.config.databaseFromString(text)
+    try:
+        with db.transaction() as conn:
+            assert conn.root.answer == 42
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("number,kind,words", [
+    (1205, CommitLockTimeout, ["commit-lock-timeout", "innodb_lock_wait_timeout"]),
+    (1213, ConflictError, ["deadlock", "retried"]),
+    (2006, ConnectionLost, ["lost"]),
+    (2013, ConnectionLost, ["lost"]),
+    (1153, DatabaseError, ["max_allowed_packet", "bytes"]),
+    (1146, DatabaseError, ["statement: SELECT 1"]),
+])
+def test_error_translation(factory: MySQLFactory, number: int, kind: type, words: list[str]) -> None:
+    storage = factory.open()
+    conn = storage.shared.pool.acquire()
+    try:
+        exc = conn.module.OperationalError(number, "server says no")
+        error = conn.translate_error(exc, "SELECT 1")
+        assert isinstance(error, kind), error
+        if kind in (CommitLockTimeout, ConflictError, ConnectionLost):
+            assert isinstance(error, TransientError)
+        assert all(word in str(error) for word in words), str(error)
+    finally:
+        storage.shared.pool.release(conn)
