@@ -32,10 +32,11 @@ def test_doctor_removes_its_scratch_database(storage_factory: Any) -> None:
     if storage_factory.param.backend == "sqlite":
         assert not os.path.exists(os.path.dirname(scratch.path))
     else:
+        name = scratch.schema if storage_factory.param.backend == "postgresql" else scratch.db
         conn = backend.connect()
         try:
             rows = conn.fetchall("SELECT 1 FROM information_schema.schemata"
-                                 " WHERE schema_name = %s", (scratch.schema,))
+                                 " WHERE schema_name = %s", (name,))
         finally:
             conn.close()
         assert rows == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -201,16 +202,11 @@ def test_load_blob_of_a_revision_without_one(storage_factory, tmp_path) -> None:
 
 # -- several processes, one cache, pruned all the time ------------------------------------
 READER = textwrap.dedent("""
-    import hashlib, json, random, sys, time
+    import hashlib, json, pickle, random, sys, time
     from zodbsql.api import open_storage
     from ZODB.utils import p64
     spec = json.loads(sys.argv[1])
-    if spec["backend"] == "sqlite":
-        from zodbsql.backends.sqlite.adapter import SQLiteOptions as O
-        backend = O(path=spec["path"])
-    else:
-        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions as O
-        backend = O(dsn=spec["dsn"], schema=spec["path"])
+    backend = pickle.loads(bytes.fromhex(spec["backend_options"]))  # any backend's options
     storage = open_storage(backend, keep_history=spec["keep_history"],
                            blob_dir=spec["blob_dir"], blob_cache_size=spec["cache_size"])
     cache = storage.shared.blob_files.cache
@@ -253,8 +249,7 @@ def test_processes_sharing_a_cache_never_see_missing_or_partial_files(
                           hashlib.sha256(data).hexdigest()))
     finally:
         db.close()
-    spec = {"backend": storage_factory.param.backend, "path": storage_factory.path,
-            "dsn": getattr(storage_factory, "dsn", None),
+    spec = {"backend_options": pickle.dumps(storage_factory.backend_options()).hex(),
             "keep_history": storage_factory.param.keep_history,
             "blob_dir": str(cache_dir), "cache_size": 50_000, "seconds": 2.0,
             "blobs": blobs}
@@ -277,7 +272,7 @@ def test_processes_sharing_a_cache_never_see_missing_or_partial_files(
 #: the test uses 256 MiB; memory is checked against it all the same.
 LARGE_BLOB_MB = 256
 LARGE = textwrap.dedent("""
-    import hashlib, json, os, sys, time
+    import hashlib, pickle, json, os, sys, time
     import transaction, ZODB
     from ZODB.blob import Blob
     from zodbsql.api import open_storage
@@ -289,12 +284,7 @@ LARGE = textwrap.dedent("""
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
     spec = json.loads(sys.argv[1])
-    if spec["backend"] == "sqlite":
-        from zodbsql.backends.sqlite.adapter import SQLiteOptions as O
-        backend = O(path=spec["path"])
-    else:
-        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions as O
-        backend = O(dsn=spec["dsn"], schema=spec["path"])
+    backend = pickle.loads(bytes.fromhex(spec["backend_options"]))  # any backend's options
     storage = open_storage(backend, keep_history=spec["keep_history"],
                            blob_dir=spec["blob_dir"])
     db = ZODB.DB(storage)
@@ -334,8 +324,8 @@ class TestLargeBlob:
     def test_large_blob_round_trip_in_bounded_memory(self, storage_factory, tmp_path,
                                                      capsys) -> None:
         storage_factory.open().close()  # create the schema
-        spec = {"backend": storage_factory.param.backend, "path": storage_factory.path,
-                "dsn": getattr(storage_factory, "dsn", None), "keep_history": True,
+        spec = {"backend_options": pickle.dumps(storage_factory.backend_options()).hex(),
+                "keep_history": True,
                 "blob_dir": str(tmp_path / "cache"), "mb": LARGE_BLOB_MB}
         proc = subprocess.run([sys.executable, "-c", LARGE, json.dumps(spec)],
                               capture_output=True, text=True, timeout=300)

@@ -18,6 +18,8 @@ EXPECTED = {
     ("sqlite", False): (15, 28),
     ("postgresql", True): (7, 11),
     ("postgresql", False): (9, 13),
+    ("mysql", True): (14, 18),
+    ("mysql", False): (16, 20),
 }
 
 

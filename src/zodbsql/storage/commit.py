@@ -125,7 +125,10 @@ class PendingCommit:
             elif content_hash in uploaded or blobs.has_content(conn, content_hash):
                 pass  # stored already: nothing to upload
             else:
-                blobs.upload(conn, content_hash, size, file_chunks(staged, files.chunk_size))
+                # A chunk must fit one statement (MySQL: below max_allowed_packet).
+                limit = storage.shared.backend.features.max_state_size
+                chunk = min(files.chunk_size, limit) if limit else files.chunk_size
+                blobs.upload(conn, content_hash, size, file_chunks(staged, chunk))
                 uploaded.add(content_hash)
             self.blob_staged[oid] = (content_hash, size, same_as)
             rows.append((oid, content_hash))

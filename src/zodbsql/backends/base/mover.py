@@ -76,6 +76,12 @@ class Mover:
 
     #: Statements that create the per-connection temporary tables.
     CREATE_TEMP_TABLES: tuple[str, ...] = ()
+    #: The statements whose dialect differs (upserts, deletes driven by temp_store).
+    HP_SET_CURRENT = HP_SET_CURRENT
+    HF_MOVE_STATES = HF_MOVE_STATES
+    HF_DELETE_REMOVED = HF_DELETE_REMOVED
+    HF_DELETE_OLD_REFS = HF_DELETE_OLD_REFS
+    HF_DELETE_OLD_BLOBS = HF_DELETE_OLD_BLOBS
 
     def __init__(self, backend: "Backend") -> None:
         self.backend = backend
@@ -166,17 +172,17 @@ class Mover:
         """
         if self.keep_history:
             conn.execute(HP_MOVE_STATES, (tid,))
-            conn.execute(HP_SET_CURRENT, (tid,))
+            conn.execute(self.HP_SET_CURRENT, (tid,))
             conn.execute(HP_MOVE_REFS, (tid,))
             if blobs:
                 conn.execute(HP_MOVE_BLOBS, (tid,))
         else:
-            conn.execute(HF_MOVE_STATES, (tid,))
-            conn.execute(HF_DELETE_REMOVED)
-            conn.execute(HF_DELETE_OLD_REFS)
+            conn.execute(self.HF_MOVE_STATES, (tid,))
+            conn.execute(self.HF_DELETE_REMOVED)
+            conn.execute(self.HF_DELETE_OLD_REFS)
             conn.execute(HF_MOVE_REFS)
             if blobs:
-                conn.execute(HF_DELETE_OLD_BLOBS)
+                conn.execute(self.HF_DELETE_OLD_BLOBS)
                 conn.execute(HF_MOVE_BLOBS, (tid,))
         if blobs and not self.backend.features.staging_emptied_by_transaction_end:
             conn.execute(CLEAR_TEMP_BLOB)

@@ -10,8 +10,10 @@ from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, MyS
                                                 error_number, load_driver,
                                                 prepare_for_writing,
                                                 pymysql_connection_class)
+from zodbsql.backends.mysql.blobs import MySQLBlobs
 from zodbsql.backends.mysql.features import MySQLFeatures
 from zodbsql.backends.mysql.history import MySQLHistory
+from zodbsql.backends.mysql.inspector import MySQLInspector
 from zodbsql.backends.mysql.locker import MySQLLocker
 from zodbsql.backends.mysql.mover import MySQLMover
 from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
@@ -59,6 +61,8 @@ class MySQLBackend(Backend):
     oids_class = MySQLOidAllocator
     history_class = MySQLHistory
     packer_class = MySQLPacker
+    blobs_class = MySQLBlobs
+    inspector_class = MySQLInspector
 
     def __init__(self, options: MySQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

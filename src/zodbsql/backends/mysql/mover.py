@@ -7,8 +7,6 @@ table, so InnoDB visits (and locks) exactly the staged rows instead of scanning.
 """
 from __future__ import annotations
 
-from zodbsql.backends.base import mover as base
-from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.mover import Mover
 
 CREATE_TEMP_TABLES = (
@@ -17,6 +15,8 @@ CREATE_TEMP_TABLES = (
     " state LONGBLOB) ENGINE=InnoDB",
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_ref (zoid BIGINT NOT NULL,"
     " to_zoid BIGINT NOT NULL, KEY (zoid)) ENGINE=InnoDB",
+    "CREATE TEMPORARY TABLE IF NOT EXISTS temp_blob (zoid BIGINT NOT NULL PRIMARY KEY,"
+    " content_hash BINARY(32) NOT NULL) ENGINE=InnoDB",
 )
 HP_SET_CURRENT = (
     "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store"
@@ -33,16 +33,14 @@ HF_DELETE_OLD_REFS = (
     "DELETE r FROM temp_store t STRAIGHT_JOIN object_ref r ON r.zoid = t.zoid")
 
 
+HF_DELETE_OLD_BLOBS = (
+    "DELETE b FROM temp_store t STRAIGHT_JOIN blob_ref b ON b.zoid = t.zoid")
+
+
 class MySQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
-
-    def move_staged(self, conn: DBConnection, tid: int) -> None:
-        if self.keep_history:
-            conn.execute(base.HP_MOVE_STATES, (tid,))
-            conn.execute(HP_SET_CURRENT, (tid,))
-            conn.execute(base.HP_MOVE_REFS, (tid,))
-        else:
-            conn.execute(HF_MOVE_STATES, (tid,))
-            conn.execute(HF_DELETE_REMOVED)
-            conn.execute(HF_DELETE_OLD_REFS)
-            conn.execute(base.HF_MOVE_REFS)
+    HP_SET_CURRENT = HP_SET_CURRENT
+    HF_MOVE_STATES = HF_MOVE_STATES
+    HF_DELETE_REMOVED = HF_DELETE_REMOVED
+    HF_DELETE_OLD_REFS = HF_DELETE_OLD_REFS
+    HF_DELETE_OLD_BLOBS = HF_DELETE_OLD_BLOBS

@@ -35,11 +35,13 @@ HP_EXISTING = ("SELECT x.zoid FROM temp_pack_delete d STRAIGHT_JOIN current_obje
 HF_EXISTING = ("SELECT x.zoid FROM temp_pack_delete d STRAIGHT_JOIN object_state x"
                " ON x.zoid = d.zoid")
 HP_DELETE_OBJECTS = (
+    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN blob_ref x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_ref x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN current_object x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_state x ON x.zoid = d.zoid",
 )
 HF_DELETE_OBJECTS = (
+    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN blob_ref x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_ref x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_state x ON x.zoid = d.zoid",
 )

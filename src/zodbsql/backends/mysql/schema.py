@@ -23,6 +23,23 @@ COMMON_DDL = (
     " last_oid BIGINT NOT NULL)" + TABLE_OPTIONS,
     "INSERT INTO oid_counter (id, last_oid) VALUES (0, 0)",
 )
+# Blob data, each distinct content once (see backends/base/blobs.py); chunks are sized
+# below max_allowed_packet.
+BLOB_CONTENT_DDL = (
+    "CREATE TABLE blob_content (content_hash BINARY(32) NOT NULL PRIMARY KEY,"
+    " size BIGINT NOT NULL, chunks INT NOT NULL)" + TABLE_OPTIONS,
+    "CREATE TABLE blob_chunk (content_hash BINARY(32) NOT NULL, chunk_num INT NOT NULL,"
+    " data LONGBLOB NOT NULL, PRIMARY KEY (content_hash, chunk_num))" + TABLE_OPTIONS,
+)
+HISTORY_PRESERVING_BLOB_DDL = BLOB_CONTENT_DDL + (
+    "CREATE TABLE blob_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
+    " content_hash BINARY(32) NOT NULL, PRIMARY KEY (zoid, tid),"
+    " KEY blob_ref_hash (content_hash))" + TABLE_OPTIONS,
+)
+HISTORY_FREE_BLOB_DDL = BLOB_CONTENT_DDL + (
+    "CREATE TABLE blob_ref (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
+    " content_hash BINARY(32) NOT NULL, KEY blob_ref_hash (content_hash))" + TABLE_OPTIONS,
+)
 HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid BIGINT NOT NULL PRIMARY KEY,"
     " packed TINYINT NOT NULL DEFAULT 0, username MEDIUMBLOB NOT NULL,"
@@ -36,14 +53,14 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
     " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid),"
     " KEY object_ref_to (to_zoid))" + TABLE_OPTIONS,
-)
+) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
     " checksum BIGINT, state_size BIGINT NOT NULL, state LONGBLOB,"
     " KEY object_state_tid (tid))" + TABLE_OPTIONS,
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
     " PRIMARY KEY (zoid, to_zoid), KEY object_ref_to (to_zoid))" + TABLE_OPTIONS,
-)
+) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = ("SELECT table_name FROM information_schema.tables"
                " WHERE table_schema = DATABASE()")
 #: Pack's work tables (permanent: see packer.py); dropped with the schema.
@@ -56,6 +73,8 @@ SCHEMA_UNLOCK = "SELECT RELEASE_LOCK(CONCAT('zodbsql.schema.', DATABASE()))"
 class MySQLSchema(Schema):
     HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
+    HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
+    HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
 
     def prepare(self, conn: DBConnection, keep_history: bool, create: bool,

@@ -1,0 +1,14 @@
+"""MySQL's insert-if-absent for blob chunks and contents (INSERT IGNORE).
+
+Chunks are sized below ``max_allowed_packet`` (``Features.max_state_size``, read from the
+server at connect), so one chunk always fits one statement.
+"""
+from zodbsql.backends.base.blobs import Blobs
+
+INSERT_CHUNK = "INSERT IGNORE INTO blob_chunk (content_hash, chunk_num, data) VALUES (%s, %s, %s)"
+INSERT_CONTENT = "INSERT IGNORE INTO blob_content (content_hash, size, chunks) VALUES (%s, %s, %s)"
+
+
+class MySQLBlobs(Blobs):
+    INSERT_CHUNK = INSERT_CHUNK
+    INSERT_CONTENT = INSERT_CONTENT
