@@ -208,3 +208,26 @@ def test_wipe_uses_a_disposable_database_and_profile_prepopulate(tmp_path: pathl
         assert conn.root.kept == 1
         assert len(conn.root()["zodbsql-bench"]["prepopulated"]) == 30
     db.close()
+
+
+@pytest.mark.parametrize("shortcut", ["postgresql", "mysql"])
+def test_server_shortcuts_use_a_scratch_database_and_drop_it(
+        shortcut: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.databases import BACKENDS
+    if shortcut not in BACKENDS:
+        pytest.skip(f"{shortcut} is not in ZODBSQL_TEST_BACKENDS")
+    made: list[object] = []
+    real = contenders.Servers.scratch_database
+
+    def recording(self: contenders.Servers, options: object) -> object:
+        made.append(real(self, options))
+        return made[-1]
+    monkeypatch.setattr(contenders.Servers, "scratch_database", recording)
+    assert main(["bench", "--contender", shortcut, "--tests", "add,update", *TINY,
+                 "--no-charts", "--output", str(tmp_path / "out")]) == 0
+    assert "sql/txn" in capsys.readouterr().out
+    (scratch,) = made
+    # The bench's tables went with its scratch schema or database.
+    with pytest.raises(zodbsql.ZodbsqlError):
+        zodbsql.open_storage(scratch, create_schema=False)  # type: ignore[arg-type]

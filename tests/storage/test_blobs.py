@@ -268,9 +268,10 @@ def test_processes_sharing_a_cache_never_see_missing_or_partial_files(
 
 
 # -- one large blob, memory far below its size ------------------------------------------
-#: 1 GiB took about 29 s on PostgreSQL here for the round trip alone (SQLite 12 s), so
-#: the test uses 256 MiB; memory is checked against it all the same.
-LARGE_BLOB_MB = 256
+#: The issue's 1 GiB on SQLite (about 12 s here); the server backends take 256 MiB (a
+#: 1 GiB round trip took about 29 s on PostgreSQL), checked against the same bounds.
+LARGE_BLOB_MB = {"sqlite": 1024}
+DEFAULT_LARGE_BLOB_MB = 256
 LARGE = textwrap.dedent("""
     import hashlib, pickle, json, os, sys, time
     import transaction, ZODB
@@ -324,18 +325,19 @@ class TestLargeBlob:
     def test_large_blob_round_trip_in_bounded_memory(self, storage_factory, tmp_path,
                                                      capsys) -> None:
         storage_factory.open().close()  # create the schema
+        megabytes = LARGE_BLOB_MB.get(storage_factory.param.backend, DEFAULT_LARGE_BLOB_MB)
         spec = {"backend_options": pickle.dumps(storage_factory.backend_options()).hex(),
                 "keep_history": True,
-                "blob_dir": str(tmp_path / "cache"), "mb": LARGE_BLOB_MB}
+                "blob_dir": str(tmp_path / "cache"), "mb": megabytes}
         proc = subprocess.run([sys.executable, "-c", LARGE, json.dumps(spec)],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         assert result["ok"]
         grown = result["peak"] - result["baseline"]
-        size = LARGE_BLOB_MB << 20
+        size = megabytes << 20
         with capsys.disabled():
-            print(f"\n  large blob {storage_factory.param.backend}: {LARGE_BLOB_MB} MiB in"
+            print(f"\n  large blob {storage_factory.param.backend}: {megabytes} MiB in"
                   f" {result['seconds']:.1f} s, peak RSS {result['peak'] / 2**20:.0f} MiB"
                   f" (+{grown / 2**20:.0f} MiB during the round trip)")
         # The whole process (interpreter, ZODB, driver) stays far below the blob's size,
