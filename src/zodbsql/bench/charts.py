@@ -94,9 +94,11 @@ def _scaling(directory: str, axis: str, label: str, summary: list[dict[str, Any]
     for ax in list(axes.flat)[len(tests):]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", frameon=False)
-    fig.suptitle(f"figures vs {label}")
-    fig.tight_layout(rect=(0, 0, 0.92, 0.96))
+    # One row under the title, clear of every subplot.
+    fig.suptitle(f"figures vs {label}", y=0.995)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.975),
+               ncol=min(len(labels), 6), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     path = os.path.join(directory, f"scaling-{_slug(axis)}.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)
