@@ -1,4 +1,5 @@
 """PostgreSQL packs with TEMPORARY work tables: pack uses one connection throughout."""
+from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.packer import Packer
 
 CREATE_WORK_TABLES = (
@@ -9,6 +10,26 @@ CREATE_WORK_TABLES = (
     "CREATE INDEX IF NOT EXISTS pack_reach_gen ON pack_reach (gen)",
 )
 
+# Autovacuum never analyzes temporary tables, and a prepared statement's generic plan
+# guesses that ``tid > $1`` matches a third of the rows: either can make PostgreSQL scan
+# millions of rows, some of it under the commit lock.  So the pack's session plans every
+# statement for its parameters, and the work tables get statistics once filled.
+# The stored tables get fresh statistics too: a database filled since autovacuum last
+# looked (a conversion, a bulk import) is otherwise planned as if it were nearly empty.
+CUSTOM_PLANS = "SET plan_cache_mode = force_custom_plan"
+ANALYZE_WORK_TABLES = "ANALYZE pack_object, pack_reach"
+ANALYZE_STORED = "ANALYZE object_state, object_ref"
+
 
 class PostgreSQLPacker(Packer):
     CREATE_WORK_TABLES = CREATE_WORK_TABLES
+
+    def prepare(self, conn: DBConnection, pack_tid: int, gc: bool) -> None:
+        conn.execute(CUSTOM_PLANS)
+        conn.execute(ANALYZE_STORED)
+        super().prepare(conn, pack_tid, gc)
+        conn.execute(ANALYZE_WORK_TABLES)
+
+    def count(self, conn: DBConnection, gc: bool) -> dict[str, int]:
+        conn.execute(ANALYZE_WORK_TABLES)  # the walk filled pack_reach
+        return super().count(conn, gc)
