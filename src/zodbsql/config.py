@@ -20,6 +20,7 @@ def options_from_section(section: Any) -> Options:
         cache_size_mb=section.cache_size_mb,
         commit_lock_timeout=section.commit_lock_timeout,
         row_lock_timeout=section.row_lock_timeout,
+        pack_gc=section.pack_gc,
         pack_batch_size=section.pack_batch_size,
         pack_duty_cycle=section.pack_duty_cycle,
         blob_dir=section.blob_dir,

@@ -15,6 +15,9 @@ class Options:
     before it fails with :class:`zodbsql.errors.CommitLockTimeout`.
     ``row_lock_timeout`` bounds the wait for the row locks of the objects a commit
     changes (backends with row locks); None means the same as ``commit_lock_timeout``.
+    ``pack_gc`` False makes ``pack`` remove old revisions only, never unreachable objects
+    (FileStorage's ``pack_gc``; for sites that collect garbage outside, with
+    ``deleteObject``).
     ``pack_batch_size`` is how many objects one pack step deletes while holding the lock.
 
     Blobs: ``blob_dir`` (None: no blob support) is either a local cache of blob files
@@ -31,6 +34,7 @@ class Options:
     cache_size_mb: float = 64.0
     commit_lock_timeout: float = 30.0
     row_lock_timeout: float | None = None
+    pack_gc: bool = True
     pack_batch_size: int = 1000
     pack_duty_cycle: float = 1.0
     blob_dir: str | None = None

@@ -57,7 +57,10 @@ def pack(storage: "SQLStorage", t: float, gc: bool = True,
         raise POSException.StorageError("a pack of this storage is already running")
     conn = storage.shared.connect()
     try:
-        return _Pack(storage, conn, gc, progress, dry_run, options).run(time_to_tid(t))
+        counts = _Pack(storage, conn, gc, progress, dry_run, options).run(time_to_tid(t))
+        if shared.blob_files is not None:
+            shared.blob_files.hashes.clear()  # the memo may name revisions the pack removed
+        return counts
     finally:
         conn.rollback()
         conn.close()

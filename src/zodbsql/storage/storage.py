@@ -519,7 +519,7 @@ class SQLStorage(ConflictResolvingStorage):
     def pack(self, t: float, referencesf: Any = None, gc: bool = True) -> None:
         if self._options.read_only:
             raise POSException.ReadOnlyError()
-        pack.pack(self, t, gc)
+        pack.pack(self, t, gc and self._options.pack_gc)
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def statement_count(self) -> int:
