@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import uuid
 from typing import TYPE_CHECKING, Any, Iterator
 
 from zodbsql.backends.base.schema import SCHEMA_VERSION
@@ -52,8 +53,21 @@ class Inspector:
                             f"this zodbsql needs schema version {SCHEMA_VERSION}")]
         return [Finding(OK, "schema", f"version {version}, {mode}")]
 
+    #: A server backend's scratch: statements creating and dropping a schema or database
+    #: named ``{name}`` (generated, never from input), and the options field naming it.
+    CREATE_SCRATCH = ""
+    DROP_SCRATCH = ""
+    SCRATCH_FIELD = ""
+
     @contextlib.contextmanager
     def scratch(self) -> Iterator[Any]:
         """Backend options for a scratch database beside this one, removed afterwards."""
-        raise NotImplementedError
-        yield  # pragma: no cover
+        backend: Any = self.backend
+        name = f"zodbsql_doctor_{uuid.uuid4().hex[:12]}"
+        conn = backend.connect()
+        try:
+            conn.execute(self.CREATE_SCRATCH.format(name=name))
+            yield dataclasses.replace(backend.options, **{self.SCRATCH_FIELD: name})
+        finally:
+            conn.execute(self.DROP_SCRATCH.format(name=name))
+            conn.close()

@@ -2,10 +2,7 @@
 binary log format, privileges."""
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING
 
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding, Inspector
 
@@ -28,6 +25,10 @@ DROP_SCRATCH = "DROP DATABASE IF EXISTS {name}"
 
 
 class MySQLInspector(Inspector):
+    CREATE_SCRATCH = CREATE_SCRATCH
+    DROP_SCRATCH = DROP_SCRATCH
+    SCRATCH_FIELD = "db"
+
     def inspect(self, conn: "DBConnection", clients: int) -> list[Finding]:
         values = {str(name): str(value) for name, value in conn.fetchall(SETTINGS)}
         version = values.get("version", "?")
@@ -85,15 +86,3 @@ class MySQLInspector(Inspector):
                             "GRANT CREATE, CREATE TEMPORARY TABLES, SELECT, INSERT, UPDATE,"
                             " DELETE, DROP ON <db>.* to the storage's user"))
         return findings + self.schema_findings(conn)
-
-    @contextlib.contextmanager
-    def scratch(self) -> Iterator[Any]:
-        backend: Any = self.backend
-        name = f"zodbsql_doctor_{uuid.uuid4().hex[:12]}"
-        conn = backend.connect()
-        try:
-            conn.execute(CREATE_SCRATCH.format(name=name))
-            yield dataclasses.replace(backend.options, db=name)
-        finally:
-            conn.execute(DROP_SCRATCH.format(name=name))
-            conn.close()

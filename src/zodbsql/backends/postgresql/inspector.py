@@ -1,10 +1,7 @@
 """What doctor checks for PostgreSQL: version, settings that matter, privileges."""
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING
 
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding, Inspector
 
@@ -24,6 +21,10 @@ DROP_SCRATCH = "DROP SCHEMA IF EXISTS {name} CASCADE"
 
 
 class PostgreSQLInspector(Inspector):
+    CREATE_SCRATCH = CREATE_SCRATCH
+    DROP_SCRATCH = DROP_SCRATCH
+    SCRATCH_FIELD = "schema"
+
     def _setting(self, conn: "DBConnection", name: str) -> tuple[str, str]:
         row = conn.fetchone(SETTING, (name,))
         return (str(row[0]), str(row[1] or "")) if row else ("?", "")
@@ -65,15 +66,3 @@ class PostgreSQLInspector(Inspector):
                             "GRANT CREATE ON SCHEMA <schema> and GRANT TEMP ON DATABASE"
                             " <database> to the storage's user"))
         return findings + self.schema_findings(conn)
-
-    @contextlib.contextmanager
-    def scratch(self) -> Iterator[Any]:
-        backend: Any = self.backend
-        name = f"zodbsql_doctor_{uuid.uuid4().hex[:12]}"
-        conn = backend.connect()
-        try:
-            conn.execute(CREATE_SCRATCH.format(name=name))
-            yield dataclasses.replace(backend.options, schema=name)
-        finally:
-            conn.execute(DROP_SCRATCH.format(name=name))
-            conn.close()
