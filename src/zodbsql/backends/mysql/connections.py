@@ -151,14 +151,7 @@ class MySQLConnection(DBConnection):
 
     def rollback(self) -> None:
         self.locked_last_tid = None
-        if not self.in_transaction:
-            return
-        self.statements += 1
-        self.in_transaction = False
-        try:
-            self.raw.rollback()
-        except Exception:
-            self.broken = True
+        super().rollback()
 
     def translate_error(self, exc: Exception, sql: str | None) -> Exception:
         number = error_number(exc)
