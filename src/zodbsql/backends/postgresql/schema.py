@@ -71,6 +71,7 @@ HAS_FINISH = (
     " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_finish'")
 DROP_FINISH = ("DROP FUNCTION zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA, BOOLEAN,"
                " INTEGER, BOOLEAN)")
+DROP_ALLOCATE_TID = "DROP FUNCTION IF EXISTS zodbsql_allocate_tid(BIGINT, BIGINT, INTEGER, BOOLEAN)"
 # The finish function of databases made before blobs (one argument fewer).
 DROP_OLD_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA,"
                    " BYTEA, BOOLEAN, INTEGER)")
@@ -93,8 +94,9 @@ class PostgreSQLSchema(Schema):
         self.install_procedures(conn, keep_history)
 
     def install_procedures(self, conn: "DBConnection", keep_history: bool) -> None:
-        procedures = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
-        conn.execute_script(resources.files(__package__).joinpath(procedures).read_text())
+        mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
+        for procedures in ("procedures_common.sql", mode):
+            conn.execute_script(resources.files(__package__).joinpath(procedures).read_text())
 
     def add_blob_tables(self, conn: "DBConnection", keep_history: bool) -> None:
         conn.execute(CREATE_LOCK)
@@ -108,5 +110,6 @@ class PostgreSQLSchema(Schema):
         super().drop_all(conn)
         if conn.fetchone(HAS_FINISH) is not None:
             conn.execute(DROP_FINISH)
+        conn.execute(DROP_ALLOCATE_TID)
         if conn.fetchone(HAS_SEQUENCE) is not None:
             conn.execute("DROP SEQUENCE zoid_seq")

@@ -1,0 +1,37 @@
+-- The part of a commit's final step both history modes share (see txncontrol.py): take
+-- the commit lock (commit_row) within commit-lock-timeout, allocate the tid (the clock's,
+-- or one past the last; a restore's own, which must come after the last), check that the
+-- blob contents vote found are still complete, and record the tid as the last one.
+CREATE OR REPLACE FUNCTION zodbsql_allocate_tid(
+    p_clock_tid BIGINT, p_requested_tid BIGINT, p_lock_timeout_ms INTEGER,
+    p_check_blobs BOOLEAN) RETURNS BIGINT
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_last BIGINT;
+    v_tid BIGINT;
+BEGIN
+    -- The commit lock has its own timeout (commit-lock-timeout), for this transaction.
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
+    SELECT last_tid INTO v_last FROM commit_row FOR UPDATE;
+    IF p_requested_tid IS NULL THEN
+        v_tid := GREATEST(p_clock_tid, v_last + 1);
+    ELSIF p_requested_tid > v_last THEN
+        v_tid := p_requested_tid;
+    ELSE
+        RAISE EXCEPTION 'zodbsql: tid % is not after the last committed tid %',
+            p_requested_tid, v_last USING ERRCODE = 'ZS001';
+    END IF;
+    -- Blob contents vote found in the database must still be complete: a pack (which
+    -- frees contents under the commit lock) may have removed one since.
+    IF p_check_blobs AND EXISTS (
+            SELECT 1 FROM temp_blob t LEFT JOIN blob_content c
+            ON c.content_hash = t.content_hash WHERE c.content_hash IS NULL
+            OR c.chunks <> (SELECT COUNT(*) FROM blob_chunk k
+                            WHERE k.content_hash = t.content_hash)) THEN
+        RAISE EXCEPTION 'zodbsql: a staged blob content was freed by a pack; retry'
+            USING ERRCODE = 'ZS002';
+    END IF;
+    UPDATE commit_row SET last_tid = v_tid;
+    RETURN v_tid;
+END
+$$;
