@@ -5,7 +5,7 @@ core talks only to the instances made from them.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from zodbsql.backends.base.blobs import Blobs
 from zodbsql.backends.base.checker import Checker
@@ -44,8 +44,13 @@ class Backend:
     inspector_class: ClassVar[type[Inspector]] = Inspector
     blobs_class: ClassVar[type[Blobs]] = Blobs
 
-    def __init__(self, keep_history: bool) -> None:
+    def __init__(self, options: Any, keep_history: bool, lock_timeout: float,
+                 read_only: bool = False) -> None:
+        #: The backend's own options object (SQLiteOptions, PostgreSQLOptions, ...).
+        self.options = options
         self.keep_history = keep_history
+        self.lock_timeout = lock_timeout
+        self.read_only = read_only
         self.features = self.features_class()
         self.schema = self.schema_class(self)
         self.locker = self.locker_class(self)

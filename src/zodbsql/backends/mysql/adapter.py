@@ -66,10 +66,7 @@ class MySQLBackend(Backend):
 
     def __init__(self, options: MySQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:
-        super().__init__(keep_history)
-        self.options = options
-        self.lock_timeout = lock_timeout
-        self.read_only = read_only
+        super().__init__(options, keep_history, lock_timeout, read_only)
         self.driver_name, self.module = load_driver(options.driver)
 
     def _where(self) -> str:

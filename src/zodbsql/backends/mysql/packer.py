@@ -60,7 +60,7 @@ class MySQLPacker(Packer):
     CREATE_WORK_TABLES = CREATE_WORK_TABLES
 
     def prepare(self, conn: DBConnection, pack_tid: int, gc: bool) -> None:
-        timeout = getattr(self.backend, "lock_timeout", 30)
+        timeout = self.backend.lock_timeout
         prepare_for_writing(conn, timeout)
         # Held until finish or until the pack's session ends.  Waiting (rather than
         # failing at once) also covers the previous pack's session, whose lock the

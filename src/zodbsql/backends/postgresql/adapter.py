@@ -65,10 +65,7 @@ class PostgreSQLBackend(Backend):
 
     def __init__(self, options: PostgreSQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:
-        super().__init__(keep_history)
-        self.options = options
-        self.lock_timeout = lock_timeout
-        self.read_only = read_only
+        super().__init__(options, keep_history, lock_timeout, read_only)
         self.psycopg = load_driver(options.driver)
         try:
             params = self.psycopg.conninfo.conninfo_to_dict(options.dsn)

@@ -51,11 +51,8 @@ class SQLiteBackend(Backend):
 
     def __init__(self, options: SQLiteOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:
-        super().__init__(keep_history)
-        self.options = options
+        super().__init__(options, keep_history, lock_timeout, read_only)
         self.path = os.path.abspath(os.path.expanduser(options.path))
-        self.lock_timeout = lock_timeout
-        self.read_only = read_only
         self._check_path()
 
     def _check_path(self) -> None:
