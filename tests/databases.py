@@ -34,7 +34,40 @@ class Param:
         return f"{self.backend}-{'hp' if self.keep_history else 'hf'}"
 
 
-class SQLiteFactory:
+class StorageFactory:
+    """What every backend's factory shares: storages opened on its databases, and
+    closed again.  A subclass makes databases (``new_path``), names them
+    (``backend_options``) and removes them (``cleanup``, after ``close_storages``)."""
+
+    param: Param
+    opened: list[SQLStorage]
+
+    def new_path(self) -> str:
+        raise NotImplementedError
+
+    def backend_options(self, path: str | None = None) -> Any:
+        raise NotImplementedError
+
+    def open(self, path: str | None = None, **options: Any) -> SQLStorage:
+        """A storage on the test's database (or on ``path``), in the cell's mode."""
+        options.setdefault("keep_history", self.param.keep_history)
+        storage = open_storage(self.backend_options(path), **options)
+        self.opened.append(storage)
+        return storage
+
+    def open_other(self, **options: Any) -> SQLStorage:
+        """A storage on a second, empty database of the same kind."""
+        return self.open(self.new_path(), **options)
+
+    def close_storages(self) -> None:
+        for storage in self.opened:
+            storage.close()
+
+    def cleanup(self) -> None:
+        self.close_storages()
+
+
+class SQLiteFactory(StorageFactory):
     """Storages on SQLite files in the test's temporary directory."""
 
     def __init__(self, param: Param, tmp_path: pathlib.Path) -> None:
@@ -51,19 +84,6 @@ class SQLiteFactory:
     def backend_options(self, path: str | None = None) -> Any:
         return SQLiteOptions(path=path or self.path, synchronous="normal")
 
-    def open(self, path: str | None = None, **options: Any) -> SQLStorage:
-        options.setdefault("keep_history", self.param.keep_history)
-        storage = open_storage(self.backend_options(path), **options)
-        self.opened.append(storage)
-        return storage
-
-    def open_other(self, **options: Any) -> SQLStorage:
-        """A storage on a second, empty database of the same kind."""
-        return self.open(self.new_path(), **options)
-
-    def cleanup(self) -> None:
-        for storage in self.opened:
-            storage.close()
 
 
 #: The PostgreSQL server the tests use (trust auth); each test gets its own schema.
@@ -79,7 +99,7 @@ def server_unavailable(what: str, exc: Exception) -> None:
     pytest.skip(message)
 
 
-class PostgreSQLFactory:
+class PostgreSQLFactory(StorageFactory):
     """Storages in schemas ``zodbsql_test_<random>`` of the test database, dropped after."""
 
     def __init__(self, param: Param, tmp_path: pathlib.Path | None = None,
@@ -108,19 +128,8 @@ class PostgreSQLFactory:
         from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
         return PostgreSQLOptions(dsn=self.dsn, schema=path or self.path)
 
-    def open(self, path: str | None = None, **options: Any) -> SQLStorage:
-        options.setdefault("keep_history", self.param.keep_history)
-        storage = open_storage(self.backend_options(path), **options)
-        self.opened.append(storage)
-        return storage
-
-    def open_other(self, **options: Any) -> SQLStorage:
-        """A storage on a second, empty schema."""
-        return self.open(self.new_path(), **options)
-
     def cleanup(self) -> None:
-        for storage in self.opened:
-            storage.close()
+        self.close_storages()
         try:
             for schema in self.schemas:
                 self.admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -155,7 +164,7 @@ def mysql_admin(driver: str | None = None) -> Any:
     return module.connect(**args)
 
 
-class MySQLFactory:
+class MySQLFactory(StorageFactory):
     """Storages on databases ``zodbsql_test_<random>`` the factory creates and drops."""
 
     def __init__(self, param: Param, tmp_path: pathlib.Path, driver: str | None = None) -> None:
@@ -168,9 +177,10 @@ class MySQLFactory:
         except Exception as exc:
             server = MYSQL_SERVER["unix_socket"] or f"{MYSQL_SERVER['host']}:{MYSQL_SERVER['port']}"
             server_unavailable(f"the MySQL server at {server}", exc)
-        self.db = self.new_database()
+        self.db = self.new_path()
 
-    def new_database(self) -> str:
+    def new_path(self) -> str:
+        """Create a new, empty database and return its name."""
         name = f"zodbsql_test_{uuid.uuid4().hex[:16]}"
         self.admin.cursor().execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
         self.databases.append(name)
@@ -181,24 +191,13 @@ class MySQLFactory:
         """The test's database (SQLiteFactory's ``path`` counterpart)."""
         return self.db
 
-    def backend_options(self, db: str | None = None) -> Any:
+    def backend_options(self, path: str | None = None) -> Any:
         settings = {k: v for k, v in MYSQL_SERVER.items()}
         settings["driver"] = self.driver
-        return MySQLOptions(db=db or self.db, **settings)
-
-    def open(self, db: str | None = None, **options: Any) -> SQLStorage:
-        options.setdefault("keep_history", self.param.keep_history)
-        storage = open_storage(self.backend_options(db), **options)
-        self.opened.append(storage)
-        return storage
-
-    def open_other(self, **options: Any) -> SQLStorage:
-        """A storage on a second, empty database on the same server."""
-        return self.open(self.new_database(), **options)
+        return MySQLOptions(db=path or self.db, **settings)
 
     def cleanup(self) -> None:
-        for storage in self.opened:
-            storage.close()
+        self.close_storages()
         try:
             cursor = self.admin.cursor()
             for name in self.databases:
