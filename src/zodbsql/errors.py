@@ -1,8 +1,28 @@
-"""One exception hierarchy for zodbsql.
+"""One exception hierarchy for zodbsql, and its retry taxonomy.
 
 Driver errors are translated at the backend boundary into these classes, keeping the
-original as ``__cause__``.  Where ZODB has an error with the same meaning, ours derives
-from it, so ``transaction``'s retry loop and ZODB's callers treat them as they expect.
+original as ``__cause__``; each backend classifies them by SQLSTATE, error number or
+SQLite result code, never by message text.  Where ZODB has an error with the same
+meaning, ours derives from it, so ``transaction``'s retry loop (``attempts()``, Zope's
+publisher) treats them as it should.  The same on every backend:
+
+=============================  ==========================  =========================
+what happened                  raised                      retry the transaction?
+=============================  ==========================  =========================
+another commit changed what    ``ConflictError`` /         yes (a ``TransientError``)
+this one wrote or read-current ``ReadConflictError``
+the database cancelled this    ``DatabaseConflict`` (a     yes
+commit to break a deadlock or  ``ConflictError``)
+a serialization failure
+a lock not granted within      ``CommitLockTimeout``       yes; the message names the
+commit-/row-lock-timeout                                   setting
+the connection went away and   ``ConnectionLost``          yes
+nothing was committed
+the connection went away while ``CommitOutcomeUnknown``    no: find out first (the
+COMMIT was in flight and the                               message names the tid)
+outcome could not be learned
+anything else                  ``DatabaseError``           no
+=============================  ==========================  =========================
 """
 from __future__ import annotations
 
@@ -43,6 +63,28 @@ class DatabaseError(ZodbsqlError, POSException.StorageError):
 
 class ConnectionLost(DatabaseError, transaction.interfaces.TransientError):
     """The connection to the database went away; a retried transaction reconnects."""
+
+
+class CommitOutcomeUnknown(ZodbsqlError, POSException.StorageError):
+    """The connection was lost while COMMIT was in flight and the database could not be
+    asked afterwards whether transaction ``tid`` was committed.
+
+    Never retryable: the transaction may be in the database already, and running it
+    again could apply it twice.
+    """
+
+    def __init__(self, message: str, tid: int) -> None:
+        super().__init__(message)
+        self.tid = tid
+
+
+class DatabaseConflict(ZodbsqlError, POSException.ConflictError):
+    """The database rolled this commit back to settle a conflict with a concurrent one
+    (a deadlock victim, a serialization or cluster certification failure); retryable."""
+
+
+class DeadlockError(DatabaseConflict):
+    """The database chose this commit as the victim of a lock deadlock."""
 
 
 class CommitLockTimeout(POSException.StorageTransactionError,

@@ -16,8 +16,8 @@ from persistent.mapping import PersistentMapping
 EXPECTED = {
     ("sqlite", True): (13, 26),
     ("sqlite", False): (15, 28),
-    ("postgresql", True): (7, 11),
-    ("postgresql", False): (9, 13),
+    ("postgresql", True): (6, 10),
+    ("postgresql", False): (8, 12),
     ("mysql", True): (14, 18),
     ("mysql", False): (16, 20),
 }

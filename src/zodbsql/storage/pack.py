@@ -136,11 +136,16 @@ class _Pack:
             self.generation += 1
             self.progress("walk", self.generation)
 
-    def _locked(self, work: Callable[[], object]) -> None:
-        """Run ``work`` in one short write transaction holding the commit lock."""
+    def _locked(self, work: Callable[[], object],
+                before_commit_lock: Callable[[], object] | None = None) -> None:
+        """Run ``work`` in one short write transaction holding the commit lock;
+        ``before_commit_lock`` runs in the same transaction first (row locks must come
+        before the commit lock, in the order commits take them)."""
         started = time.monotonic()
         self.backend.locker.begin_commit(self.conn, self.timeout)
         try:
+            if before_commit_lock is not None:
+                before_commit_lock()
             self.backend.locker.lock_commit(self.conn, self.timeout)
             work()
             self.conn.commit()
@@ -180,11 +185,16 @@ class _Pack:
             if not found:
                 return
 
+            locked: list[int] = []
+
+            def lock_rows() -> None:
+                locked[:] = self.backend.locker.lock_for_pack(conn, found)
+
             def step() -> None:
-                doomed = recheck(conn, found)
+                doomed = recheck(conn, locked) if locked else []
                 if doomed:
                     packer.delete_objects(conn, doomed)
-            self._locked(step)
+            self._locked(step, lock_rows)
             after = found[-1]
             done += len(found)
             self.progress(phase, done)

@@ -1,9 +1,11 @@
 """Locker: who may commit, and which staged states conflict.
 
 A commit takes its locks in two steps.  During vote, ``lock_objects`` locks the rows of
-the objects being changed or read-current (in oid order, so two committers can never
-deadlock) and returns what conflicts.  At finish, ``lock_commit`` takes the short,
-database-wide lock under which the tid is allocated and the commit made visible.  A
+the objects being changed (exclusively, in oid order) and of the objects read-current
+(shared, never waiting) and returns what conflicts.  At finish, ``lock_commit`` takes the
+short, database-wide lock under which the tid is allocated and the commit made visible.
+A pack batch locks the rows it deletes first, skipping rows a commit holds, and only
+then the commit lock.  Each backend's locker says why no cycle of waits can form.  A
 backend without row locks (SQLite) takes the database write lock already in vote.
 """
 from __future__ import annotations
@@ -64,6 +66,15 @@ class Locker:
             sql = template.format(oids=", ".join(["%s"] * len(chunk)))
             result.update((int(o), int(t)) for o, t in conn.fetchall(sql, chunk))
         return result
+
+    def lock_for_pack(self, conn: "DBConnection", oids: list[int]) -> list[int]:
+        """Lock the rows of objects a pack batch may delete, before the commit lock.
+
+        Never waits: rows a commit in progress holds are skipped (that commit may make
+        the object reachable again; the next pack looks at it).  Returns the oids locked,
+        in order.  Without row locks, all of them.
+        """
+        return oids
 
     def lock_commit(self, conn: "DBConnection", timeout: float) -> None:
         """Take the database-wide lock for tid allocation (finish)."""

@@ -13,8 +13,13 @@ Design note.
   locks the current rows of the changed objects and returns their current tids; the
   conflicts are picked out in Python (at READ COMMITTED InnoDB would drop the lock of a
   row a WHERE rejects, so the locking read has none).  Read-current oids are locked in a
-  second pass ``LOCK IN SHARE MODE``; a deadlock between the two passes is possible only
-  with crossing read-current sets and ends in a retryable ``DeadlockError`` (a ZODB
+  second pass that never waits (``LOCK IN SHARE MODE NOWAIT`` on MariaDB, ``FOR SHARE
+  NOWAIT`` on MySQL 8, chosen from the server's version at connect): a row another
+  commit is writing is a ``ReadConflictError`` at once.  ``locker.py`` argues why no
+  cycle of waits can form (exclusive waits in oid order only, share locks never wait,
+  pack batches lock with ``SKIP LOCKED`` before the commit lock);
+  ``tests/storage/test_contention.py`` checks that ``Innodb_deadlocks`` does not move.
+  Should InnoDB still pick a victim, that is a retryable ``DeadlockError`` (a ZODB
   ConflictError).  Finish takes the one database-wide lock, ``SELECT ... FROM commit_row
   FOR UPDATE``, held only while the tid is chosen, the staged rows moved and COMMIT
   sent, so commits become visible in tid order.  Every lock wait is bounded by the

@@ -111,9 +111,15 @@ class MySQLBackend(Backend):
             raise DatabaseError(f"cannot connect to {where}: {exc}") from exc
         conn = MySQLConnection(raw, self.driver_name, where, self.module)
         try:
-            row = conn.fetchone("SELECT @@max_allowed_packet, @@innodb_lock_wait_timeout")
+            row = conn.fetchone(
+                "SELECT @@max_allowed_packet, @@innodb_lock_wait_timeout, @@version")
             conn.max_allowed_packet = int(row[0]) if row else 0
             conn.lock_timeout = int(float(row[1])) if row else None
+            # MariaDB spells a share lock that never waits LOCK IN SHARE MODE NOWAIT,
+            # MySQL 8 FOR SHARE NOWAIT (and allows no NOWAIT after LOCK IN SHARE MODE).
+            self.features.share_lock_nowait = (
+                "LOCK IN SHARE MODE NOWAIT" if row and "MariaDB" in str(row[2])
+                else "FOR SHARE NOWAIT")
             # The largest state that fits one statement: the drivers send states escaped
             # in the statement text, where each byte can take two.
             limit = max(0, (conn.max_allowed_packet - PACKET_OVERHEAD) // 2)

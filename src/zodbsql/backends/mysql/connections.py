@@ -9,11 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, Sequence
 
-from ZODB.POSException import ConflictError
-
 from zodbsql.backends.base.connections import DBConnection
-from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DriverNotFound,
-                            ZodbsqlError)
+from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
+                            DriverNotFound)
 
 #: Driver names in the order "auto" tries them, with the module each imports.
 DRIVERS = (("mysqlclient", "MySQLdb"), ("pymysql", "pymysql"))
@@ -24,11 +22,9 @@ CANT_CONNECT = {2002, 2003, 2005}
 ACCESS_DENIED = {1044, 1045, 1698}
 LOCK_WAIT_TIMEOUT = 1205
 DEADLOCK = 1213
+#: MySQL 8's answer to a NOWAIT locking read that met a lock (MariaDB answers 1205).
+LOCK_NOWAIT = 3572
 PACKET_TOO_LARGE = {1153, 1301, 2020}
-
-
-class DeadlockError(ZodbsqlError, ConflictError):
-    """InnoDB chose this transaction as a deadlock victim and rolled it back (retryable)."""
 
 
 def load_driver(choice: str) -> tuple[str, Any]:
@@ -158,9 +154,9 @@ class MySQLConnection(DBConnection):
         text = f"{self.driver_name} error on {self.where}: {exc}"
         if number in SERVER_GONE or isinstance(exc, getattr(self.module, "InterfaceError", ())):
             return ConnectionLost(
-                f"the connection to {self.where} was lost ({exc}); nothing of the"
-                " transaction in progress was committed, a retry reconnects", sql)
-        if number == LOCK_WAIT_TIMEOUT:
+                f"the connection to {self.where} was lost ({exc}); the transaction can be"
+                " retried", sql)
+        if number in (LOCK_WAIT_TIMEOUT, LOCK_NOWAIT):
             return CommitLockTimeout(
                 f"a row or commit lock on {self.where} was not granted within"
                 f" {self.lock_timeout or '?'}s (commit-lock-timeout, applied as the"
@@ -169,7 +165,7 @@ class MySQLConnection(DBConnection):
             return DeadlockError(
                 f"InnoDB deadlock on {self.where}; the transaction was rolled back and can"
                 f" be retried ({exc})")
-        if number in PACKET_TOO_LARGE or "max_allowed_packet" in str(exc):
+        if number in PACKET_TOO_LARGE:
             return DatabaseError(
                 f"a statement to {self.where} was larger than the server's"
                 f" max_allowed_packet ({self.max_allowed_packet} bytes): {exc}."

@@ -11,3 +11,5 @@ class MySQLFeatures(Features):
     # Set from the server's max_allowed_packet when a connection is opened.
     max_state_size: int | None = None
     supports_multiple_statements = False
+    #: The clause of a locking read that share-locks without waiting (set at connect).
+    share_lock_nowait = "LOCK IN SHARE MODE NOWAIT"

@@ -2,29 +2,52 @@
 
 Commit connections run at READ COMMITTED, where a locking read sees the newest committed
 row, so the conflict check is the locking read itself.  No WHERE filters the locking
-reads: at READ COMMITTED InnoDB releases the locks of rows a WHERE rejects, so every
-staged row is read (and kept locked) and the conflicts are picked out in Python.
+read of the staged rows: at READ COMMITTED InnoDB releases the locks of rows a WHERE
+rejects, so every staged row is read (and kept locked) and the conflicts are picked out
+in Python.
+
+Why no two commits can wait for each other in a cycle (the same argument as
+PostgreSQL's, see backends/postgresql/locker.py):
+
+1. Vote waits for row locks only while locking the staged rows, exclusively and in
+   ascending oid order (the LEFT JOIN is driven by temp_store's primary key).
+2. The rows read-current are then share-locked with NOWAIT: a row another commit holds
+   for writing is a read conflict at once (``ReadConflictError``), never a wait.
+3. After that a commit waits only for ``commit_row``, whose holder is in finish and
+   writes only rows it locked itself (or new ones: at READ COMMITTED InnoDB takes no gap
+   locks, so inserting new oids waits for nobody).
+4. A pack batch locks the rows it deletes with SKIP LOCKED (never waiting) before it
+   takes the commit lock.
 """
 from __future__ import annotations
+
+from ZODB.POSException import ReadConflictError
 
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.locker import Locker
 from zodbsql.backends.mysql.connections import prepare_for_writing
+from zodbsql.errors import CommitLockTimeout
 
-# The LEFT JOIN is driven by temp_store in primary key order: rows are locked by oid.
 HP_LOCK_STAGED = (
     "SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t"
     " LEFT JOIN current_object c ON c.zoid = t.zoid ORDER BY t.zoid FOR UPDATE")
 HF_LOCK_STAGED = (
     "SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t"
     " LEFT JOIN object_state c ON c.zoid = t.zoid ORDER BY t.zoid FOR UPDATE")
+# {lock}: the server's spelling of a share lock without waiting (MySQLFeatures).
 HP_LOCK_READ_CURRENT = (
-    "SELECT zoid, tid FROM current_object WHERE zoid IN ({oids}) ORDER BY zoid"
-    " LOCK IN SHARE MODE")
+    "SELECT zoid, tid FROM current_object WHERE zoid IN ({oids}) ORDER BY zoid {lock}")
 HF_LOCK_READ_CURRENT = (
-    "SELECT zoid, tid FROM object_state WHERE zoid IN ({oids}) ORDER BY zoid"
-    " LOCK IN SHARE MODE")
+    "SELECT zoid, tid FROM object_state WHERE zoid IN ({oids}) ORDER BY zoid {lock}")
+HP_LOCK_FOR_PACK = (
+    "SELECT zoid FROM current_object WHERE zoid IN ({oids}) ORDER BY zoid"
+    " FOR UPDATE SKIP LOCKED")
+HF_LOCK_FOR_PACK = (
+    "SELECT zoid FROM object_state WHERE zoid IN ({oids}) ORDER BY zoid"
+    " FOR UPDATE SKIP LOCKED")
 LOCK_COMMIT = "SELECT last_tid FROM commit_row WHERE id = 0 FOR UPDATE"
+#: Oids per locking read of read-current rows.
+CHUNK = 500
 
 
 class MySQLLocker(Locker):
@@ -35,25 +58,49 @@ class MySQLLocker(Locker):
     def lock_objects(self, conn: DBConnection, read_current: dict[int, int],
                      ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
         sql = HP_LOCK_STAGED if self.keep_history else HF_LOCK_STAGED
-        conflicts = [(int(o), int(e), int(a)) for o, e, a in conn.fetchall(sql)
-                     if int(e) != int(a)]
+        try:
+            rows = conn.fetchall(sql)
+        except CommitLockTimeout as exc:
+            raise CommitLockTimeout(
+                f"another commit held the row lock of an object this one changes for"
+                f" longer than row-lock-timeout (default: commit-lock-timeout; {conn.lock_timeout or '?'}s, applied as"  # type: ignore[attr-defined]
+                " innodb_lock_wait_timeout); the transaction can be retried") from exc
+        conflicts = [(int(o), int(e), int(a)) for o, e, a in rows if int(e) != int(a)]
         read_conflicts: list[tuple[int, int, int]] = []
         if read_current:
-            # A second, share-locked pass; the two passes are each in oid order, so a
-            # deadlock needs crossing read-current sets and ends in a retryable
-            # DeadlockError rather than a hang.
-            template = HP_LOCK_READ_CURRENT if self.keep_history else HF_LOCK_READ_CURRENT
-            oids = sorted(read_current)
-            current: dict[int, int] = {}
-            for start in range(0, len(oids), 500):
-                chunk = oids[start:start + 500]
-                query = template.format(oids=", ".join(["%s"] * len(chunk)))
-                current.update((int(o), int(t)) for o, t in conn.fetchall(query, chunk))
-            for oid in oids:
+            current = self._share_lock(conn, sorted(read_current))
+            for oid in sorted(read_current):
                 actual = current.get(oid, 0)
                 if actual != read_current[oid]:
                     read_conflicts.append((oid, read_current[oid], actual))
         return conflicts, read_conflicts
+
+    def _share_lock(self, conn: DBConnection, oids: list[int]) -> dict[int, int]:
+        template = HP_LOCK_READ_CURRENT if self.keep_history else HF_LOCK_READ_CURRENT
+        lock = getattr(self.backend.features, "share_lock_nowait", "LOCK IN SHARE MODE NOWAIT")
+        current: dict[int, int] = {}
+        for start in range(0, len(oids), CHUNK):
+            chunk = oids[start:start + CHUNK]
+            query = template.format(oids=", ".join(["%s"] * len(chunk)), lock=lock)
+            try:
+                rows = conn.fetchall(query, chunk)
+            except CommitLockTimeout as exc:
+                # A NOWAIT read never times out: it met a row another commit is writing.
+                raise ReadConflictError(
+                    "another commit is changing an object this transaction read-current"
+                    " (checkCurrentSerialInTransaction); the transaction can be retried"
+                ) from exc
+            current.update((int(o), int(t)) for o, t in rows)
+        return current
+
+    def lock_for_pack(self, conn: DBConnection, oids: list[int]) -> list[int]:
+        template = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
+        locked: list[int] = []
+        for start in range(0, len(oids), CHUNK):
+            chunk = oids[start:start + CHUNK]
+            query = template.format(oids=", ".join(["%s"] * len(chunk)))
+            locked.extend(int(row[0]) for row in conn.fetchall(query, chunk))
+        return locked
 
     def lock_commit(self, conn: DBConnection, timeout: float) -> None:
         row = conn.fetchone(LOCK_COMMIT)

@@ -11,7 +11,7 @@ from typing import Any
 
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
-                            DatabaseError, DriverNotFound)
+                            DatabaseConflict, DatabaseError, DeadlockError, DriverNotFound)
 
 #: Values of the ``driver`` option.  "auto" lets psycopg pick its fastest implementation
 #: (the C extension, then the binary wheel, then pure Python over libpq).
@@ -22,9 +22,11 @@ MIN_SERVER_VERSION = 120000
 #: Executions after which psycopg prepares a statement on the server.
 PREPARE_THRESHOLD = 2
 
-# SQLSTATEs: lock_not_available, query_canceled (timeouts), deadlock_detected.
+# SQLSTATEs: lock_not_available, query_canceled (timeouts), deadlock_detected,
+# serialization_failure.
 LOCK_TIMEOUT_STATES = {"55P03", "57014"}
 DEADLOCK = "40P01"
+SERIALIZATION_FAILURE = "40001"
 # admin_shutdown, crash_shutdown, cannot_connect_now; class 08 is connection exceptions.
 GONE_STATES = {"57P01", "57P02", "57P03"}
 
@@ -101,7 +103,7 @@ class PostgreSQLConnection(DBConnection):
 
     def translate_error(self, exc: Exception, sql: str | None) -> Exception:
         import psycopg
-        state = getattr(getattr(exc, "diag", None), "sqlstate", None) or ""
+        state = sqlstate(exc) or ""
         if state in GONE_STATES or state.startswith("08") or (
                 isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
                 and (self.raw.closed or self.raw.broken)):
@@ -114,7 +116,20 @@ class PostgreSQLConnection(DBConnection):
                 f" (commit-lock-timeout; PostgreSQL lock_timeout): {exc}. The transaction"
                 " can be retried")
         if state == DEADLOCK:
-            return CommitLockTimeout(
-                f"{self.where} detected a deadlock between two commits' row locks and"
-                f" cancelled this one ({exc}); the transaction can be retried")
+            return DeadlockError(
+                f"{self.where} detected a deadlock and cancelled this transaction ({exc});"
+                " it can be retried")
+        if state == SERIALIZATION_FAILURE:
+            return DatabaseConflict(
+                f"{self.where} cancelled this transaction on a serialization failure"
+                f" ({exc}); it can be retried")
         return DatabaseError(f"psycopg error on {self.where}: {exc}", sql)
+
+
+def sqlstate(exc: BaseException | None) -> str | None:
+    """The SQLSTATE of a psycopg error: from the server's report, else its class's."""
+    if exc is None:
+        return None
+    diag = getattr(exc, "diag", None)
+    state = getattr(diag, "sqlstate", None) if diag is not None else None
+    return state or getattr(exc, "sqlstate", None)

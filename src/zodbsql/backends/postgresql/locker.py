@@ -1,36 +1,54 @@
-"""PostgreSQL locking: row locks in vote, a one-row lock in finish.
+"""PostgreSQL locking: row locks in vote, a one-row lock in finish, no deadlock.
 
-Vote locks the current rows of the objects it changes (``FOR UPDATE``) and of the
-objects it read-current (``FOR SHARE``), each in oid order, and then runs the portable
-conflict query; two commits on disjoint objects never wait for each other.  Finish
-locks ``commit_row`` (``FOR UPDATE``) for the short step that allocates the tid, moves
-the staged states and commits, so tids are made visible in increasing order.  Every
-wait is bounded by ``lock_timeout``, set per transaction from ``commit-lock-timeout``.
+Vote calls ``zodbsql_lock_objects`` (procedures_hp.sql / procedures_hf.sql) once: it
+locks the current rows of the objects the commit changes (``FOR UPDATE``, in oid
+order), then share-locks the rows it read-current without waiting (``FOR SHARE
+NOWAIT``), then returns every write and read conflict.  Finish locks ``commit_row``
+for the short step that allocates the tid and publishes the commit.
+
+Why no two commits can wait for each other in a cycle:
+
+1. A commit waits for a row lock only in the first step, and there it takes exclusive
+   locks in ascending oid order.  While it waits for oid *y*, every row lock it holds is
+   on an oid below *y*.
+2. The share locks of the second step never wait (NOWAIT): a row another commit holds
+   for writing is reported at once as a read conflict, a retryable
+   ``ReadConflictError``; that commit is about to change the object anyway.
+3. A commit past step 2 waits only for ``commit_row``, and the commit holding it is in
+   finish, which only writes rows it locked itself and waits for nothing.
+4. A pack batch locks the rows it will delete with ``SKIP LOCKED`` (never waiting;
+   rows a commit holds are left for the next pack) before it takes ``commit_row``.
+
+So every wait for a row goes from a commit in step 1 to a holder that either waits for a
+higher oid (also in step 1) or for ``commit_row`` or for nothing; following the waits,
+oids strictly increase until a commit that is not waiting for a row.  No cycle.
+Commits of disjoint objects never wait for each other.  Every wait is bounded by
+``lock_timeout``, set per transaction from ``row-lock-timeout``.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ZODB.POSException import ReadConflictError
+
 from zodbsql.backends.base.locker import Locker
-from zodbsql.errors import CommitLockTimeout
+from zodbsql.backends.postgresql.connections import sqlstate
+from zodbsql.errors import CommitLockTimeout, DatabaseError
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
 
-HP_LOCK_STAGED = (
-    "SELECT c.zoid FROM current_object c JOIN temp_store t ON t.zoid = c.zoid"
-    " ORDER BY c.zoid FOR UPDATE OF c")
-HF_LOCK_STAGED = (
-    "SELECT c.zoid FROM object_state c JOIN temp_store t ON t.zoid = c.zoid"
-    " ORDER BY c.zoid FOR UPDATE OF c")
-HP_LOCK_READ = (
-    "SELECT zoid FROM current_object WHERE zoid = ANY(%s)"
-    " AND zoid NOT IN (SELECT zoid FROM temp_store) ORDER BY zoid FOR SHARE")
-HF_LOCK_READ = (
-    "SELECT zoid FROM object_state WHERE zoid = ANY(%s)"
-    " AND zoid NOT IN (SELECT zoid FROM temp_store) ORDER BY zoid FOR SHARE")
+LOCK_OBJECTS = "SELECT * FROM zodbsql_lock_objects(%s::BIGINT[], %s::BIGINT[])"
 BEGIN_WITH_TIMEOUT = "BEGIN; SET LOCAL lock_timeout = {millis}"
 LOCK_COMMIT = "SELECT last_tid FROM commit_row FOR UPDATE"
+HP_LOCK_FOR_PACK = (
+    "SELECT zoid FROM current_object WHERE zoid = ANY(%s) ORDER BY zoid"
+    " FOR UPDATE SKIP LOCKED")
+HF_LOCK_FOR_PACK = (
+    "SELECT zoid FROM object_state WHERE zoid = ANY(%s) ORDER BY zoid"
+    " FOR UPDATE SKIP LOCKED")
+#: The SQLSTATE zodbsql_lock_objects raises when a row read-current is being written.
+READ_CURRENT_LOCKED = "ZS003"
 
 
 class PostgreSQLLocker(Locker):
@@ -45,19 +63,31 @@ class PostgreSQLLocker(Locker):
 
     def lock_objects(self, conn: "DBConnection", read_current: dict[int, int],
                      ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
-        hp = self.keep_history
+        oids = sorted(read_current)
         try:
-            conn.fetchall(HP_LOCK_STAGED if hp else HF_LOCK_STAGED)
-            if read_current:
-                conn.fetchall(HP_LOCK_READ if hp else HF_LOCK_READ, (sorted(read_current),))
+            rows = conn.fetchall(LOCK_OBJECTS, (oids, [read_current[o] for o in oids]))
         except CommitLockTimeout as exc:
-            if "deadlock" in str(exc):
-                raise
             raise CommitLockTimeout(
-                f"another commit held the row lock of an object this one changes or"
-                f" read-current for longer than row-lock-timeout ({self._row_wait:g}s);"
-                " the transaction can be retried") from exc
-        return super().lock_objects(conn, read_current)
+                f"another commit held the row lock of an object this one changes for"
+                f" longer than row-lock-timeout (default: commit-lock-timeout; {self._row_wait:g}s); the transaction"
+                " can be retried") from exc
+        except DatabaseError as exc:
+            if sqlstate(exc.__cause__) == READ_CURRENT_LOCKED:
+                raise ReadConflictError(
+                    "another commit is changing an object this transaction read-current"
+                    " (checkCurrentSerialInTransaction); the transaction can be retried"
+                ) from exc
+            raise
+        conflicts: list[tuple[int, int, int]] = []
+        read_conflicts: list[tuple[int, int, int]] = []
+        for oid, expected, actual, kind in rows:
+            found = read_conflicts if kind in ("r", b"r") else conflicts
+            found.append((int(oid), int(expected), int(actual)))
+        return conflicts, read_conflicts
+
+    def lock_for_pack(self, conn: "DBConnection", oids: list[int]) -> list[int]:
+        sql = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
+        return [int(row[0]) for row in conn.fetchall(sql, (oids,))]
 
     def lock_commit(self, conn: "DBConnection", timeout: float) -> None:
         conn.fetchall(LOCK_COMMIT)

@@ -72,6 +72,10 @@ HAS_FINISH = (
 DROP_FINISH = ("DROP FUNCTION zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA, BOOLEAN,"
                " INTEGER, BOOLEAN)")
 DROP_ALLOCATE_TID = "DROP FUNCTION IF EXISTS zodbsql_allocate_tid(BIGINT, BIGINT, INTEGER, BOOLEAN)"
+DROP_LOCK_OBJECTS = "DROP FUNCTION IF EXISTS zodbsql_lock_objects(BIGINT[], BIGINT[])"
+HAS_LOCK_OBJECTS = (
+    "SELECT 1 FROM information_schema.routines"
+    " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_lock_objects'")
 # The finish function of databases made before blobs (one argument fewer).
 DROP_OLD_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA,"
                    " BYTEA, BOOLEAN, INTEGER)")
@@ -93,6 +97,21 @@ class PostgreSQLSchema(Schema):
         super().create(conn, keep_history)
         self.install_procedures(conn, keep_history)
 
+    def prepare(self, conn: "DBConnection", keep_history: bool, create: bool,
+                read_only: bool) -> None:
+        super().prepare(conn, keep_history, create, read_only)
+        if not read_only and conn.fetchone(HAS_LOCK_OBJECTS) is None:
+            # A database made before vote locked in one call: add the function (all
+            # procedures are CREATE OR REPLACE, so reinstalling them is harmless).
+            conn.begin_write()
+            try:
+                conn.execute(CREATE_LOCK)
+                self.install_procedures(conn, keep_history)
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+
     def install_procedures(self, conn: "DBConnection", keep_history: bool) -> None:
         mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
         for procedures in ("procedures_common.sql", mode):
@@ -111,5 +130,6 @@ class PostgreSQLSchema(Schema):
         if conn.fetchone(HAS_FINISH) is not None:
             conn.execute(DROP_FINISH)
         conn.execute(DROP_ALLOCATE_TID)
+        conn.execute(DROP_LOCK_OBJECTS)
         if conn.fetchone(HAS_SEQUENCE) is not None:
             conn.execute("DROP SEQUENCE zoid_seq")
