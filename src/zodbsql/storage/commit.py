@@ -15,14 +15,21 @@ the files in place after the tid is known and before the database commit.
 """
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
-from zodbsql.errors import DatabaseError
+from zodbsql.errors import CommitOutcomeUnknown, ConnectionLost, DatabaseError
 from zodbsql.storage.records import checksum, references, verified
+
+log = logging.getLogger(__name__)
+
+#: Seconds between attempts to reach the database after a lost COMMIT.
+RECONNECT_PAUSE = 0.2
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
@@ -206,7 +213,10 @@ class PendingCommit:
             for oid, data_tid in self.data_tids.items():
                 if oid not in self.blob_staged:
                     files.link_revision(oid, data_tid, tid)
-        conn.commit()
+        try:
+            conn.commit()
+        except Exception as exc:
+            self._settle_lost_commit(tid, exc)  # returns only if the commit is durable
         self.tid = tid
         if files is not None and files.cache is not None:
             for oid, (content_hash, size, _) in self.blob_staged.items():
@@ -217,6 +227,60 @@ class PendingCommit:
                 except OSError:
                     remove_quietly(staged)
         return tid
+
+    def _settle_lost_commit(self, tid: int, error: Exception) -> None:
+        """COMMIT of ``tid`` failed with ``error``: find out whether it happened anyway.
+
+        Returns if the transaction is in the database (the application sees a normal
+        commit).  Raises ``error`` again if it certainly is not (a lost connection stays
+        a retryable ``ConnectionLost``), and the never-retryable ``CommitOutcomeUnknown``
+        if the database can't tell or can't be reached within commit-lock-timeout.
+        """
+        shared = self.storage.shared
+        backend = shared.backend
+        old = self.conn
+        assert old is not None
+        old.broken = True
+        written = {oid: checksum(state) for oid, (_, state) in self.states.items()}
+        deadline = time.monotonic() + max(shared.options.commit_lock_timeout, 1.0)
+        outcome: bool | None = None
+        last_problem: Exception = error
+        while True:
+            try:
+                probe = backend.connect()
+            except DatabaseError as exc:  # the server may be restarting: try again
+                last_problem = exc
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(RECONNECT_PAUSE)
+                continue
+            try:
+                outcome = backend.txncontrol.commit_outcome(probe, old, tid, written, deadline)
+            except DatabaseError as exc:
+                last_problem = exc
+                outcome = None
+            finally:
+                probe.close()
+            break
+        where = backend.describe()
+        if outcome is True:
+            log.warning("COMMIT of transaction 0x%016x on %s reported %s, but the"
+                        " transaction is in the database: it counts as committed",
+                        tid, where, error)
+            return
+        if outcome is False:
+            if isinstance(error, ConnectionLost):
+                raise ConnectionLost(
+                    f"the connection to {where} was lost during COMMIT of transaction"
+                    f" 0x{tid:016x}, which the database confirms was not committed; the"
+                    " transaction can be retried") from error
+            raise error
+        raise CommitOutcomeUnknown(
+            f"COMMIT of transaction 0x{tid:016x} on {where} failed ({error}) and whether"
+            f" it was applied could not be found out ({last_problem}). Do not simply"
+            f" retry it: look for transaction 0x{tid:016x} in the database first (in a"
+            " history-preserving database, zodbsql's transactions table), since retrying"
+            " a committed transaction applies it twice", tid) from error
 
     def _changes_blob_refs(self) -> bool:
         """Can this commit add, replace or drop a blob reference?"""

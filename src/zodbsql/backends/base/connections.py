@@ -41,6 +41,9 @@ class DBConnection:
     driver_name = "dbapi"
     #: Where counted statements are also added (set by the storage that owns this).
     tally: StatementTally | None = None
+    #: The server's id of this session (PostgreSQL backend pid, MySQL connection id),
+    #: so that another connection can find it and end it after a lost COMMIT.
+    session_id: int | None = None
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw

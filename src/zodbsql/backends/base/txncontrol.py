@@ -5,10 +5,14 @@ last, whichever is later; or the tid a restore asked for, which must come after 
 last), records the transaction, moves the staged states in under it and returns it.
 The portable version sends one statement per step; a backend with server-side
 procedures does it all in one call.  The caller commits.
+
+``commit_outcome`` answers the one question a lost COMMIT leaves open: is the
+transaction in the database?  It runs on a new connection, after the backend made sure
+the old session can no longer change the answer (``settle_session``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
@@ -31,6 +35,13 @@ def out_of_order(requested: int, last: int) -> StorageTransactionError:
     return StorageTransactionError(
         f"transaction id 0x{requested:016x} is not after the last committed one,"
         f" 0x{last:016x} (restored transactions must come in order)")
+
+
+HP_HAS_TRANSACTION = "SELECT 1 FROM transactions WHERE tid = %s"
+HP_STATES_AT = "SELECT zoid, checksum FROM object_state WHERE tid = %s AND zoid IN ({oids})"
+HF_CURRENT_STATES = "SELECT zoid, tid, checksum FROM object_state WHERE zoid IN ({oids})"
+#: Oids of a commit looked at to recognise it (enough to tell it from any other).
+PROBE_OIDS = 100
 
 
 class TransactionControl:
@@ -61,3 +72,67 @@ class TransactionControl:
         if has_states:
             backend.mover.move_staged(conn, tid, blobs)
         return tid
+
+    # -- after a lost COMMIT -------------------------------------------------------------
+    def settle_session(self, conn: "DBConnection", old: "DBConnection",
+                       deadline: float) -> bool:
+        """Make sure the session of ``old`` can no longer commit or roll back; return
+        False if that could not be made sure by ``deadline`` (``time.monotonic()``).
+
+        The portable version closes ``old``: for an embedded database that ends it."""
+        old.close()
+        return True
+
+    def commit_outcome(self, conn: "DBConnection", old: "DBConnection", tid: int,
+                       written: Mapping[int, int | None], deadline: float) -> bool | None:
+        """Was the commit of ``tid`` on ``old`` made durable?  True, False, or None when
+        it can't be told.  ``written``: oid -> checksum of the state the commit wrote
+        (None for a deletion).  Runs on ``conn``, a new connection."""
+        if not self.settle_session(conn, old, deadline):
+            return None
+        probe = sorted(written)[:PROBE_OIDS]
+        if self.backend.keep_history:
+            return self._outcome_with_history(conn, tid, written, probe)
+        return self._outcome_history_free(conn, tid, written, probe)
+
+    def _outcome_with_history(self, conn: "DBConnection", tid: int,
+                              written: Mapping[int, int | None], probe: list[int]) -> bool:
+        if conn.fetchone(HP_HAS_TRANSACTION, (tid,)) is None:
+            return False
+        if not probe:
+            return True
+        sql = HP_STATES_AT.format(oids=", ".join(["%s"] * len(probe)))
+        found = {int(o): c for o, c in conn.fetchall(sql, [tid, *probe])}
+        # A later commit could only have reused this tid if ours never happened; it
+        # would have to have written the very same states to be mistaken for ours.
+        return all(oid in found and _same(found[oid], written[oid]) for oid in probe)
+
+    def _outcome_history_free(self, conn: "DBConnection", tid: int,
+                              written: Mapping[int, int | None],
+                              probe: list[int]) -> bool | None:
+        if not probe:
+            return True  # an empty commit changes no data: nothing can be applied twice
+        sql = HF_CURRENT_STATES.format(oids=", ".join(["%s"] * len(probe)))
+        current = {int(o): (int(t), c) for o, t, c in conn.fetchall(sql, probe)}
+        older = 0
+        for oid in probe:
+            row = current.get(oid)
+            if row is None:
+                if written[oid] is not None:
+                    older += 1  # a state ours wrote would be there (or a later one)
+                continue
+            row_tid, row_checksum = row
+            if row_tid == tid and _same(row_checksum, written[oid]):
+                return True
+            if row_tid < tid:
+                older += 1
+        # Every object still shows a state from before this tid: ours never landed.
+        # Otherwise later commits replaced what ours may have written.
+        return False if older == len(probe) else None
+
+
+def _same(stored: int | None, checksum: int | None) -> bool:
+    """Is the stored checksum the one written (None: a deletion)?"""
+    if checksum is None:
+        return stored is None
+    return stored is not None and int(stored) == checksum

@@ -19,6 +19,7 @@ from zodbsql.backends.mysql.mover import MySQLMover
 from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
 from zodbsql.backends.mysql.packer import MySQLPacker
 from zodbsql.backends.mysql.schema import MySQLSchema
+from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl
 from zodbsql.errors import ConfigurationError, DatabaseError
 
 DRIVER_CHOICES = ("auto", "mysqlclient", "pymysql")
@@ -63,6 +64,7 @@ class MySQLBackend(Backend):
     packer_class = MySQLPacker
     blobs_class = MySQLBlobs
     inspector_class = MySQLInspector
+    txncontrol_class = MySQLTransactionControl
 
     def __init__(self, options: MySQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

@@ -95,6 +95,7 @@ class MySQLConnection(DBConnection):
         #: commit_row's tid as read by the commit lock, valid until the transaction ends.
         self.locked_last_tid: int | None = None
         self.connection_id = int(raw.thread_id())
+        self.session_id = self.connection_id
 
     # -- session settings (each sent only when it changes) ----------------------------------
     def set_isolation(self, level: str) -> None:

@@ -88,6 +88,7 @@ class PostgreSQLBackend(Backend):
             raise DatabaseError(f"cannot connect to {self.describe()}: {exc}") from exc
         conn = PostgreSQLConnection(raw, self.describe(), self.lock_timeout)
         try:
+            conn.session_id = raw.info.backend_pid
             version = raw.info.server_version
             if version < MIN_SERVER_VERSION:
                 raise DatabaseError(

@@ -2,11 +2,14 @@
 
 ``zodbsql_finish`` (procedures_hp.sql / procedures_hf.sql, installed with the schema)
 does what the portable version does in seven statements: lock ``commit_row``, allocate
-the tid, record the transaction, move the staged states and references.
+the tid, record the transaction, move the staged states and references.  The same
+statement reads the transaction's id (``txid_current()``): when COMMIT is lost on the
+wire, the server's own record of that id (``txid_status``) says whether it committed.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Mapping
 
 from ZODB.POSException import StorageTransactionError
 
@@ -16,7 +19,11 @@ from zodbsql.errors import DatabaseError
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
 
-FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s)"
+FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s), txid_current()"
+TXID_STATUS = "SELECT txid_status(%s)"
+TERMINATE = "SELECT pg_terminate_backend(%s)"
+#: Seconds a COMMIT may stay "in progress" before its old session is terminated.
+IN_PROGRESS_GRACE = 1.0
 #: The SQLSTATE zodbsql_finish raises for a restored tid that is not after the last.
 OUT_OF_ORDER = "ZS001"
 #: The SQLSTATE zodbsql_finish raises when a staged blob content was freed meanwhile.
@@ -41,4 +48,32 @@ class PostgreSQLTransactionControl(TransactionControl):
                     f"{exc.__cause__} (restored transactions must come in order)") from exc
             raise
         assert row is not None
+        conn.commit_xid = int(row[1])  # type: ignore[attr-defined]
         return int(row[0])
+
+    def commit_outcome(self, conn: "DBConnection", old: "DBConnection", tid: int,
+                       written: Mapping[int, int | None], deadline: float) -> bool | None:
+        xid = getattr(old, "commit_xid", None)
+        old.close()
+        if xid is None:
+            return super().commit_outcome(conn, old, tid, written, deadline)
+        grace = time.monotonic() + IN_PROGRESS_GRACE
+        terminated = False
+        while True:
+            row = conn.fetchone(TXID_STATUS, (xid,))
+            status = row[0] if row else None
+            if status == "committed":
+                return True
+            if status == "aborted":
+                return False
+            if status is None:  # too old to be remembered: ask the data instead
+                return super().commit_outcome(conn, old, tid, written, deadline)
+            # In progress: the old session has not finished COMMIT (or not noticed that
+            # its client is gone).  End it; the commit is then durable or rolled back.
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            if now >= grace and not terminated and old.session_id is not None:
+                conn.fetchone(TERMINATE, (old.session_id,))
+                terminated = True
+            time.sleep(0.05)

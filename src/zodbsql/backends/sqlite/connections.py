@@ -1,10 +1,27 @@
-"""The sqlite3 driver: placeholders, BEGIN variants and error translation."""
+"""The sqlite3 driver: placeholders, BEGIN variants and error translation.
+
+Errors are told apart by SQLite's result code (``sqlite_errorcode``, Python 3.11+),
+never by their text: the primary code is the low byte of the extended one.
+"""
 from __future__ import annotations
 
 import sqlite3
 
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.errors import CommitLockTimeout, DatabaseError, SchemaError
+
+# Primary result codes (https://sqlite.org/rescode.html).
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_READONLY = 8
+SQLITE_FULL = 13
+SQLITE_NOTADB = 26
+
+
+def result_code(exc: BaseException | None) -> int | None:
+    """The primary SQLite result code of a sqlite3 error, if Python recorded one."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
 
 
 class SQLiteConnection(DBConnection):
@@ -25,13 +42,11 @@ class SQLiteConnection(DBConnection):
     def begin_write(self) -> None:
         try:
             self.execute("BEGIN IMMEDIATE")
-        except DatabaseError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise CommitLockTimeout(
-                    f"SQLite database {self.path} stayed locked by another writer for"
-                    f" {self.lock_timeout:g}s (commit-lock-timeout); the transaction"
-                    " can be retried") from exc.__cause__
-            raise
+        except CommitLockTimeout as exc:
+            raise CommitLockTimeout(
+                f"SQLite database {self.path} stayed locked by another writer for"
+                f" {self.lock_timeout:g}s (commit-lock-timeout); the transaction"
+                " can be retried") from exc.__cause__
         self.in_transaction = True
 
     def commit(self) -> None:
@@ -54,14 +69,19 @@ class SQLiteConnection(DBConnection):
 
     def translate_error(self, exc: Exception, sql: str | None) -> Exception:
         text = str(exc)
-        if "file is not a database" in text:
+        code = result_code(exc)
+        if code == SQLITE_NOTADB:
             return SchemaError(f"{self.path} is not an SQLite database ({text})")
-        if "readonly database" in text:
+        if code == SQLITE_READONLY:
             return DatabaseError(
                 f"SQLite database {self.path} is read-only for this process ({text});"
                 " open the storage with read-only true or fix the file's permissions", sql)
-        if "database is locked" in text:
+        if code in (SQLITE_BUSY, SQLITE_LOCKED):
             return CommitLockTimeout(
                 f"SQLite database {self.path} stayed locked for {self.lock_timeout:g}s"
-                " (commit-lock-timeout)")
+                " (commit-lock-timeout); the transaction can be retried")
+        if code == SQLITE_FULL:
+            return DatabaseError(
+                f"the disk holding SQLite database {self.path} is full ({text}); nothing"
+                " of this transaction was written. Free space and retry", sql)
         return DatabaseError(f"sqlite3 error on {self.path}: {text}", sql)

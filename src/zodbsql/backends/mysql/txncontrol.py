@@ -1,0 +1,49 @@
+"""MySQL's final step is the portable one; a lost COMMIT is settled by ending the session.
+
+When the connection drops while COMMIT is in flight, the server may still be running
+the old session (it notices a vanished client only when it next writes to it), and
+until that session ends its commit can still become visible.  So before asking whether
+the tid is in the database, the new connection ends the old session (``KILL``; InnoDB
+then commits or rolls back as a whole) and waits until the server lists it no more.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from zodbsql.backends.base.txncontrol import TransactionControl
+from zodbsql.backends.mysql.connections import error_number
+from zodbsql.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.connections import DBConnection
+
+SESSION_ALIVE = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s"
+KILL_SESSION = "KILL CONNECTION %s"
+#: Server error for KILL of a session that is already gone.
+UNKNOWN_THREAD = 1094
+
+
+class MySQLTransactionControl(TransactionControl):
+    def settle_session(self, conn: "DBConnection", old: "DBConnection",
+                       deadline: float) -> bool:
+        old.close()
+        session = old.session_id
+        if session is None:
+            return False
+        killed = False
+        while True:
+            row = conn.fetchone(SESSION_ALIVE, (session,))
+            if not row or int(row[0]) == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            if not killed:
+                try:
+                    conn.execute(KILL_SESSION % int(session))
+                except DatabaseError as exc:
+                    cause = exc.__cause__
+                    if not isinstance(cause, Exception) or error_number(cause) != UNKNOWN_THREAD:
+                        raise  # not "gone meanwhile"
+                killed = True
+            time.sleep(0.05)
