@@ -15,14 +15,14 @@ import ZODB.config
 from persistent.mapping import PersistentMapping
 from transaction.interfaces import TransientError
 from ZODB.Connection import TransactionMetaData
-from ZODB.POSException import ConflictError
 from ZODB.utils import z64
 
 import zodbsql
 from zodbsql.api import parse_url
 from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.mysql.connections import DRIVERS, MySQLConnection, load_driver
-from zodbsql.errors import CommitLockTimeout, ConnectionLost, DatabaseError, DriverNotFound
+from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
+                            DriverNotFound)
 from tests.databases import BACKENDS, MySQLFactory, Param, mysql_admin
 
 pytestmark = pytest.mark.skipif(
@@ -307,7 +307,8 @@ def test_url_and_zconfig(factory: MySQLFactory) -> None:
 
 @pytest.mark.parametrize("number,kind,words", [
     (1205, CommitLockTimeout, ["commit-lock-timeout", "innodb_lock_wait_timeout"]),
-    (1213, ConflictError, ["deadlock", "retried"]),
+    (1213, DeadlockError, ["deadlock", "retried"]),
+    (3572, CommitLockTimeout, ["commit-lock-timeout"]),
     (2006, ConnectionLost, ["lost"]),
     (2013, ConnectionLost, ["lost"]),
     (1153, DatabaseError, ["max_allowed_packet", "bytes"]),
@@ -320,7 +321,7 @@ def test_error_translation(factory: MySQLFactory, number: int, kind: type, words
         exc = conn.module.OperationalError(number, "server says no")
         error = conn.translate_error(exc, "SELECT 1")
         assert isinstance(error, kind), error
-        if kind in (CommitLockTimeout, ConflictError, ConnectionLost):
+        if kind in (CommitLockTimeout, DeadlockError, ConnectionLost):
             assert isinstance(error, TransientError)
         assert all(word in str(error) for word in words), str(error)
     finally:
