@@ -19,7 +19,7 @@ from zodbsql.backends.mysql.mover import MySQLMover
 from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
 from zodbsql.backends.mysql.packer import MySQLPacker
 from zodbsql.backends.mysql.schema import MySQLSchema
-from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl
+from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl, server_started
 from zodbsql.errors import ConfigurationError, DatabaseError
 
 DRIVER_CHOICES = ("auto", "mysqlclient", "pymysql")
@@ -141,6 +141,8 @@ class MySQLBackend(Backend):
     def connect_for_commit(self, lock_timeout: float) -> DBConnection:
         conn = self.connect()
         try:
+            # Known before COMMIT, so that a lost COMMIT can tell a restarted server.
+            conn.server_started = server_started(conn)  # type: ignore[attr-defined]
             prepare_for_writing(conn, lock_timeout)
             self.mover.prepare_connection(conn)
         except BaseException:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
 
 SESSION_ALIVE = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s"
+UPTIME = "SHOW GLOBAL STATUS LIKE 'Uptime'"
+#: Seconds two readings of the server's start time may differ by and be the same start.
+SAME_START = 3.0
 KILL_SESSION = "KILL CONNECTION %s"
 #: Server error for KILL of a session that is already gone.
 UNKNOWN_THREAD = 1094
@@ -31,6 +34,13 @@ class MySQLTransactionControl(TransactionControl):
         session = old.session_id
         if session is None:
             return False
+        started = getattr(old, "server_started", None)
+        if started is None:
+            return False
+        if abs(server_started(conn) - started) > SAME_START:
+            # The server restarted since: the old session ended with it, and its
+            # connection id may now be someone else's (ids start again from 1).
+            return True
         killed = False
         while True:
             row = conn.fetchone(SESSION_ALIVE, (session,))
@@ -47,3 +57,9 @@ class MySQLTransactionControl(TransactionControl):
                         raise  # not "gone meanwhile"
                 killed = True
             time.sleep(0.05)
+
+
+def server_started(conn: "DBConnection") -> float:
+    """When the server started (Unix time, to a second or so)."""
+    row = conn.fetchone(UPTIME)
+    return time.time() - float(row[1]) if row else 0.0

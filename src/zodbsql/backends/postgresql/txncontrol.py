@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s), txid_current()"
 TXID_STATUS = "SELECT txid_status(%s)"
-TERMINATE = "SELECT pg_terminate_backend(%s)"
+TERMINATE = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+             " WHERE pid = %s AND backend_xid = %s::xid")
 #: Seconds a COMMIT may stay "in progress" before its old session is terminated.
 IN_PROGRESS_GRACE = 1.0
 #: The SQLSTATE zodbsql_finish raises for a restored tid that is not after the last.
@@ -58,22 +59,29 @@ class PostgreSQLTransactionControl(TransactionControl):
         if xid is None:
             return super().commit_outcome(conn, old, tid, written, deadline)
         grace = time.monotonic() + IN_PROGRESS_GRACE
-        terminated = False
         while True:
-            row = conn.fetchone(TXID_STATUS, (xid,))
+            try:
+                row = conn.fetchone(TXID_STATUS, (xid,))
+            except DatabaseError:
+                # "in the future": the server crashed and restarted, and its xid counter
+                # went back past ours, so ours never reached the disk.  The data tells.
+                return super().commit_outcome(conn, old, tid, written, deadline)
             status = row[0] if row else None
-            if status == "committed":
-                return True
             if status == "aborted":
+                # Ours, or (after a crash) a later transaction given the same xid: either
+                # way ours is not durable.
                 return False
-            if status is None:  # too old to be remembered: ask the data instead
+            if status != "in progress":
+                # Committed, or forgotten.  After a crash a later transaction may have
+                # been given the same xid, so the data confirms it is this commit.
                 return super().commit_outcome(conn, old, tid, written, deadline)
             # In progress: the old session has not finished COMMIT (or not noticed that
-            # its client is gone).  End it; the commit is then durable or rolled back.
+            # its client is gone).  End it (only if it still runs this very transaction:
+            # after a restart its pid may belong to someone else); the commit is then
+            # durable or rolled back.
             now = time.monotonic()
             if now >= deadline:
                 return None
-            if now >= grace and not terminated and old.session_id is not None:
-                conn.fetchone(TERMINATE, (old.session_id,))
-                terminated = True
+            if now >= grace and old.session_id is not None:
+                conn.fetchone(TERMINATE, (old.session_id, str(xid & 0xFFFFFFFF)))
             time.sleep(0.05)
