@@ -20,9 +20,8 @@ serialises commits with its write lock and has no such counter: its totals are c
 from __future__ import annotations
 
 import multiprocessing
-import queue
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import transaction
@@ -31,15 +30,14 @@ from persistent.mapping import PersistentMapping
 
 import zodbsql
 from tests.databases import PostgreSQLDatabaseFactory, StorageFactory
-from zodbsql.bench import hotspot
+from zodbsql.bench import hotspot, processes
 from zodbsql.bench.deadlocks import DeadlockCounter, counter_for_options
 
-PAIR = 2               # crossing: processes in the ring (A and B)
+PAIR = 2               # crossing: processes (A and B)
 ROUNDS = 40            # crossing: commits per process, each voting with the other's
 PROCESSES = 3          # hotspot: processes
 TRANSACTIONS = 100     # hotspot: transactions per process
 KEYS = hotspot.KEYS_PER_TRANSACTION
-WAIT = 120             # seconds a worker may take, far above what the workload needs
 
 
 @pytest.fixture
@@ -56,46 +54,13 @@ def contended(storage_factory: StorageFactory, tmp_path: Any) -> Iterator[Storag
         factory.cleanup()
 
 
-def open_db(options: Any, keep_history: bool) -> ZODB.DB:
-    return ZODB.DB(zodbsql.open_storage(options, keep_history=keep_history))
-
-
-def run_processes(factory: StorageFactory, processes: int,
-                  target: Callable[..., None]) -> list[hotspot.Retries]:
-    """Spawned workers ``target(options, keep_history, number, barrier, results)``;
-    their retries, after checking that every one succeeded."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(processes)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(factory.backend_options(),
-                                              factory.param.keep_history, n, barrier,
-                                              results))
-             for n in range(processes)]
-    for proc in procs:
-        proc.start()
-    reports: dict[int, tuple[dict[str, int], str | None]] = {}
-    try:
-        for _ in procs:
-            number, by_error, error = results.get(timeout=WAIT)
-            reports[number] = (by_error, error)
-    except queue.Empty:
-        pytest.fail(f"workers did not report within {WAIT}s: got {sorted(reports)}")
-    finally:
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-    assert {n: error for n, (_, error) in reports.items() if error} == {}
-    assert [proc.exitcode for proc in procs] == [0] * processes
-    return [hotspot.Retries(dict(by_error)) for by_error, _ in reports.values()]
-
-
-def report(number: int, results: Any, work: Callable[[], hotspot.Retries]) -> None:
-    """Run a worker's work and send the parent its retries or its error."""
-    try:
-        results.put((number, work().by_error, None))
-    except BaseException as exc:
-        results.put((number, {}, repr(exc)))
+def run_processes(factory: StorageFactory, count: int, target: Any,
+                  *args: Any) -> hotspot.Retries:
+    """The workers' retries, once every one of them finished without an error."""
+    finished = processes.run(target, factory.backend_options(),
+                             factory.param.keep_history, count, *args)
+    assert finished.errors == {}
+    return finished.retries
 
 
 def deadlocks_before(factory: StorageFactory) -> tuple[DeadlockCounter | None, int]:
@@ -113,23 +78,17 @@ def assert_no_new_deadlocks(counter: DeadlockCounter | None, before: int,
                       f" during the test; retried errors: {retried.by_error}")
 
 
-def total(retries: list[hotspot.Retries]) -> hotspot.Retries:
-    merged = hotspot.Retries()
-    for one in retries:
-        merged.merge(one.by_error)
-    return merged
-
-
 # -- crossing write / read-current sets -------------------------------------------------
-def crossing_worker(options: Any, keep_history: bool, number: int, barrier: Any,
-                    results: Any) -> None:
+def crossing_worker(options: Any, keep_history: bool, number: int, start: Any,
+                    results: Any, rounds: Any) -> None:
     def work() -> hotspot.Retries:
-        db = open_db(options, keep_history)
+        db = ZODB.DB(zodbsql.open_storage(options, keep_history=keep_history))
         try:
             tm = transaction.TransactionManager(explicit=True)
             conn = db.open(tm)
             mine, other = f"o{number}", f"o{(number + 1) % PAIR}"
             retries = hotspot.Retries()
+            start.wait(processes.WAIT)
             for _ in range(ROUNDS):
                 first = [True]
 
@@ -138,15 +97,18 @@ def crossing_worker(options: Any, keep_history: bool, number: int, barrier: Any,
                     root[mine]["value"] += 1
                     assert root[other]["value"] >= 0     # loaded: its serial is known
                     conn.readCurrent(root[other])
-                    if first:   # the first attempt of every round votes with the others
+                    if first:   # the first attempt of every round votes with the other's
                         first.clear()
-                        barrier.wait(WAIT)
+                        rounds.wait(processes.WAIT)
                 hotspot.commit_with_retries(tm, change, retries)
             conn.close()
             return retries
+        except BaseException:
+            rounds.abort()      # the other worker must not wait for this one
+            raise
         finally:
             db.close()
-    report(number, results, work)
+    processes.report(number, start, results, work)
 
 
 def test_crossing_read_current_sets_do_not_deadlock(contended: StorageFactory) -> None:
@@ -157,7 +119,8 @@ def test_crossing_read_current_sets_do_not_deadlock(contended: StorageFactory) -
     db.close()
     counter, before = deadlocks_before(contended)
 
-    retried = total(run_processes(contended, PAIR, crossing_worker))
+    rounds = multiprocessing.get_context("spawn").Barrier(PAIR)
+    retried = run_processes(contended, PAIR, crossing_worker, rounds)
 
     assert_no_new_deadlocks(counter, before, retried)
     db = ZODB.DB(contended.open())
@@ -173,23 +136,6 @@ def test_crossing_read_current_sets_do_not_deadlock(contended: StorageFactory) -
 
 
 # -- the BTree + Length hotspot ---------------------------------------------------------
-def hotspot_worker(options: Any, keep_history: bool, number: int, barrier: Any,
-                   results: Any) -> None:
-    def work() -> hotspot.Retries:
-        db = open_db(options, keep_history)
-        try:
-            tm = transaction.TransactionManager(explicit=True)
-            conn = db.open(tm)
-            barrier.wait(WAIT)
-            retries = hotspot.run(tm, lambda: conn.root()["hot"], "test", number,
-                                  TRANSACTIONS, KEYS)
-            conn.close()
-            return retries
-        finally:
-            db.close()
-    report(number, results, work)
-
-
 def test_btree_and_length_hotspot_is_exact_without_deadlocks(
         contended: StorageFactory) -> None:
     db = ZODB.DB(contended.open())
@@ -200,14 +146,15 @@ def test_btree_and_length_hotspot_is_exact_without_deadlocks(
     db.close()
     counter, before = deadlocks_before(contended)
 
-    retried = total(run_processes(contended, PROCESSES, hotspot_worker))
+    retried = run_processes(contended, PROCESSES, processes.hotspot_worker, "hot",
+                            TRANSACTIONS, KEYS)
 
     assert_no_new_deadlocks(counter, before, retried)
     db = ZODB.DB(contended.open())
     try:
         with db.transaction() as conn:
             hot = conn.root()["hot"]
-            expected = hotspot.expected_keys("test", PROCESSES, TRANSACTIONS, KEYS)
+            expected = hotspot.expected_keys("hot", PROCESSES, TRANSACTIONS, KEYS)
             assert len(expected) == PROCESSES * TRANSACTIONS * KEYS
             assert hot["length"]() == len(expected)
             assert set(hot["tree"].keys()) == expected
@@ -269,3 +216,10 @@ def make_a_deadlock(options: Any) -> None:
     finally:
         a.close()    # sessions end: PostgreSQL sends their statistics now
         b.close()
+
+
+def test_a_worker_that_fails_is_reported_not_waited_for(tmp_path: Any) -> None:
+    from zodbsql.backends.sqlite.adapter import SQLiteOptions
+    missing = SQLiteOptions(path=str(tmp_path / "no-such-dir" / "db.sqlite"))
+    finished = processes.run(processes.hotspot_worker, missing, True, 2, "hot", 1, 1)
+    assert sorted(finished.errors) == [0, 1] and finished.retries.total == 0
