@@ -137,8 +137,37 @@ class PostgreSQLFactory(StorageFactory):
             self.admin.close()
 
 
+class PostgreSQLDatabaseFactory(PostgreSQLFactory):
+    """PostgreSQLFactory in a database ``zodbsql_test_<random>`` of its own, created on
+    the test server and dropped after: figures PostgreSQL keeps per database
+    (``pg_stat_database``) then count this test's sessions only."""
+
+    def __init__(self, param: Param, tmp_path: pathlib.Path | None = None,
+                 dsn: str = POSTGRESQL_DSN) -> None:
+        try:
+            import psycopg
+            self.server = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+        except Exception as exc:
+            server_unavailable(f"PostgreSQL ({dsn})", exc)
+        self.database = f"zodbsql_test_{secrets.token_hex(6)}"
+        self.server.execute(f'CREATE DATABASE "{self.database}"')
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+        params["dbname"] = self.database
+        super().__init__(param, tmp_path, psycopg.conninfo.make_conninfo("", **params))
+
+    def cleanup(self) -> None:
+        try:
+            super().cleanup()
+        finally:
+            # Sessions a failed test left behind would block DROP DATABASE: end them.
+            self.server.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                " WHERE datname = %s", (self.database,))
+            self.server.execute(f'DROP DATABASE IF EXISTS "{self.database}"')
+            self.server.close()
+
+
 #: The test server, from ZODBSQL_MYSQL_* (defaults: the local server, root, no password).
-MYSQL_SERVER = {
+MYSQL_SERVER: dict[str, Any] = {
     "host": os.environ.get("ZODBSQL_MYSQL_HOST", "127.0.0.1"),
     "port": int(os.environ.get("ZODBSQL_MYSQL_PORT", "3306")),
     "unix_socket": os.environ.get("ZODBSQL_MYSQL_SOCKET") or None,

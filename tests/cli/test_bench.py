@@ -7,6 +7,7 @@ import hashlib
 import json
 import pathlib
 import re
+from typing import Any
 
 import pytest
 import transaction
@@ -156,7 +157,7 @@ def test_a_database_with_data_is_refused_untouched(tmp_path: pathlib.Path,
 
 
 def test_steamin_with_a_load_fails_loudly() -> None:
-    unit = {"start": 0.0, "end": 1.0, "objects": 10, "transactions": 1, "loads": 3,
+    unit: dict[str, Any] = {"start": 0.0, "end": 1.0, "objects": 10, "transactions": 1, "loads": 3,
             "statements": None, "extra": {}, "unit": "reader0"}
     with pytest.raises(runner.BenchFailure, match="steamin' loaded 3 objects"):
         runner.figure("steamin", [unit])
@@ -231,3 +232,80 @@ def test_server_shortcuts_use_a_scratch_database_and_drop_it(
     # The bench's tables went with its scratch schema or database.
     with pytest.raises(zodbsql.ZodbsqlError):
         zodbsql.open_storage(scratch, create_schema=False)  # type: ignore[arg-type]
+
+
+def test_hotspot_reports_retries_and_no_counter_without_a_server(
+        tiny_run: tuple[pathlib.Path, str]) -> None:
+    out, printed = tiny_run
+    document = json.loads((out / "results.json").read_text())
+    by = {(r["contender"], r["test"]): r for r in document["summary"]}
+    for contender in ("mappingstorage", "sqlite"):
+        row = by[contender, "hotspot"]
+        assert row["unit"] == "transactions/s" and row["value"] > 0
+        assert row["retries_per_commit"] >= 0
+        assert row["deadlocks"] is None            # no server: shown as '-'
+    run = next(r for r in document["runs"] if r["test"] == "hotspot")
+    assert run["transactions"] == 3 and run["retried"] == {}   # -c 1: nothing to retry
+    deadlock_line = next(line for line in printed.splitlines() if "deadlocks" in line)
+    assert "server count" in deadlock_line and "-" in deadlock_line
+    with open(out / "results.csv", newline="") as f:
+        assert {"retries_per_commit", "deadlocks"} <= set(next(csv.DictReader(f)))
+
+
+def test_hotspot_with_contention_is_exact(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "out"
+    assert main(["bench", "--contender", "sqlite,mappingstorage", "--tests", "hotspot",
+                 "-c", "3", "--commits", "15", "--hotspot-keys", "4", "-r", "2",
+                 "--warmup", "0", "--no-charts", "--output", str(out)]) == 0
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert len(runs) == 4
+    for run in runs:      # each run checked its own tree: 3 x 15 x 4 keys, exactly
+        assert run["transactions"] == 45 and run["workers"] == 3
+        assert run["retries"] == sum(run["retried"].values())
+        assert run["retries_per_commit"] == pytest.approx(run["retries"] / 45)
+
+
+def test_hotspot_verify_finds_lost_keys_and_the_bench_fails() -> None:
+    import ZODB.MappingStorage
+    db = ZODB.DB(ZODB.MappingStorage.MappingStorage())
+    workloads.setup_database(db, 0)
+    params = workloads.Params(concurrency=1, commits=2, hotspot_keys=3)
+    unit = workloads.Unit("writer", 0, params)
+    unit.connect(db)
+    state = {"key": "t-0", "tag": "t"}
+    workloads.hotspot_prepare(unit, state)
+    assert workloads.hotspot_run(unit, state).transactions == 2
+    assert workloads.hotspot_verify(unit, state) == []
+    unit.tm.begin()
+    tree = unit.container()["tree"]
+    del tree[next(iter(tree.keys()))]         # a lost insert the Length still counts
+    unit.tm.commit()
+    assert workloads.hotspot_verify(unit, state) == [
+        "the tree holds 5 keys, expected 6: 1 missing, 0 unexpected"]
+    unit.close()
+    db.close()
+
+    found = contenders.from_config_text(contenders.MAPPINGSTORAGE.format(name="m"))[0]
+    rnd = runner.Round(found, params, None, needs_readers=False)   # never started
+    rnd.writer_hosts = [0]
+    rnd.run = lambda test, rep, tag: [   # type: ignore[method-assign]
+        {"start": 0.0, "end": 1.0, "objects": 2, "transactions": 2, "loads": None,
+         "statements": None, "extra": {"retries": 0}, "unit": "writer0"}]
+    rnd.verify = lambda test, tag: ["the Length is 5, expected 6"]  # type: ignore[method-assign]
+    with pytest.raises(runner.BenchFailure,
+                       match="hotspot on m left wrong data: the Length is 5, expected 6"):
+        rnd.measure("hotspot", 0, "t")
+
+
+@pytest.mark.parametrize("shortcut", ["postgresql", "mysql"])
+def test_hotspot_reads_the_server_deadlock_counter(
+        shortcut: str, tmp_path: pathlib.Path) -> None:
+    from tests.databases import BACKENDS
+    if shortcut not in BACKENDS:
+        pytest.skip(f"{shortcut} is not in ZODBSQL_TEST_BACKENDS")
+    out = tmp_path / "out"
+    assert main(["bench", "--contender", shortcut, "--tests", "hotspot", "-c", "2",
+                 "--commits", "5", "-r", "1", "--warmup", "0", "--no-charts",
+                 "--output", str(out)]) == 0
+    (row,) = json.loads((out / "results.json").read_text())["summary"]
+    assert isinstance(row["deadlocks"], int) and row["deadlocks"] >= 0

@@ -28,6 +28,7 @@ import ZODB
 import ZODB.config
 from ZODB.utils import z64
 
+from zodbsql.bench.deadlocks import DeadlockCounter, counter_for
 from zodbsql.errors import ConfigurationError
 
 #: A ``<zodb NAME>`` section that holds this comment may be written to although it
@@ -49,6 +50,7 @@ class Contender:
     single_process: bool = False
     storage_class: str = ""
     versions: dict[str, str] = field(default_factory=dict)
+    deadlocks: DeadlockCounter | None = None   # its server's deadlock counter, if any
 
     def open_db(self) -> ZODB.DB:
         return database_factory(self.config_text, self.name).open()
@@ -236,7 +238,7 @@ class Servers:
         self.scratch.callback(drop)
         params = psycopg.conninfo.conninfo_to_dict(dsn)
         params["dbname"] = name
-        return psycopg.conninfo.make_conninfo(**params)
+        return psycopg.conninfo.make_conninfo("", **params)
 
     def close(self) -> None:
         self.scratch.close()
@@ -266,13 +268,15 @@ def _postgresql(keep_history: bool, relstorage: bool = False
                 ) -> Callable[[str, str, Servers], str]:
     def make(name: str, directory: str, servers: Servers) -> str:
         from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+        # A database of its own, as RelStorage's: PostgreSQL counts deadlocks per
+        # database, so the hotspot test's figure is this contender's alone.
+        dsn = servers.scratch_postgresql_database(POSTGRESQL_DSN)
         if relstorage:
             return RELSTORAGE_POSTGRESQL.format(
-                name=name, dsn=servers.scratch_postgresql_database(POSTGRESQL_DSN),
-                keep_history=str(keep_history).lower())
-        scratch = servers.scratch_database(PostgreSQLOptions(dsn=POSTGRESQL_DSN))
+                name=name, dsn=dsn, keep_history=str(keep_history).lower())
+        scratch = servers.scratch_database(PostgreSQLOptions(dsn=dsn))
         return "%import zodbsql\n" + POSTGRESQL.format(
-            name=name, dsn=POSTGRESQL_DSN, schema=scratch.schema,
+            name=name, dsn=dsn, schema=scratch.schema,
             keep_history=str(keep_history).lower())
     return make
 
@@ -298,9 +302,9 @@ SHORTCUTS: dict[str, tuple[str, Callable[[str, str, Servers], str]]] = {
     "mappingstorage": ("ZODB MappingStorage (in memory)",
                        lambda n, d, s: MAPPINGSTORAGE.format(name=n)),
     "zeo": ("ZEO client, server over a FileStorage on 127.0.0.1", _zeo),
-    "postgresql": ("zodbsql on PostgreSQL (a scratch schema), history-preserving",
+    "postgresql": ("zodbsql on PostgreSQL (a scratch database), history-preserving",
                    _postgresql(True)),
-    "postgresql-hf": ("zodbsql on PostgreSQL (a scratch schema), history-free",
+    "postgresql-hf": ("zodbsql on PostgreSQL (a scratch database), history-free",
                       _postgresql(False)),
     "mysql": ("zodbsql on MySQL/MariaDB (a scratch database), history-preserving",
               _mysql(True)),
@@ -371,6 +375,7 @@ def inspect(contender: Contender, wipe: bool) -> None:
         if not contender.description:
             contender.description = describe(storage)
         contender.versions = versions(storage)
+        contender.deadlocks = counter_for(storage)
         empty = storage.lastTransaction() == z64
     finally:
         storage.close()

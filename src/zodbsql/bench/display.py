@@ -1,7 +1,7 @@
 """The terminal view: a rich table of the best figures so far, with a progress bar."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -21,8 +21,19 @@ def fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
+def count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 UNITS = {"objects/s": "objects/s", "transactions/s": "txn/s",
          "s per 100k objects": "s/100k objects"}
+#: Lines under a test's figure: (label, unit, summary key, format).
+EXTRA_ROWS: dict[str, list[tuple[str, str, str, Callable[[float | None], str]]]] = {
+    "conflicts": [("  raised", "conflicts/s", "conflicts_raised_per_s", fmt),
+                  ("  resolved", "conflicts/s", "conflicts_resolved_per_s", fmt)],
+    "hotspot": [("  retries", "per commit", "retries_per_commit", fmt),
+                ("  deadlocks", "server count", "deadlocks", count)],
+}
 
 
 def sql_contenders(summary: list[dict[str, Any]], contenders: list[str]) -> set[str]:
@@ -41,29 +52,30 @@ def table_rows(summary: list[dict[str, Any]], contenders: list[str]
     several = len({(c, n) for _, c, n in combos}) > 1
     lines = []
     for test, c, n in combos:
-        cells, raised, resolved = [], [], []
+        specs = EXTRA_ROWS.get(test, [])
+        cells: list[str] = []
+        extras: list[list[str]] = [[] for _ in specs]
         first = None
         for contender in contenders:
             row = keyed.get((test, c, n, contender))
             first = first or row
-            extra = [""] if contender in with_sql else []
+            sql_cell = [""] if contender in with_sql else []
             if row is None:
-                cells += [""] + extra
-                raised += [""] + extra
-                resolved += [""] + extra
+                cells += [""] + sql_cell
+                for extra in extras:
+                    extra += [""] + sql_cell
                 continue
             cells.append(fmt(row["value"]))
-            if extra:
+            if sql_cell:
                 sql = row.get("sql_per_txn")
                 cells.append(f"{sql:.1f}" if sql is not None else "-")
-            raised += [fmt(row.get("conflicts_raised_per_s"))] + extra
-            resolved += [fmt(row.get("conflicts_resolved_per_s"))] + extra
+            for extra, (_, _, key, show) in zip(extras, specs):
+                extra += [show(row.get(key))] + sql_cell
         assert first is not None
         label = test + (f" c={c} n={n}" if several else "")
         lines.append((label, UNITS.get(first["unit"], first["unit"]), cells))
-        if test == "conflicts":
-            lines.append(("  raised", "conflicts/s", raised))
-            lines.append(("  resolved", "conflicts/s", resolved))
+        for extra, (extra_label, unit, _, _) in zip(extras, specs):
+            lines.append((extra_label, unit, extra))
     return lines
 
 

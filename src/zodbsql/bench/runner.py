@@ -75,6 +75,8 @@ def host_main(spec: HostSpec, commands: Any, results: Any, barriers: dict[str, A
                     for unit in units:
                         unit.connect(db)
                     reply: Any = None
+                elif command == "verify":
+                    reply = _verify(units, **args)
                 else:
                     db, reply = _run_test(spec, db, units, barriers, **args)
                 results.put((spec.host_id, "done", reply))
@@ -122,7 +124,7 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
 
     def work(slot: int, unit: Unit) -> None:
         try:
-            state = {"key": f"{tag}-{unit.index}"}
+            state = {"key": f"{tag}-{unit.index}", "tag": tag}
             kind.prepare(unit, state)
             if barrier is not None:
                 barrier.wait(BARRIER_TIMEOUT)
@@ -162,7 +164,16 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
         raise BenchFailure(errors[0])
     if barrier is not None:
         barrier.reset()   # a barrier that all passed is already reset; harmless
+    if kind.counts_deadlocks and not spec.contender.single_process:
+        db = _reopen(spec, db, units)   # server sessions end: their statistics are sent
     return db, [r for r in replies if r is not None]
+
+
+def _verify(units: list[Unit], test: str, tag: str) -> list[str]:
+    """The test's check of the data, by this host's first writer."""
+    check = TESTS[test].verify
+    writer = next(u for u in units if u.role == "writer")
+    return check(writer, {"key": f"{tag}-{writer.index}", "tag": tag}) if check else []
 
 
 class Round:
@@ -258,6 +269,27 @@ class Round:
             units.extend(reply)
         return units
 
+    def verify(self, test: str, tag: str) -> list[str]:
+        first = self.writer_hosts[0]
+        self.hosts[first][1].put(("verify", {"test": test, "tag": tag}))
+        (problems,) = self._collect([first], "done")
+        return list(problems)
+
+    def measure(self, test: str, rep: int, tag: str) -> dict[str, Any]:
+        """One run of a test: its figure, the server's deadlocks during it (None: no
+        counter) and its check of the data, which fails the bench if anything is wrong."""
+        kind = TESTS[test]
+        counter = self.contender.deadlocks if kind.counts_deadlocks else None
+        before = counter.read() if counter is not None else 0
+        result = figure(test, self.run(test, rep, tag))
+        problems = self.verify(test, tag) if kind.verify else []
+        if problems:
+            raise BenchFailure(f"{test} on {self.contender.name} left wrong data: "
+                               + "; ".join(problems))
+        if kind.counts_deadlocks:
+            result["deadlocks"] = counter.settled() - before if counter is not None else None
+        return result
+
 
 def figure(test: str, units: list[dict[str, Any]]) -> dict[str, Any]:
     """One measurement from the units' replies: rates over the wall time of all."""
@@ -282,6 +314,16 @@ def figure(test: str, units: list[dict[str, Any]]) -> dict[str, Any]:
             total = sum(u["extra"].get(key, 0) for u in units)
             result[key] = total
             result[key + "_per_s"] = total / wall
+    if any("retries" in u["extra"] for u in units):
+        result["retries"] = sum(u["extra"].get("retries", 0) for u in units)
+        result["retries_per_commit"] = result["retries"] / max(transactions, 1)
+        retried: dict[str, float] = {}
+        for u in units:
+            for key, count in u["extra"].items():
+                if key.startswith("retried:"):
+                    name = key.split(":", 1)[1]
+                    retried[name] = retried.get(name, 0) + count
+        result["retried"] = retried
     if test == "steamin" and result["loads"]:
         raise BenchFailure(
             f"steamin' loaded {result['loads']} objects from the storage: everything should"

@@ -46,9 +46,15 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                "median": statistics.median(r["value"] for r in group),
                "repetitions": len(group), "sql_per_txn": best["sql_per_txn"],
                "loads": best["loads"], "seconds": best["seconds"]}
-        for key in ("conflicts_raised_per_s", "conflicts_resolved_per_s"):
-            if key in best:
-                row[key] = max(r[key] for r in group)
+        for name in ("conflicts_raised_per_s", "conflicts_resolved_per_s"):
+            if name in best:
+                row[name] = max(r[name] for r in group)
+        if "retries" in best:       # over every measured repetition, not the best only
+            row["retries_per_commit"] = (sum(r["retries"] for r in group)
+                                         / max(sum(r["transactions"] for r in group), 1))
+        if "deadlocks" in best:
+            counts = [r["deadlocks"] for r in group]
+            row["deadlocks"] = None if None in counts else sum(counts)
         rows.append(row)
     return rows
 
@@ -78,7 +84,7 @@ def execute(plan: Plan, contenders: list[Contender],
                         for test in plan.tests:
                             on_status(f"{contender.name}: {TESTS[test].title}, c={c},"
                                       f" n={n}, {'warm-up' if warmup else 'run'} {rep + 1}")
-                            result = runner.figure(test, rnd.run(test, rep, tag))
+                            result = rnd.measure(test, rep, tag)
                             result.update(contender=contender.name, test=test,
                                           concurrency=c, objects_per_txn=n, repetition=rep,
                                           warmup=warmup)

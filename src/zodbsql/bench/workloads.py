@@ -19,6 +19,8 @@ from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
 
+from zodbsql.bench import hotspot
+
 ROOT_KEY = "zodbsql-bench"
 
 
@@ -44,7 +46,8 @@ class Params:
     btrees: bool = False
     large_objects: int = 10_000
     pack_objects: int = 100_000
-    commits: int = 20          # transactions per worker in empty/conflicts
+    commits: int = 20          # transactions per worker in empty/conflicts/hotspot
+    hotspot_keys: int = hotspot.KEYS_PER_TRANSACTION
 
 
 @dataclass
@@ -279,6 +282,37 @@ def conflicts_run(unit: Unit, state: dict[str, Any]) -> Outcome:
                    extra={"conflicts_raised": raised, "conflicts_resolved": resolved})
 
 
+def _hotspot_name(state: dict[str, Any]) -> str:
+    return f"hotspot-{state['tag']}"     # one shared tree per run
+
+
+def hotspot_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.key = _hotspot_name(state)
+    hotspot.make_shared(unit.tm, unit.root, unit.key)
+
+
+def hotspot_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    """Every worker inserts keys into one shared OOBTree and bumps one shared Length,
+    each transaction retried on TransientError until it commits."""
+    commits = unit.params.commits
+    retries = hotspot.run(unit.tm, unit.container, state["tag"], unit.index, commits,
+                          unit.params.hotspot_keys)
+    extra: dict[str, float] = {"retries": retries.total}
+    extra.update((f"retried:{name}", n) for name, n in retries.by_error.items())
+    return Outcome(commits, commits, extra=extra)
+
+
+def hotspot_verify(unit: Unit, state: dict[str, Any]) -> list[str]:
+    """After all workers finished: the Length and the tree hold exactly their keys."""
+    unit.tm.begin()
+    try:
+        return hotspot.problems(unit.root()[_hotspot_name(state)], state["tag"],
+                                unit.params.concurrency, unit.params.commits,
+                                unit.params.hotspot_keys)
+    finally:
+        unit.tm.abort()
+
+
 def large_prepare(unit: Unit, state: dict[str, Any]) -> None:
     unit.make_container(state["key"] + "-large")
     unit.tm.begin()
@@ -329,6 +363,11 @@ class Test:
     lower_is_better: bool = False
     reopen: bool = False      # a new DB/storage instance in the reader before it runs
     workers: str = "all"      # all | one
+    # The server's deadlock counter is read around the test; the workers end their
+    # sessions after it (a new DB), so PostgreSQL's figure is complete.
+    counts_deadlocks: bool = False
+    # Run by one worker after all finished: what is wrong with the data ([]: nothing).
+    verify: Callable[[Unit, dict[str, Any]], list[str]] | None = None
 
 
 TESTS: dict[str, Test] = {t.name: t for t in [
@@ -347,6 +386,8 @@ TESTS: dict[str, Test] = {t.name: t for t in [
          unit="transactions/s"),
     Test("conflicts", "conflicts: commits", "writer", empty_prepare, conflicts_run,
          unit="transactions/s"),
+    Test("hotspot", "hotspot: commits", "writer", hotspot_prepare, hotspot_run,
+         unit="transactions/s", counts_deadlocks=True, verify=hotspot_verify),
     Test("large", "large transaction", "writer", large_prepare, large_run),
     Test("pack", "pack", "writer", pack_prepare, pack_run, unit="s per 100k objects",
          lower_is_better=True, workers="one"),

@@ -16,6 +16,10 @@ Tests (--tests / --exclude; default: all):
   empty        empty transactions: a poll and two-phase commit with nothing stored
   conflicts    all workers increment a conflict-resolving counter (BTrees Length) and one
                that can't resolve: commits/s, conflicts raised/s and resolved/s
+  hotspot      all workers insert --hotspot-keys fresh keys (default 10) into one shared
+               OOBTree and bump one shared BTrees Length per transaction, retried on
+               TransientError until it commits: commits/s, retries per commit and the
+               server's deadlocks (PostgreSQL, MySQL); the totals are checked exactly
   large        one transaction of --large-objects objects (default 10,000) per worker
   pack         pack after dropping --pack-objects objects (default 100 x -n): seconds per
                100,000 objects (one worker, once per repetition)
@@ -121,8 +125,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="objects dropped before the pack (default: 100 x the largest -n,"
                         " at most 100,000)")
     parser.add_argument("--commits", type=int, default=20, metavar="N",
-                        help="transactions per worker in empty and conflicts"
+                        help="transactions per worker in empty, conflicts and hotspot"
                         " (default: %(default)s)")
+    parser.add_argument("--hotspot-keys", type=int, default=10, metavar="N",
+                        help="keys each hotspot transaction inserts (default: %(default)s)")
     parser.add_argument("--profile", metavar="DIR",
                         help="write a cProfile file per test and worker into DIR")
     parser.add_argument("--output", metavar="DIR",
@@ -159,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         repetitions=max(1, args.repetitions), warmup=max(0, args.warmup),
         params=Params(object_size=args.object_size, btrees=args.btrees,
                       large_objects=args.large_objects, pack_objects=pack_objects,
-                      commits=args.commits),
+                      commits=args.commits, hotspot_keys=max(1, args.hotspot_keys)),
         prepopulate=args.prepopulate, profile_dir=args.profile)
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
