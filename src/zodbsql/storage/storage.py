@@ -110,6 +110,8 @@ class SQLStorage(ConflictResolvingStorage):
 
     @staticmethod
     def _open_checked(backend: Backend, options: Options) -> DBConnection:
+        if not options.create_schema:
+            backend.check_exists()
         conn = backend.connect()
         try:
             backend.schema.prepare(conn, options.keep_history, options.create_schema,

@@ -15,7 +15,7 @@ from zodbsql.backends.sqlite.inspector import SQLiteInspector
 from zodbsql.backends.sqlite.mover import SQLiteMover
 from zodbsql.backends.sqlite.packer import SQLitePacker
 from zodbsql.backends.sqlite.schema import HAS_META, SQLiteSchema, use_wal
-from zodbsql.errors import ConfigurationError, DatabaseError
+from zodbsql.errors import ConfigurationError, DatabaseError, SchemaError
 
 SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
 
@@ -76,6 +76,12 @@ class SQLiteBackend(Backend):
         elif not os.access(directory, os.W_OK):
             raise ConfigurationError(
                 f"cannot create the SQLite database {self.path}: its directory is not writable")
+
+    def check_exists(self) -> None:
+        if not os.path.exists(self.path):
+            raise SchemaError(
+                f"SQLite database {self.path} does not exist and create-schema is false,"
+                " so it was not created")
 
     def connect(self) -> DBConnection:
         try:
