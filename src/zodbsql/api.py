@@ -73,6 +73,9 @@ def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
         else:
             raise ConfigurationError(f"unknown option {name!r} in {mask_secrets(url)!r}")
     if scheme in ("sqlite", "sqlite3"):
+        if "@" in parts.netloc:
+            raise ConfigurationError(f"an sqlite:// URL names a file and takes no login:"
+                                     f" {mask_secrets(url)!r}")
         path = unquote(parts.netloc + parts.path)
         return SQLiteOptions(path=path, **backend_kw), Options(**options)
     if postgresql:

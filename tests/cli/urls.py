@@ -18,24 +18,26 @@ def _login(user: str, password: str | None) -> str:
 
 
 def url_for(backend: str, path: str, password: str | None = None,
-            keep_history: bool = True) -> str:
-    """A plain URL naming the test database ``path`` (a file, schema or database)."""
+            keep_history: bool = True, user: str | None = None) -> str:
+    """A plain URL naming the test database ``path`` (a file, schema or database),
+    logging in as ``user`` (default: the test login) with ``password``."""
     mode = "" if keep_history else "&keep_history=false"
-    return _url(backend, path, password) + mode
+    return _url(backend, path, password, user) + mode
 
 
-def _url(backend: str, path: str, password: str | None) -> str:
+def _url(backend: str, path: str, password: str | None, user: str | None) -> str:
     if backend == "sqlite":
         return f"sqlite://{path}?synchronous=normal"
     if backend == "postgresql":
         p = postgresql_params()
         host = quote(p.get("host", "localhost"), safe="")
-        return (f"postgresql://{_login(p.get('user', 'postgres'), password)}@{host}"
-                f":{p.get('port', '5432')}/{p.get('dbname', 'postgres')}?schema={path}")
+        login = _login(user or p.get("user", "postgres"), password)
+        return (f"postgresql://{login}@{host}:{p.get('port', '5432')}"
+                f"/{p.get('dbname', 'postgres')}?schema={path}")
     s = MYSQL_SERVER
     socket = f"&unix_socket={s['unix_socket']}" if s["unix_socket"] else ""
-    return (f"mysql://{_login(str(s['user']), password or str(s['passwd']) or None)}"
-            f"@{s['host']}:{s['port']}/{path}?driver={s['driver']}{socket}")
+    login = _login(user or str(s["user"]), password or str(s["passwd"]) or None)
+    return f"mysql://{login}@{s['host']}:{s['port']}/{path}?driver={s['driver']}{socket}"
 
 
 def zconfig_for(backend: str, path: str, directory: pathlib.Path) -> str:
