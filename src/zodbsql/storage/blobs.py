@@ -33,6 +33,7 @@ from ZODB.POSException import POSKeyError
 from ZODB.utils import p64
 
 from zodbsql.storage.privatedir import NOFOLLOW, make_private_dir, no_links_below, real_dir
+from zodbsql.storage.staging import StagingArea
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
@@ -318,13 +319,18 @@ class BlobFiles:
             real_dir(self.temp_dir)
             self.cache = BlobCache(self.directory, options.blob_cache_size)
         self.hashes = RevisionHashes()
+        self.staging = StagingArea(self.temp_dir, self.directory, self.shared)
+        if not options.read_only:
+            self.staging.remove_stale()
 
     def take(self, blobfilename: str) -> str:
         """Move a file handed to storeBlob/restoreBlob into the storage's temp dir."""
-        fd, staged = tempfile.mkstemp(dir=self.temp_dir, prefix="commit-", suffix=".blob")
-        os.close(fd)
+        staged = self.staging.new_file()
         ZODB.blob.rename_or_copy_blob(blobfilename, staged, chmod=False)
         return staged
+
+    def close(self) -> None:
+        self.staging.close()
 
     # -- shared directory ---------------------------------------------------------------
     def revision_path(self, oid: int, tid: int) -> str:

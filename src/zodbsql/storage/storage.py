@@ -592,6 +592,8 @@ class SQLStorage(ConflictResolvingStorage):
         if self._is_root and not self.shared.closed:
             self.shared.closed = True
             self.shared.pool.close()
+            if self.shared.blob_files is not None:
+                self.shared.blob_files.close()
 
     @property
     def options(self) -> Options:
