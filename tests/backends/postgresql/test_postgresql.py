@@ -193,10 +193,11 @@ def test_url_is_split_into_dsn_schema_and_options():
 def test_url_config_and_zodburi_open_the_same_database(factory):
     import ZODB.config
     import zodburi
+    from tests.cli.urls import url_for
     schema = factory.path
     mode = "true" if factory.param.keep_history else "false"
-    url = (f"zodbsql+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
-           f"&keep_history={mode}")
+    # The server of ZODBSQL_TEST_POSTGRESQL_DSN, as a URL.
+    url = "zodbsql+" + url_for("postgresql", schema, keep_history=factory.param.keep_history)
     storage_factory, dbkw = zodburi.resolve_uri(url)
     storage = storage_factory()
     try:
