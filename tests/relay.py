@@ -1,11 +1,19 @@
 """A TCP relay in front of a test server that the test can cut and restore: to the
 storage behind it the server goes down (sessions dropped, connections refused) and
-comes back on the same port."""
+comes back on the same port.  ``check_outage`` is what a storage must do meanwhile."""
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+from typing import Any
+
+import pytest
+from transaction.interfaces import TransientError
+from ZODB.POSException import POSKeyError
+from ZODB.utils import z64
+
+from zodbsql.errors import ConnectionLost
 
 
 def free_port() -> int:
@@ -73,3 +81,20 @@ class Relay:
 
     def close(self) -> None:
         self.cut()
+
+
+def check_outage(storage: Any, relay: Relay, secret: str = "") -> None:
+    """Cut ``relay`` under ``storage`` (opened through it): the broken session, then the
+    reconnect tried while the server is down, raise the retryable ConnectionLost naming
+    the server (and never ``secret``); restored, the server answers again."""
+    relay.cut()
+    with pytest.raises(ConnectionLost):  # the session broke
+        storage.load(z64)
+    with pytest.raises(ConnectionLost) as info:  # the reconnect: nothing listens
+        storage.load(z64)
+    assert isinstance(info.value, TransientError)
+    assert f"127.0.0.1:{relay.port}" in str(info.value)
+    assert not secret or secret not in str(info.value)
+    relay.start()
+    with pytest.raises(POSKeyError):  # back: there is no root yet, but an answer
+        storage.load(z64)

@@ -328,7 +328,7 @@ def test_error_translation(factory: MySQLFactory, number: int, kind: type, words
 
 
 def test_reconnect_while_the_server_is_down_is_retryable(factory: MySQLFactory) -> None:
-    from tests.relay import Relay
+    from tests.relay import Relay, check_outage
     o = factory.backend_options()
     if o.unix_socket:
         pytest.skip("the test server is reached through a unix socket")
@@ -337,17 +337,7 @@ def test_reconnect_while_the_server_is_down_is_retryable(factory: MySQLFactory) 
                              passwd=o.passwd, driver=o.driver)
     storage = zodbsql.open_storage(via_relay, keep_history=factory.param.keep_history)
     try:
-        relay.cut()
-        with pytest.raises(ConnectionLost):  # the session broke
-            storage.load(z64)
-        with pytest.raises(ConnectionLost) as info:  # the reconnect: nothing listens
-            storage.load(z64)
-        assert isinstance(info.value, TransientError)
-        assert f"127.0.0.1:{relay.port}" in str(info.value)
-        relay.start()
-        with pytest.raises(Exception) as answer:  # back: no root yet, but an answer
-            storage.load(z64)
-        assert type(answer.value).__name__ == "POSKeyError"
+        check_outage(storage, relay)
     finally:
         storage.close()
         relay.close()
