@@ -9,6 +9,7 @@ import ZODB
 from zodbsql.backends.mysql.adapter import MySQLOptions
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
 from zodbsql.errors import ConfigurationError
+from zodbsql.masking import mask_secrets
 from zodbsql.options import Options
 from zodbsql.storage import SQLStorage
 
@@ -70,8 +71,11 @@ def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
         elif postgresql:
             dsn_query.append((key, value))
         else:
-            raise ConfigurationError(f"unknown option {name!r} in {url!r}")
+            raise ConfigurationError(f"unknown option {name!r} in {mask_secrets(url)!r}")
     if scheme in ("sqlite", "sqlite3"):
+        if "@" in parts.netloc:
+            raise ConfigurationError(f"an sqlite:// URL names a file and takes no login:"
+                                     f" {mask_secrets(url)!r}")
         path = unquote(parts.netloc + parts.path)
         return SQLiteOptions(path=path, **backend_kw), Options(**options)
     if postgresql:
@@ -79,16 +83,16 @@ def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
         dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(dsn_query), ""))
         return PostgreSQLOptions(dsn=dsn, **backend_kw), Options(**options)
     if mysql:
-        return _mysql_options(parts, backend_kw), Options(**options)
-    raise ConfigurationError(
-        f"unknown database in {url!r}: expected a sqlite://, postgresql:// or mysql:// URL")
+        return _mysql_options(url, parts, backend_kw), Options(**options)
+    raise ConfigurationError(f"unknown database in {mask_secrets(url)!r}: expected a"
+                             " sqlite://, postgresql:// or mysql:// URL")
 
 
-def _mysql_options(parts: Any, backend_kw: dict[str, str]) -> MySQLOptions:
+def _mysql_options(url: str, parts: Any, backend_kw: dict[str, str]) -> MySQLOptions:
     try:
         port = parts.port
     except ValueError:
-        raise ConfigurationError(f"mysql URL has a bad port: {parts.netloc!r}") from None
+        raise ConfigurationError(f"mysql URL has a bad port: {mask_secrets(url)!r}") from None
     kw: dict[str, Any] = {"db": unquote(parts.path.lstrip("/"))}
     if parts.hostname:
         kw["host"] = unquote(parts.hostname)

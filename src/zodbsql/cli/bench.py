@@ -43,6 +43,7 @@ import sys
 from typing import Any
 
 from zodbsql.errors import ConfigurationError
+from zodbsql.masking import mask_config, mask_secrets
 
 HELP = "the storage shoot-out: zodbsql vs FileStorage, ZEO, RelStorage ... (charts, JSON)"
 EXAMPLE = """examples:
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
             with view:
                 runs = session.execute(plan, found, view.result, view.status)
         except BenchFailure as exc:
-            print(f"zodbsql bench: failed: {exc}", file=sys.stderr)
+            print(f"zodbsql bench: failed: {mask_secrets(str(exc))}", file=sys.stderr)
             return 1
     summary = session.summarise(runs)
     document: dict[str, Any] = {
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         "contenders": [{"name": c.name, "description": c.description,
                         "storage_class": c.storage_class, "single_process": c.single_process,
                         "owned": c.owned, "versions": c.versions,
-                        "config": c.config_text if c.owned else "(from --config)"}
+                        "config": mask_config(c.config_text) if c.owned else "(from --config)"}
                        for c in found],
         "summary": summary,
         "runs": runs,

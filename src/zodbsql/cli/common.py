@@ -1,65 +1,26 @@
-"""What the tools share: opening a storage from a URI or a ZConfig file, progress bars."""
+"""What the tools share: opening a storage (see ``opening``), pack times, progress bars."""
 from __future__ import annotations
 
 import argparse
 import contextlib
 import datetime
-import os
 import time
 from typing import Any, Iterator
 
-import ZConfig
-import ZODB.config
-import zodburi
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn,
                            TextColumn, TimeElapsedColumn, TimeRemainingColumn)
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64
 
+from zodbsql.cli.opening import STORAGE_HELP, open_storage
 from zodbsql.errors import ConfigurationError
 from zodbsql.storage import SQLStorage
 
 console = Console(stderr=True)
 
-STORAGE_HELP = ("a zodburi URI (zodbsql+sqlite:///path, file:///Data.fs, zeo://host:port,"
-                " ...), or a ZConfig file with <zodb NAME> sections, as FILE or FILE#NAME")
-
-
-def open_storage(spec: str, read_only: bool = False) -> Any:
-    """Open any ZODB storage named by a URI or a ZConfig file (``FILE#NAME`` picks one)."""
-    if "://" in spec and not os.path.exists(spec):
-        if spec.startswith(("sqlite:", "sqlite3:")):
-            spec = "zodbsql+" + spec
-        try:
-            factory, _ = zodburi.resolve_uri(spec)
-        except KeyError as exc:
-            raise ConfigurationError(f"no storage knows the URI {spec!r} ({exc})") from None
-        return factory()
-    path, _, name = spec.partition("#")
-    if not os.path.exists(path):
-        raise ConfigurationError(f"{path} does not exist (expected {STORAGE_HELP})")
-    schema = ZODB.config.getDbSchema()
-    try:
-        config, _ = ZConfig.loadConfig(schema, path)
-    except ZConfig.ConfigurationError as exc:
-        raise ConfigurationError(f"{path}: {exc}") from None
-    sections = config.database
-    if name:
-        chosen = [s for s in sections if s.name == name]
-        if not chosen:
-            names = ", ".join(str(s.name) for s in sections)
-            raise ConfigurationError(f"{path} has no <zodb {name}> section (it has: {names})")
-    elif len(sections) != 1:
-        names = ", ".join(str(s.name) for s in sections)
-        raise ConfigurationError(f"{path} has {len(sections)} <zodb> sections ({names});"
-                                 " pick one with FILE#NAME")
-    else:
-        chosen = sections
-    return chosen[0].config.storage.open()
-
-
-__all__ = ["ConfigurationError", "open_storage", "require_zodbsql", "progress_bar"]
+__all__ = ["ConfigurationError", "STORAGE_HELP", "open_storage", "require_zodbsql",
+           "progress_bar"]
 
 
 def require_zodbsql(storage: Any, what: str) -> SQLStorage:

@@ -14,6 +14,7 @@ import json
 
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding
 from zodbsql.cli import common
+from zodbsql.masking import mask_secrets
 from zodbsql.storage import SQLStorage
 from zodbsql.storage.selfcheck import run_checks
 
@@ -35,11 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def diagnose(spec: str, clients: int, checks: bool) -> list[Finding]:
     try:
-        storage = common.require_zodbsql(common.open_storage(spec), "doctor")
+        storage = common.require_zodbsql(
+            common.open_storage(spec, zodbsql_for="doctor"), "doctor")
     except common.ConfigurationError:
         raise
     except Exception as exc:  # the storage can't even open: that is the finding
-        return [Finding(ERROR, "open", f"{type(exc).__name__}: {exc}",
+        return [Finding(ERROR, "open", f"{type(exc).__name__}: {mask_secrets(str(exc))}",
                         "fix the configuration or the server named in the error")]
     try:
         return diagnose_storage(storage, clients, checks)

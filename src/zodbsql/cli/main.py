@@ -1,11 +1,19 @@
-"""``zodbsql TOOL ...``: dispatch to the tool modules and turn our errors into one line."""
+"""``zodbsql TOOL ...``: dispatch to the tool modules and turn errors into one line.
+
+Every error message is printed without passwords.  Errors that are not zodbsql's own
+are printed as one line too, with their type; ``ZODBSQL_TRACEBACK=1`` shows the
+traceback as well.
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from typing import Callable, Sequence
 
 from zodbsql.errors import ZodbsqlError
+from zodbsql.masking import mask_secrets
 
 # Each tool module has `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
 from zodbsql.cli import bench, blobspeed, convert, demo, doctor, pack, verify
@@ -33,11 +41,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except ZodbsqlError as exc:
-        print(f"zodbsql {args.tool}: error: {exc}", file=sys.stderr)
+        print(f"zodbsql {args.tool}: error: {mask_secrets(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"zodbsql {args.tool}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if os.environ.get("ZODBSQL_TRACEBACK"):
+            print(mask_secrets(traceback.format_exc()), file=sys.stderr, end="")
+        print(f"zodbsql {args.tool}: error: {type(exc).__name__}:"
+              f" {mask_secrets(str(exc))}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    storage = common.require_zodbsql(common.open_storage(args.storage), "pack")
+    # A dry run writes pack's work tables, so neither opens read-only; neither creates
+    # a database.
+    storage = common.require_zodbsql(
+        common.open_storage(args.storage, must_exist=True, zodbsql_for="pack"), "pack")
     try:
         when = common.pack_time(args)
         with common.progress_bar(args.quiet) as bar:

@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    storage = common.require_zodbsql(common.open_storage(args.storage, read_only=True),
-                                     "verify")
+    storage = common.require_zodbsql(
+        common.open_storage(args.storage, read_only=True, zodbsql_for="verify"), "verify")
     try:
         with common.progress_bar(args.quiet or args.json) as bar:
             task = bar.add_task("verifying", total=None, rate="")

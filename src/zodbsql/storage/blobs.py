@@ -32,6 +32,9 @@ import ZODB.blob
 from ZODB.POSException import POSKeyError
 from ZODB.utils import p64
 
+from zodbsql.storage.privatedir import NOFOLLOW, make_private_dir, no_links_below, real_dir
+from zodbsql.storage.staging import StagingArea
+
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
     from zodbsql.options import Options
@@ -93,21 +96,38 @@ class BlobCache:
         return os.path.join(self.directory, name[:2], name[2:4], name + self.SUFFIX)
 
     def lookup(self, content_hash: bytes) -> str | None:
-        """The cached file's path (its use time touched), or None on a miss."""
+        """The cached file's path (its use time touched), or None on a miss.
+
+        Only a regular file reached through the cache's own directories counts: a
+        symbolic link is a miss (and the download replaces it)."""
         path = self.path(content_hash)
         try:
-            os.utime(path)
-        except FileNotFoundError:
+            if not no_links_below(self.directory, path):
+                return None
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+        except OSError:  # missing, or a link planted since
             return None
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
         return path
+
+    def _folder(self, path: str) -> str:
+        """Make the cache directories of ``path`` (real ones, never through a link)."""
+        folder = os.path.dirname(path)
+        sub = self.directory
+        for name in os.path.relpath(folder, self.directory).split(os.sep):
+            sub = os.path.join(sub, name)
+            real_dir(sub)
+        return folder
 
     def fill(self, content_hash: bytes, size: int,
              write_to: Callable[[Callable[[bytes], object]], None]) -> str:
         """Write a content into the cache: ``write_to(write)`` passes every piece to
         ``write``; the file appears (atomically) only when complete and verified."""
         path = self.path(content_hash)
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
+        folder = self._folder(path)
         fd, temp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".part")
         try:
             digest = hashlib.sha256()
@@ -133,16 +153,21 @@ class BlobCache:
 
     def evict(self, content_hash: bytes | None) -> None:
         """Remove one content from the cache (it is downloaded again when loaded)."""
-        if content_hash is not None:
-            remove_quietly(self.path(content_hash))
+        if content_hash is None:
+            return
+        path = self.path(content_hash)
+        with contextlib.suppress(FileNotFoundError):
+            # Removing follows links in the folders (never in the file's own name).
+            if no_links_below(self.directory, os.path.dirname(path), is_file=False):
+                os.remove(path)
 
     def install(self, content_hash: bytes, size: int, staged: str) -> None:
         """Move a just committed file (already known to have this hash) into the cache."""
-        path = self.path(content_hash)
-        if os.path.exists(path):
+        if self.lookup(content_hash) is not None:
             remove_quietly(staged)
             return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        path = self.path(content_hash)
+        self._folder(path)
         ZODB.blob.set_not_writable(staged)
         os.replace(staged, path)
         self.added(size)
@@ -166,17 +191,19 @@ class BlobCache:
             pruner.join()
 
     def _files(self) -> Iterator[tuple[str, int, float]]:
+        # Symbolic links are skipped, so pruning never reaches outside the cache.
         for top in os.scandir(self.directory):
-            if len(top.name) != 2 or not top.is_dir():
+            if len(top.name) != 2 or not top.is_dir(follow_symlinks=False):
                 continue
             for sub in os.scandir(top.path):
-                if not sub.is_dir():
+                if not sub.is_dir(follow_symlinks=False):
                     continue
                 for entry in os.scandir(sub.path):
-                    if not entry.name.endswith(self.SUFFIX):
+                    if (not entry.name.endswith(self.SUFFIX)
+                            or not entry.is_file(follow_symlinks=False)):
                         continue
                     try:
-                        st = entry.stat()
+                        st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
                     yield entry.path, st.st_size, max(st.st_atime, st.st_mtime)
@@ -193,7 +220,7 @@ class BlobCache:
             os.rename(path, hidden)
         except FileNotFoundError:
             return False
-        st = os.stat(hidden)
+        st = os.lstat(hidden)
         if time.time() - max(st.st_atime, st.st_mtime) < self.keep_recent:
             with contextlib.suppress(FileExistsError):
                 os.link(hidden, path)  # unless it was downloaded again meanwhile
@@ -208,7 +235,15 @@ class BlobCache:
         lock_path = os.path.join(self.directory, ".prune.lock")
         removed = 0
         try:
-            with open(lock_path, "a") as lock:
+            try:
+                fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | NOFOLLOW, 0o600)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                log.warning("not pruning the blob cache %s: %s is a symbolic link; remove"
+                            " it", self.directory, lock_path)
+                return 0
+            with os.fdopen(fd, "w") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError as exc:
@@ -271,25 +306,31 @@ class BlobFiles:
         self.directory = os.path.abspath(options.blob_dir)
         self.shared = options.shared_blob_dir
         self.chunk_size = options.blob_chunk_size
-        os.makedirs(self.directory, exist_ok=True)
         self.fshelper: ZODB.blob.FilesystemHelper | None = None
         self.cache: BlobCache | None = None
         if self.shared:
+            os.makedirs(self.directory, exist_ok=True)
             self.fshelper = ZODB.blob.FilesystemHelper(self.directory, "bushy")
             self.fshelper.create()
             self.temp_dir = self.fshelper.temp_dir
         else:
+            make_private_dir(self.directory)
             self.temp_dir = os.path.join(self.directory, "tmp")
-            os.makedirs(self.temp_dir, exist_ok=True)
+            real_dir(self.temp_dir)
             self.cache = BlobCache(self.directory, options.blob_cache_size)
         self.hashes = RevisionHashes()
+        self.staging = StagingArea(self.temp_dir, self.directory, self.shared)
+        if not options.read_only:
+            self.staging.remove_stale()
 
     def take(self, blobfilename: str) -> str:
         """Move a file handed to storeBlob/restoreBlob into the storage's temp dir."""
-        fd, staged = tempfile.mkstemp(dir=self.temp_dir, prefix="commit-", suffix=".blob")
-        os.close(fd)
+        staged = self.staging.new_file()
         ZODB.blob.rename_or_copy_blob(blobfilename, staged, chmod=False)
         return staged
+
+    def close(self) -> None:
+        self.staging.close()
 
     # -- shared directory ---------------------------------------------------------------
     def revision_path(self, oid: int, tid: int) -> str:

@@ -60,6 +60,8 @@ def pack(storage: "SQLStorage", t: float, gc: bool = True,
         counts = _Pack(storage, conn, gc, progress, dry_run, options).run(time_to_tid(t))
         if shared.blob_files is not None:
             shared.blob_files.hashes.clear()  # the memo may name revisions the pack removed
+            if not dry_run:
+                shared.blob_files.staging.remove_stale()  # what killed commits left
         return counts
     finally:
         conn.rollback()

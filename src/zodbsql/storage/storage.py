@@ -110,6 +110,8 @@ class SQLStorage(ConflictResolvingStorage):
 
     @staticmethod
     def _open_checked(backend: Backend, options: Options) -> DBConnection:
+        if not options.create_schema:
+            backend.check_exists()
         conn = backend.connect()
         try:
             backend.schema.prepare(conn, options.keep_history, options.create_schema,
@@ -590,6 +592,8 @@ class SQLStorage(ConflictResolvingStorage):
         if self._is_root and not self.shared.closed:
             self.shared.closed = True
             self.shared.pool.close()
+            if self.shared.blob_files is not None:
+                self.shared.blob_files.close()
 
     @property
     def options(self) -> Options:

@@ -326,3 +326,36 @@ def test_error_translation(factory: MySQLFactory, number: int, kind: type, words
         assert all(word in str(error) for word in words), str(error)
     finally:
         storage.shared.pool.release(conn)
+
+
+def test_reconnect_while_the_server_is_down_is_retryable(factory: MySQLFactory) -> None:
+    from tests.relay import Relay, check_outage
+    o = factory.backend_options()
+    if o.unix_socket:
+        pytest.skip("the test server is reached through a unix socket")
+    relay = Relay((o.host, int(o.port)))
+    via_relay = MySQLOptions(host="127.0.0.1", port=relay.port, db=o.db, user=o.user,
+                             passwd=o.passwd, driver=o.driver)
+    storage = zodbsql.open_storage(via_relay, keep_history=factory.param.keep_history)
+    try:
+        check_outage(storage, relay)
+    finally:
+        storage.close()
+        relay.close()
+
+
+def test_a_user_without_rights_on_the_database_is_told_to_grant(factory: MySQLFactory) -> None:
+    o = factory.backend_options()
+    cursor = mysql_admin().cursor()
+    user = "zodbsql_test_norights"
+    cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY 'hunter2'")
+    try:
+        bad = MySQLOptions(host=o.host, port=o.port, unix_socket=o.unix_socket, db=o.db,
+                           user=user, passwd="hunter2", driver=o.driver)
+        with pytest.raises(DatabaseError) as info:
+            zodbsql.open_storage(bad)
+        message = str(info.value)
+        assert "logged in but may not use" in message and f"ON {o.db}.*" in message
+        assert "hunter2" not in message and not isinstance(info.value, ConnectionLost)
+    finally:
+        cursor.execute(f"DROP USER IF EXISTS '{user}'@'%'")

@@ -193,10 +193,11 @@ def test_url_is_split_into_dsn_schema_and_options():
 def test_url_config_and_zodburi_open_the_same_database(factory):
     import ZODB.config
     import zodburi
+    from tests.cli.urls import url_for
     schema = factory.path
     mode = "true" if factory.param.keep_history else "false"
-    url = (f"zodbsql+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
-           f"&keep_history={mode}")
+    # The server of ZODBSQL_TEST_POSTGRESQL_DSN, as a URL.
+    url = "zodbsql+" + url_for("postgresql", schema, keep_history=factory.param.keep_history)
     storage_factory, dbkw = zodburi.resolve_uri(url)
     storage = storage_factory()
     try:
@@ -322,3 +323,49 @@ def test_connection_killed_during_blob_upload_leaves_no_partial_blob(factory, tm
     finally:
         blobs.upload = real_upload
         db.close()
+
+
+def test_reconnect_while_the_server_is_down_is_retryable(factory):
+    import psycopg
+
+    from tests.relay import Relay, check_outage
+    params = psycopg.conninfo.conninfo_to_dict(POSTGRESQL_DSN)
+    if str(params.get("host", "")).startswith("/"):
+        pytest.skip("the test server is reached through a unix socket")
+    relay = Relay((str(params.get("host") or "localhost"), int(params.get("port") or 5432)))
+    # Trust authentication ignores the password; it must show nowhere.
+    dsn = psycopg.conninfo.make_conninfo(POSTGRESQL_DSN, host="127.0.0.1",
+                                         port=str(relay.port), password="hunter2")
+    storage = open_storage(PostgreSQLOptions(dsn=dsn, schema=factory.path),
+                           keep_history=factory.param.keep_history)
+    try:
+        check_outage(storage, relay, secret="hunter2")
+    finally:
+        storage.close()
+        relay.close()
+
+
+def test_a_port_where_nothing_listens_is_retryable_and_named():
+    import psycopg
+
+    from tests.relay import free_port
+    port = free_port()
+    dsn = psycopg.conninfo.make_conninfo(POSTGRESQL_DSN, host="127.0.0.1", port=str(port),
+                                         password="hunter2", connect_timeout="5")
+    with pytest.raises(ConnectionLost) as info:
+        open_storage(PostgreSQLOptions(dsn=dsn))
+    assert f"127.0.0.1:{port}" in str(info.value) and "hunter2" not in str(info.value)
+
+
+def test_a_refused_login_is_not_retryable(factory):
+    import psycopg
+    dsn = psycopg.conninfo.make_conninfo(POSTGRESQL_DSN, dbname="zodbsql_no_such_database")
+    with pytest.raises(DatabaseError) as info:
+        open_storage(PostgreSQLOptions(dsn=dsn))
+    assert not isinstance(info.value, ConnectionLost)
+    assert "zodbsql_no_such_database" in str(info.value)
+
+
+def test_options_repr_masks_the_password():
+    options = PostgreSQLOptions(dsn="host=db user=zodb password=hunter2 dbname=zodb")
+    assert "hunter2" not in repr(options) and "password=***" in repr(options)

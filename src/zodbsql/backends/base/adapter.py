@@ -68,6 +68,10 @@ class Backend:
         """Open a new connection (autocommit between explicit transactions)."""
         raise NotImplementedError
 
+    def check_exists(self) -> None:
+        """Raise :class:`SchemaError` if the database is missing, before anything
+        connects and so creates it (SQLite); a server says so when connecting."""
+
     def connect_for_commit(self, lock_timeout: float) -> DBConnection:
         """Open a connection for committing: temp tables made, lock timeouts set."""
         conn = self.connect()

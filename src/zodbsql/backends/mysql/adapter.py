@@ -6,9 +6,9 @@ from typing import Any, ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
-from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, MySQLConnection,
-                                                error_number, load_driver,
-                                                prepare_for_writing,
+from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, SERVER_GONE,
+                                                MySQLConnection, error_number,
+                                                load_driver, prepare_for_writing,
                                                 pymysql_connection_class)
 from zodbsql.backends.mysql.blobs import MySQLBlobs
 from zodbsql.backends.mysql.features import MySQLFeatures
@@ -20,9 +20,15 @@ from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
 from zodbsql.backends.mysql.packer import MySQLPacker
 from zodbsql.backends.mysql.schema import MySQLSchema
 from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl, server_started
-from zodbsql.errors import ConfigurationError, DatabaseError
+from zodbsql.errors import ConfigurationError, ConnectionLost, DatabaseError
+from zodbsql.masking import mask_secrets
 
 DRIVER_CHOICES = ("auto", "mysqlclient", "pymysql")
+#: Connect errors: the login is right but the database is not the user's; no such
+#: database; the server is down, gone during the handshake, full or shutting down.
+NO_DATABASE_RIGHTS = 1044
+NO_SUCH_DATABASE = 1049
+UNREACHABLE = CANT_CONNECT | SERVER_GONE | {1040, 1053}
 #: Bytes of a statement that are not the state itself (column values, SQL text).
 PACKET_OVERHEAD = 64 * 1024
 
@@ -99,18 +105,7 @@ class MySQLBackend(Backend):
             else:
                 raw = self.module.connect(**self._connect_args())
         except Exception as exc:
-            number = error_number(exc)
-            if number in ACCESS_DENIED:
-                raise DatabaseError(
-                    f"cannot log in to {where} as user {self.options.user!r}: {exc}"
-                    " (check user and passwd, and that the user may use this database)") from exc
-            if number in CANT_CONNECT:
-                raise DatabaseError(f"cannot reach the MySQL server for {where}: {exc}") from exc
-            if number == 1049:
-                raise DatabaseError(
-                    f"{where} does not exist: {exc} (create it with CREATE DATABASE;"
-                    " zodbsql creates tables, not databases)") from exc
-            raise DatabaseError(f"cannot connect to {where}: {exc}") from exc
+            raise self._connect_failure(where, exc) from exc
         conn = MySQLConnection(raw, self.driver_name, where, self.module)
         try:
             row = conn.fetchone(
@@ -137,6 +132,30 @@ class MySQLBackend(Backend):
             raise
         conn.statements = 0
         return conn
+
+    def _connect_failure(self, where: str, exc: Exception) -> DatabaseError:
+        """The error for a failed connection attempt, with what to do about it;
+        :class:`ConnectionLost` (retryable) while the server can't be reached."""
+        number = error_number(exc)
+        text = mask_secrets(str(exc))
+        user = self.options.user
+        if number == NO_DATABASE_RIGHTS:
+            return DatabaseError(
+                f"user {user!r} logged in but may not use {where}: {text} (GRANT the"
+                f" privileges doctor lists ON {self.options.db}.* TO the user)")
+        if number in ACCESS_DENIED:
+            return DatabaseError(
+                f"cannot log in to {where} as user {user!r}: {text} (check user and"
+                " passwd, and the hosts the user may connect from)")
+        if number in UNREACHABLE:
+            return ConnectionLost(
+                f"cannot reach the MySQL server for {where}: {text} (a retried"
+                " transaction reconnects once the server is back)")
+        if number == NO_SUCH_DATABASE:
+            return DatabaseError(
+                f"{where} does not exist: {text} (create it with CREATE DATABASE;"
+                " zodbsql creates tables, not databases)")
+        return DatabaseError(f"cannot connect to {where}: {text}")
 
     def connect_for_commit(self, lock_timeout: float) -> DBConnection:
         conn = self.connect()

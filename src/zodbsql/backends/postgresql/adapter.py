@@ -18,12 +18,32 @@ from zodbsql.backends.postgresql.packer import PostgreSQLPacker
 from zodbsql.backends.postgresql.inspector import PostgreSQLInspector
 from zodbsql.backends.postgresql.schema import PostgreSQLSchema
 from zodbsql.backends.postgresql.txncontrol import PostgreSQLTransactionControl
-from zodbsql.errors import ConfigurationError, DatabaseError
+from zodbsql.errors import ConfigurationError, ConnectionLost, DatabaseError
+from zodbsql.masking import mask_secrets
 
 DATABASE_SIZE = (
     "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
     " JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = current_schema() AND c.relkind = 'r'")
+
+
+#: What the server says while it can't take sessions for now (libpq gives no SQLSTATE
+#: for a failed connection attempt).
+SERVER_BUSY = ("the database system is starting up", "the database system is shutting down",
+               "the database system is in recovery mode", "too many clients already",
+               "remaining connection slots are reserved")
+
+
+def connect_failure(where: str, exc: Exception) -> DatabaseError:
+    """The error for a failed connection attempt: :class:`ConnectionLost` (retryable)
+    while the server can't be reached or is busy, DatabaseError when it refused the
+    login or database (retrying would not help)."""
+    text = mask_secrets(str(exc))
+    refused = "FATAL:" in text and not any(busy in text for busy in SERVER_BUSY)
+    if refused:
+        return DatabaseError(f"cannot connect to {where}: {text}")
+    return ConnectionLost(f"cannot connect to {where}: {text} (the server is unreachable"
+                          " or busy; a retried transaction reconnects)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +54,10 @@ class PostgreSQLOptions:
     #: The schema holding zodbsql's tables; None uses the server's search_path.
     schema: str | None = None
     driver: str = "auto"
+
+    def __repr__(self) -> str:
+        return (f"PostgreSQLOptions(dsn={mask_secrets(self.dsn)!r}, schema={self.schema!r},"
+                f" driver={self.driver!r})")
 
     def __post_init__(self) -> None:
         if not self.dsn or not self.dsn.strip():
@@ -70,7 +94,7 @@ class PostgreSQLBackend(Backend):
         try:
             params = self.psycopg.conninfo.conninfo_to_dict(options.dsn)
         except self.psycopg.Error as exc:
-            raise ConfigurationError(f"invalid postgresql dsn: {exc}") from exc
+            raise ConfigurationError(f"invalid postgresql dsn: {mask_secrets(str(exc))}") from exc
         self.params = params
         host = params.get("host") or "localhost"
         port = params.get("port") or "5432"
@@ -83,9 +107,9 @@ class PostgreSQLBackend(Backend):
             raw = psycopg.connect(self.options.dsn, autocommit=True,
                                   prepare_threshold=PREPARE_THRESHOLD)
         except psycopg.ProgrammingError as exc:
-            raise ConfigurationError(f"invalid postgresql dsn: {exc}") from exc
+            raise ConfigurationError(f"invalid postgresql dsn: {mask_secrets(str(exc))}") from exc
         except psycopg.Error as exc:
-            raise DatabaseError(f"cannot connect to {self.describe()}: {exc}") from exc
+            raise connect_failure(self.describe(), exc) from exc
         conn = PostgreSQLConnection(raw, self.describe(), self.lock_timeout)
         try:
             conn.session_id = raw.info.backend_pid

@@ -6,9 +6,10 @@ databases can live side by side in one PostgreSQL database, one schema each.
 from __future__ import annotations
 
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zodbsql.backends.base.schema import Schema
+from zodbsql.errors import SchemaError
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.connections import DBConnection
@@ -80,6 +81,7 @@ HAS_LOCK_OBJECTS = (
 DROP_OLD_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA,"
                    " BYTEA, BOOLEAN, INTEGER)")
 # Serialises schema creation between processes (the key is arbitrary but fixed).
+CURRENT_SCHEMA = "SELECT current_schema()"
 CREATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('zodbsql:create:' || current_schema()))"
 
 
@@ -89,6 +91,20 @@ class PostgreSQLSchema(Schema):
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
+
+    def prepare(self, conn: "DBConnection", keep_history: bool, create: bool,
+                read_only: bool) -> None:
+        # A search_path naming no existing schema leaves current_schema() NULL: say
+        # so, instead of finding "no tables" or failing to create them.
+        row = conn.fetchone(CURRENT_SCHEMA)
+        if row is None or row[0] is None:
+            backend: Any = self.backend
+            named = backend.options.schema
+            what = f"schema {named!r}" if named else "no schema of the search_path"
+            raise SchemaError(
+                f"{backend.describe()}: {what} does not exist; create it first"
+                " (CREATE SCHEMA), zodbsql creates tables, not schemas")
+        super().prepare(conn, keep_history, create, read_only)
 
     def create(self, conn: "DBConnection", keep_history: bool) -> None:
         conn.execute(CREATE_LOCK)

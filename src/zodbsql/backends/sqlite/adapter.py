@@ -15,9 +15,21 @@ from zodbsql.backends.sqlite.inspector import SQLiteInspector
 from zodbsql.backends.sqlite.mover import SQLiteMover
 from zodbsql.backends.sqlite.packer import SQLitePacker
 from zodbsql.backends.sqlite.schema import HAS_META, SQLiteSchema, use_wal
-from zodbsql.errors import ConfigurationError, DatabaseError
+from zodbsql.errors import ConfigurationError, DatabaseError, SchemaError
 
 SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
+#: The files beside a WAL database.
+WAL_FILES = ("-wal", "-shm")
+
+
+def in_wal_mode(path: str) -> bool:
+    """Does the file's header say WAL (read and write format versions 2)?"""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return header.startswith(b"SQLite format 3\0") and header[18:20] == b"\x02\x02"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +82,31 @@ class SQLiteBackend(Backend):
                 raise ConfigurationError(
                     f"SQLite database {self.path} is read-only for this process;"
                     " open the storage with read-only true or fix the file's permissions")
+            self._check_wal_files(directory)
         elif self.read_only:
             raise ConfigurationError(
                 f"SQLite database {self.path} does not exist and the storage is read-only")
         elif not os.access(directory, os.W_OK):
             raise ConfigurationError(
                 f"cannot create the SQLite database {self.path}: its directory is not writable")
+
+    def _check_wal_files(self, directory: str) -> None:
+        """A WAL database is read and written through DB-wal and DB-shm beside it, even
+        read-only; SQLite creates them when they are missing, in the directory."""
+        missing = [self.path + suffix for suffix in WAL_FILES
+                   if not os.path.exists(self.path + suffix)]
+        if missing and in_wal_mode(self.path) and not os.access(directory, os.W_OK | os.X_OK):
+            raise ConfigurationError(
+                f"SQLite database {self.path} is in WAL mode, which needs"
+                f" {' and '.join(missing)}; SQLite can't create them because the directory"
+                f" {directory} is not writable for this process: make the directory"
+                " writable for the user the storage runs as")
+
+    def check_exists(self) -> None:
+        if not os.path.exists(self.path):
+            raise SchemaError(
+                f"SQLite database {self.path} does not exist and create-schema is false,"
+                " so it was not created")
 
     def connect(self) -> DBConnection:
         try:
