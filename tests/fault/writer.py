@@ -17,18 +17,24 @@ import dataclasses
 import json
 import os
 import random
+import resource
+import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import transaction
 import ZODB
+from BTrees.OOBTree import OOBTree
 from transaction.interfaces import TransientError
 
 import zodbsql
 from tests.fault import bank, phases
 
 RETRY_SLEEP = 0.05
+#: Attempts at one transfer before the writer gives up (a server down for a minute).
+MAX_ATTEMPTS = 1200
 
 
 @dataclasses.dataclass
@@ -47,6 +53,9 @@ class WriterConfig:
     garbage: bool = False
     pack_after: int = 0
     seed: int = 0
+    filler: int = 0               # bytes stored with each transfer (to fill a disk)
+    file_size_limit: int = 0      # RLIMIT_FSIZE of the writer, in bytes (0: none)
+    stop_on_error: bool = False   # end at the first commit error, describing it
 
 
 class AckLog:
@@ -78,33 +87,59 @@ def say(*words: Any) -> None:
     print(*words, flush=True)
 
 
+def describe(exc: BaseException) -> str:
+    """An error as one JSON line: its class (with bases), message and traceback."""
+    return json.dumps({
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "bases": [f"{k.__module__}.{k.__qualname__}" for k in type(exc).__mro__],
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    })
+
+
 def transfer_once(tm: transaction.TransactionManager, conn: Any, move: bank.Transfer,
-                  config: WriterConfig, log: AckLog) -> None:
-    """Commit one transfer: retried while the error says nothing was committed."""
-    while True:
+                  config: WriterConfig, log: AckLog) -> bool:
+    """Commit one transfer: retried while the error says nothing was committed.
+    False when it ended in an unknown outcome (or, with ``stop_on_error``, any error
+    from the commit, announced as ``failed ID JSON``)."""
+    for attempt in range(MAX_ATTEMPTS):
         try:
             tm.begin()
             move.apply(conn.root(), config.blob_size, config.garbage)
+            if config.filler:
+                conn.root().setdefault("filler", OOBTree())[move.id] = b"f" * config.filler
         except Exception:
             tm.abort()  # nothing sent for commit yet (a server down, a reconnect)
+            if attempt == MAX_ATTEMPTS - 1:
+                raise
             time.sleep(RETRY_SLEEP)
             continue
         try:
             tm.commit()
-        except TransientError:
-            tm.abort()
-            time.sleep(RETRY_SLEEP)
-            continue
         except Exception as exc:
             tm.abort()
-            log.write("unknown", move.id)
+            transient = isinstance(exc, TransientError)
+            if not transient:
+                log.write("unknown", move.id)
+            if config.stop_on_error:
+                say("failed", move.id, describe(exc))
+                return False
+            if transient:
+                time.sleep(RETRY_SLEEP)
+                continue
             say("unknown", move.id, type(exc).__name__)
-            return
+            return False
         log.write("ack", move.id)
-        return
+        return True
+    raise RuntimeError(f"transfer {move.id}: no commit after {MAX_ATTEMPTS} attempts")
 
 
 def run(config: WriterConfig) -> None:
+    if config.file_size_limit:
+        # A write past the limit fails with EFBIG instead of killing the process.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE,
+                           (config.file_size_limit, config.file_size_limit))
     options: dict[str, Any] = {}
     if config.blob_dir:
         options = {"blob_dir": config.blob_dir, "blob_chunk_size": 16384}
@@ -124,7 +159,8 @@ def run(config: WriterConfig) -> None:
         number += 1
         move = bank.Transfer.random(f"{config.name}-{config.seed}-{number}",
                                     config.accounts, rng)
-        transfer_once(tm, conn, move, config, log)
+        if not transfer_once(tm, conn, move, config, log) and config.stop_on_error:
+            break
         if number == config.pack_after:
             say("packing")
             db.pack(time.time())
