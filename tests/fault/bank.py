@@ -77,23 +77,30 @@ class Transfer:
             bank.scratch = PersistentMapping({"last": self.id, "junk": b"x" * 512})
 
 
-def audit(root: Any, blob_size: int = 0) -> list[str]:
-    """What is wrong with the bank (an empty list: nothing)."""
+def discrepancies(root: Any) -> dict[int, int]:
+    """Account -> its balance minus what its recorded transfers make, for those off."""
     bank = root["bank"]
-    balances = [account.balance for account in bank.accounts]
-    expected = [OPENING_BALANCE] * len(balances)
+    expected = [OPENING_BALANCE] * len(bank.accounts)
     for source, destination, amount in bank.applied.values():
         expected[source] -= amount
         expected[destination] += amount
+    return {number: account.balance - wanted
+            for number, (account, wanted) in enumerate(zip(bank.accounts, expected))
+            if account.balance != wanted}
+
+
+def audit(root: Any, blob_size: int = 0) -> list[str]:
+    """What is wrong with the bank (an empty list: nothing)."""
+    bank = root["bank"]
     problems = []
-    total = sum(balances)
-    if total != OPENING_BALANCE * len(balances):
-        problems.append(f"the balances sum to {total}, not {OPENING_BALANCE * len(balances)}")
-    for number, (balance, wanted) in enumerate(zip(balances, expected)):
-        if balance != wanted:
-            problems.append(
-                f"account {number} holds {balance} but its recorded transfers make"
-                f" {wanted}: a transfer was applied twice, half or lost")
+    total = sum(account.balance for account in bank.accounts)
+    if total != OPENING_BALANCE * len(bank.accounts):
+        problems.append(
+            f"the balances sum to {total}, not {OPENING_BALANCE * len(bank.accounts)}")
+    for number, off in sorted(discrepancies(root).items()):
+        problems.append(
+            f"account {number} is off by {off:+d} from its recorded transfers: a transfer"
+            " was applied twice, half or lost")
     if blob_size:
         missing = set(bank.applied.keys()) - set(bank.blobs.keys())
         if missing:
@@ -105,5 +112,6 @@ def audit(root: Any, blob_size: int = 0) -> list[str]:
     return problems
 
 
-def applied_ids(root: Any) -> set[str]:
-    return set(root["bank"].applied.keys())
+def applied(root: Any) -> dict[str, tuple[int, int, int]]:
+    """Transfer id -> (source, destination, amount) of every transfer in the database."""
+    return dict(root["bank"].applied.items())

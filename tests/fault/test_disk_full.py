@@ -24,11 +24,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.fault.checks import assert_consistent, create_bank
-from tests.fault.children import Child
+from tests.fault.checks import assert_consistent, commit_one_more, create_bank
 from tests.fault.conftest import MakeScratch
 from tests.fault.targets import ScratchDatabase
-from tests.fault.test_sigkill import ACCOUNTS, acknowledged, commit_one_more, writer_config
+from tests.fault.writers import ACCOUNTS, acknowledged, start_writer, writer_config
 
 pytestmark = pytest.mark.fault
 
@@ -45,7 +44,7 @@ def fill_until_failure(scratch: ScratchDatabase, tmp_path: pathlib.Path,
     """Run a writer until its first failed commit: ``(acknowledged ids, the error)``."""
     config = writer_config(scratch.url(True), tmp_path, "w", rng, filler=FILLER,
                            stop_on_error=True, transfers=10000, **limits)
-    child = Child("tests.fault.writer", vars(config), tmp_path / "writer.err")
+    child = start_writer(config, tmp_path)
     try:
         child.wait_for("ready")
         line = child.wait_for("failed", timeout=120)

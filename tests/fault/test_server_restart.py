@@ -15,12 +15,12 @@ import time
 import pytest
 
 from tests.fault.checks import assert_consistent, create_bank
-from tests.fault.children import Child
 from tests.fault.conftest import MakeScratch
 from tests.fault.servers import PrivateServer
 from tests.fault.targets import private_address
-from tests.fault.test_sigkill import ACCOUNTS, acknowledged, writer_config
-from tests.fault.writer import WriterConfig, read_log
+from tests.fault.writer import WriterConfig
+from tests.fault.writers import (ACCOUNTS, acknowledged, logged, start_writer,
+                                 unknown_outcome, writer_config)
 
 pytestmark = pytest.mark.fault
 
@@ -51,8 +51,7 @@ def test_server_restarts_under_load(backend: str, keep_history: bool,
     url = scratch.url(keep_history, commit_lock_timeout=10)
     create_bank(url, ACCOUNTS)
     configs = [writer_config(url, tmp_path, f"w{n}", rng) for n in range(WRITERS)]
-    children = [Child("tests.fault.writer", vars(c), tmp_path / f"{c.name}.err")
-                for c in configs]
+    children = [start_writer(c, tmp_path) for c in configs]
     try:
         for child in children:
             child.wait_for("ready")
@@ -69,7 +68,8 @@ def test_server_restarts_under_load(backend: str, keep_history: bool,
         server.ensure_running()
         for child in children:
             child.kill()
-    unknown: set[str] = set().union(*(read_log(c.log)[1] for c in configs))
-    applied = assert_consistent(url, acknowledged(*configs))
+    unknown = unknown_outcome(*configs)
+    applied = assert_consistent(url, acknowledged(*configs),
+                                retried=logged("retried", *configs))
     print(f"{len(acknowledged(*configs))} acknowledged, {len(applied)} applied,"
           f" {len(unknown)} of unknown outcome ({len(unknown & applied)} applied)")

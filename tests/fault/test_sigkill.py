@@ -14,17 +14,15 @@ import time
 import pytest
 
 import zodbsql
-from tests.fault import bank
-from tests.fault.checks import assert_consistent, create_bank, transaction_on
-from tests.fault.children import Child
+from tests.fault.checks import assert_consistent, commit_one_more, create_bank
 from tests.fault.conftest import MakeScratch
 from tests.fault.phases import PHASES
 from tests.fault.targets import BACKENDS
-from tests.fault.writer import WriterConfig, read_log
+from tests.fault.writer import WriterConfig
+from tests.fault.writers import ACCOUNTS, acknowledged, logged, start_writer, writer_config
 
 pytestmark = pytest.mark.fault
 
-ACCOUNTS = 10
 BLOB_SIZE = 40000          # three chunks of 16 KiB: the kill lands between two
 PACK_AFTER = 15            # transfers (each leaving garbage) before the pack
 PACK_BATCH = 3             # objects per pack batch, so a pack has several
@@ -36,29 +34,6 @@ CASES = [(backend, phase, keep_history)
 def _id(case: tuple[str, str, bool]) -> str:
     backend, phase, keep_history = case
     return f"{backend}-{phase}-{'hp' if keep_history else 'hf'}"
-
-
-def writer_config(url: str, tmp_path: pathlib.Path, name: str, rng: random.Random,
-                  **settings: object) -> WriterConfig:
-    return WriterConfig(url=url, log=str(tmp_path / f"{name}.log"), name=name,
-                        accounts=ACCOUNTS, stop_file=str(tmp_path / "stop"),
-                        seed=rng.randrange(1 << 30), **settings)  # type: ignore[arg-type]
-
-
-def commit_one_more(url: str, name: str, blob_dir: pathlib.Path | None = None,
-                    blob_size: int = 0) -> str:
-    """A transfer committed after the crash: the database still accepts commits."""
-    options = {"blob_dir": str(blob_dir)} if blob_dir else {}
-    with transaction_on(url, **options) as root:
-        bank.Transfer(f"{name}-after", 0, 1, 1).apply(root, blob_size)
-    return f"{name}-after"
-
-
-def acknowledged(*configs: WriterConfig) -> set[str]:
-    ids: set[str] = set()
-    for config in configs:
-        ids |= read_log(config.log)[0]
-    return ids
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
@@ -75,7 +50,7 @@ def test_kill_at_phase(case: tuple[str, str, bool], make_scratch: MakeScratch,
     if phase == "pack":
         settings.update(garbage=True, pack_after=PACK_AFTER, at=rng.randint(1, 3))
     config = writer_config(url, tmp_path, "w", rng, **settings)
-    child = Child("tests.fault.writer", vars(config), tmp_path / "writer.err")
+    child = start_writer(config, tmp_path)
     try:
         child.wait_for("ready")
         child.wait_for("phase")
@@ -112,8 +87,7 @@ def test_kill_at_random(backend: str, keep_history: bool, make_scratch: MakeScra
     configs: list[WriterConfig] = []
     for kill in range(RANDOM_KILLS):
         round_configs = [writer_config(url, tmp_path, f"r{kill}w{n}", rng) for n in range(2)]
-        children = [Child("tests.fault.writer", vars(c), tmp_path / f"{c.name}.err")
-                    for c in round_configs]
+        children = [start_writer(c, tmp_path) for c in round_configs]
         try:
             for child in children:
                 child.wait_for("ready")
@@ -122,6 +96,7 @@ def test_kill_at_random(backend: str, keep_history: bool, make_scratch: MakeScra
             for child in children:
                 child.kill()
         configs += round_configs
-        applied = assert_consistent(url, acknowledged(*configs))
+        applied = assert_consistent(url, acknowledged(*configs),
+                                    retried=logged("retried", *configs))
         print(f"kill {kill}: {len(acknowledged(*configs))} acknowledged, {len(applied)} applied")
     assert acknowledged(*configs), "no transfer was acknowledged in any round"

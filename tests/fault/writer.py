@@ -3,8 +3,9 @@
 Run as ``python -m tests.fault.writer CONFIG_JSON`` (see ``WriterConfig``).  After each
 commit that returned, it appends ``ack <id>`` to its log and fsyncs, so the parent knows
 every acknowledged transfer even after a SIGKILL.  A commit that fails with a
-TransientError is retried (what ``transaction``'s ``attempts()`` and Zope do); any other
-error from the commit is an unknown outcome: logged as ``unknown <id>`` and not retried.
+TransientError is retried (what ``transaction``'s ``attempts()`` and Zope do), and unless
+it is a conflict, logged as ``retried <id> <error>``; any other error from the commit is an unknown outcome:
+logged as ``unknown <id>`` and not retried.
 Errors before the commit (reconnecting to a server that is down) are retried.
 
 ``phase`` arms a hook (``tests.fault.phases``): at its ``at``-th passage the writer prints
@@ -28,6 +29,7 @@ import transaction
 import ZODB
 from BTrees.OOBTree import OOBTree
 from transaction.interfaces import TransientError
+from ZODB.POSException import ConflictError
 
 import zodbsql
 from tests.fault import bank, phases
@@ -64,23 +66,23 @@ class AckLog:
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def write(self, kind: str, transfer_id: str) -> None:
-        os.write(self.fd, f"{kind} {transfer_id}\n".encode())
+    def write(self, kind: str, transfer_id: str, detail: str = "") -> None:
+        os.write(self.fd, f"{kind} {transfer_id} {detail}".rstrip().encode() + b"\n")
         os.fsync(self.fd)
 
 
-def read_log(path: str) -> tuple[set[str], set[str]]:
-    """``(acknowledged, unknown outcome)`` transfer ids; a torn last line is ignored."""
-    acked: set[str] = set()
-    unknown: set[str] = set()
+def read_log(path: str) -> dict[str, dict[str, str]]:
+    """kind (``ack``, ``unknown``, ``retried``) -> transfer id -> detail; a torn last
+    line is ignored."""
+    entries: dict[str, dict[str, str]] = {"ack": {}, "unknown": {}, "retried": {}}
     try:
         text = open(path).read()
     except FileNotFoundError:
-        return acked, unknown
+        return entries
     for line in text.split("\n")[:-1]:
-        kind, _, transfer_id = line.partition(" ")
-        (acked if kind == "ack" else unknown).add(transfer_id)
-    return acked, unknown
+        kind, transfer_id, detail = (line.split(" ", 2) + [""])[:3]
+        entries[kind][transfer_id] = detail
+    return entries
 
 
 def say(*words: Any) -> None:
@@ -118,17 +120,20 @@ def transfer_once(tm: transaction.TransactionManager, conn: Any, move: bank.Tran
             tm.commit()
         except Exception as exc:
             tm.abort()
-            transient = isinstance(exc, TransientError)
-            if not transient:
+            retryable = isinstance(exc, TransientError)
+            if not retryable:
                 log.write("unknown", move.id)
+            elif not isinstance(exc, ConflictError):
+                # Conflicts are found at vote; any other error may have hit the COMMIT.
+                log.write("retried", move.id, type(exc).__name__)
             if config.stop_on_error:
                 say("failed", move.id, describe(exc))
                 return False
-            if transient:
-                time.sleep(RETRY_SLEEP)
-                continue
-            say("unknown", move.id, type(exc).__name__)
-            return False
+            if not retryable:
+                say("unknown", move.id, type(exc).__name__)
+                return False
+            time.sleep(RETRY_SLEEP)
+            continue
         log.write("ack", move.id)
         return True
     raise RuntimeError(f"transfer {move.id}: no commit after {MAX_ATTEMPTS} attempts")
