@@ -93,7 +93,7 @@ class Child:
 
     def rest(self) -> list[str]:
         """Every line printed after the ones ``wait_for`` consumed (child ended)."""
-        lines = []
+        lines: list[str] = []
         while True:
             try:
                 line = self.lines.get(timeout=10)

@@ -55,7 +55,7 @@ class Framer:
 
     def feed(self, data: bytes) -> list[bytes]:
         self.buffer += data
-        messages = []
+        messages: list[bytes] = []
         while True:
             size = self.next_size()
             if size is None or len(self.buffer) < size:

@@ -49,10 +49,11 @@ def shared_server(backend: str) -> ServerAddress:
         from psycopg.conninfo import conninfo_to_dict
         info = conninfo_to_dict(POSTGRESQL_DSN)
         address = ServerAddress("postgresql", str(info.get("host", "127.0.0.1")),
-                                int(info.get("port", 5432)), str(info.get("user", "postgres")),
+                                int(str(info.get("port", 5432))),
+                                str(info.get("user", "postgres")),
                                 str(info.get("password", "")), str(info.get("dbname", "test")))
     else:
-        address = ServerAddress("mysql", str(MYSQL_SERVER["host"]), int(MYSQL_SERVER["port"]),
+        address = ServerAddress("mysql", str(MYSQL_SERVER["host"]), int(str(MYSQL_SERVER["port"])),
                                 str(MYSQL_SERVER["user"]), str(MYSQL_SERVER["passwd"]))
     try:
         conn = address.admin()
