@@ -14,7 +14,8 @@ import secrets
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from tests.databases import MYSQL_SERVER, POSTGRESQL_DSN, server_unavailable
+from tests.databases import (MYSQL_SERVER, POSTGRESQL_DSN, drop_mysql_database,
+                             server_unavailable)
 from tests.fault.servers import PrivateMariaDB, PrivatePostgreSQL, PrivateServer
 
 BACKENDS = ("sqlite", "postgresql", "mysql")
@@ -131,14 +132,6 @@ class ScratchDatabase:
                              " AND application_name = 'zodbsql-fault'")
                 conn.execute(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
             else:
-                cursor = conn.cursor()
-                cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s",
-                               (self.name,))
-                for (session,) in cursor.fetchall():
-                    try:
-                        cursor.execute(f"KILL {int(session)}")
-                    except Exception:
-                        pass  # ended meanwhile
-                cursor.execute(f"DROP DATABASE IF EXISTS {self.name}")
+                drop_mysql_database(conn, self.name)
         finally:
             conn.close()
