@@ -150,43 +150,32 @@ def test_cut_commit_outcome(proxied: tuple[CommitCutProxy, Any], keep_history: b
     run_verify(scratch.url(keep_history))
 
 
+# SQLite errors on COMMIT: (message, raised after COMMIT ran) -> committed or not.
+SQLITE_CASES = {
+    "locked-after-commit": ("database is locked", True),
+    "ioerror-after-commit": ("disk I/O error", True),
+    # SQLITE_BUSY on a COMMIT that did not run: certainly not committed, so retried.
+    "locked-instead-of-commit": ("database is locked", False),
+}
+
+
 @HISTORY
-@pytest.mark.parametrize("message", ["database is locked", "disk I/O error"])
-def test_sqlite_error_after_commit(make_scratch: MakeScratch, keep_history: bool,
-                                   message: str) -> None:
-    """The error comes after COMMIT reached the file: committed, once."""
+@pytest.mark.parametrize("case", sorted(SQLITE_CASES))
+def test_sqlite_commit_error(make_scratch: MakeScratch, keep_history: bool, case: str) -> None:
+    message, after = SQLITE_CASES[case]
     scratch = make_scratch("sqlite")
     url = scratch.url(keep_history)
     account = Account(url, url)
     fault = CommitFault(message)
     fault.install(account.storage)
+    check = assert_committed_once if after else assert_retried_once
     try:
         for round_ in range(ROUNDS):
             account.reset()
-            fault.arm(after=True)
+            fault.arm(after=after)
             attempts, error = account.withdraw()
             assert fault.injected == round_ + 1, f"round {round_}: no COMMIT was failed"
-            assert_committed_once(account, round_, attempts, error)
-    finally:
-        account.close()
-    run_verify(url)
-
-
-@HISTORY
-def test_sqlite_error_instead_of_commit(make_scratch: MakeScratch, keep_history: bool) -> None:
-    """SQLITE_BUSY on COMMIT, which did not run: certainly not committed, so retried."""
-    scratch = make_scratch("sqlite")
-    url = scratch.url(keep_history)
-    account = Account(url, url)
-    fault = CommitFault("database is locked")
-    fault.install(account.storage)
-    try:
-        for round_ in range(ROUNDS):
-            account.reset()
-            fault.arm(after=False)
-            attempts, error = account.withdraw()
-            assert fault.injected == round_ + 1, f"round {round_}: no COMMIT was failed"
-            assert_retried_once(account, round_, attempts, error)
+            check(account, round_, attempts, error)
     finally:
         account.close()
     run_verify(url)
