@@ -275,23 +275,21 @@ def _start(kind: type[PrivateServer]) -> PrivateServer:
     return server
 
 
+def _serve(kind: type[PrivateServer]) -> Iterator[PrivateServer]:
+    server = _start(kind)
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
 @pytest.fixture(scope="session")
-def private_postgresql() -> Iterator[PrivatePostgreSQL]:
+def private_postgresql() -> Iterator[PrivateServer]:
     """A private PostgreSQL server for the session; tests may stop and restart it."""
-    server = _start(PrivatePostgreSQL)
-    assert isinstance(server, PrivatePostgreSQL)
-    try:
-        yield server
-    finally:
-        server.cleanup()
+    yield from _serve(PrivatePostgreSQL)
 
 
 @pytest.fixture(scope="session")
-def private_mariadb() -> Iterator[PrivateMariaDB]:
+def private_mariadb() -> Iterator[PrivateServer]:
     """A private MariaDB server for the session; tests may kill and restart it."""
-    server = _start(PrivateMariaDB)
-    assert isinstance(server, PrivateMariaDB)
-    try:
-        yield server
-    finally:
-        server.cleanup()
+    yield from _serve(PrivateMariaDB)
