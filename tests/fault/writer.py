@@ -95,6 +95,7 @@ def describe(exc: BaseException) -> str:
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "bases": [f"{k.__module__}.{k.__qualname__}" for k in type(exc).__mro__],
         "message": str(exc),
+        "retryable": isinstance(exc, TransientError),
         "traceback": "".join(traceback.format_exception(exc)),
     })
 
