@@ -5,7 +5,9 @@ that takes a server down starts its own: a fresh data directory in a temporary d
 a free loopback port, trust (PostgreSQL) or password-less root (MariaDB) logins, and a
 database ``test``.  Teardown stops the server and removes the directory, also when the
 test failed.  The fixtures are session-scoped (one start per run) and importable by
-other suites (replicas, clusters): ``from tests.fault.servers import private_postgresql``.
+other suites (replicas, clusters): ``from tests.fault.servers import private_postgresql``;
+``start_private(PrivatePostgreSQL, settings={...})`` (or ``PrivateMariaDB, options=[...]``)
+starts more, configured, servers (a primary and its replica), which the caller cleans up.
 
 PostgreSQL refuses to run as root: when the tests run as root, ``initdb`` and ``pg_ctl``
 run as the ``postgres`` OS user (``runuser``), which owns the directory.
@@ -22,7 +24,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pytest
 
@@ -122,7 +124,9 @@ class PrivatePostgreSQL(PrivateServer):
     name = "PostgreSQL"
     PATTERNS = ("/usr/lib/postgresql/*/bin/{}",)
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        """``settings``: extra postgresql.conf lines (``{"wal_level": "replica"}``)."""
+        self.settings = dict(settings or {})
         self.bin: dict[str, str] = {}
         for tool in ("initdb", "pg_ctl"):
             path = find_binary(tool, tuple(p.format(tool) for p in self.PATTERNS))
@@ -143,10 +147,11 @@ class PrivatePostgreSQL(PrivateServer):
             os.chown(self.directory, entry.pw_uid, entry.pw_gid)
         self._run(self.bin["initdb"], "-D", str(self.data), "-A", "trust", "-U", "postgres",
                   "-E", "UTF8", "--no-sync")
+        settings = {"port": str(self.port), "listen_addresses": "'127.0.0.1'",
+                    "unix_socket_directories": f"'{self.directory}'",
+                    "max_connections": "60", "shared_buffers": "32MB", **self.settings}
         with open(self.data / "postgresql.conf", "a") as conf:
-            conf.write(f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
-                       f"unix_socket_directories = '{self.directory}'\n"
-                       "max_connections = 60\nshared_buffers = 32MB\n")
+            conf.write("".join(f"\n{key} = {value}" for key, value in settings.items()) + "\n")
         self.start()
         with self.admin() as conn:
             conn.execute("CREATE DATABASE test")
@@ -199,7 +204,10 @@ class PrivateMariaDB(PrivateServer):
 
     name = "MariaDB"
 
-    def __init__(self) -> None:
+    def __init__(self, options: Sequence[str] = ()) -> None:
+        """``options``: extra mariadbd command-line options (``--log-bin``...)."""
+        self.options = list(options)
+        self.os_user = pwd.getpwuid(os.geteuid()).pw_name
         install = find_binary("mariadb-install-db", ("/usr/bin/mariadb-install-db",))
         server = find_binary("mariadbd", ("/usr/sbin/mariadbd", "/usr/libexec/mariadbd"))
         if install is None or server is None:
@@ -216,7 +224,8 @@ class PrivateMariaDB(PrivateServer):
 
     def setup(self) -> None:
         result = subprocess.run(
-            [self.install_binary, "--no-defaults", f"--datadir={self.data}", "--user=root",
+            [self.install_binary, "--no-defaults", f"--datadir={self.data}",
+             f"--user={self.os_user}",
              "--auth-root-authentication-method=normal", "--skip-test-db",
              "--skip-name-resolve"],
             capture_output=True, text=True, timeout=180, cwd=self.directory)
@@ -235,10 +244,10 @@ class PrivateMariaDB(PrivateServer):
             self.process = subprocess.Popen(
                 [self.server_binary, "--no-defaults", f"--datadir={self.data}",
                  f"--socket={self.socket_path}", f"--port={self.port}",
-                 "--bind-address=127.0.0.1", "--user=root", "--skip-name-resolve",
+                 "--bind-address=127.0.0.1", f"--user={self.os_user}", "--skip-name-resolve",
                  f"--pid-file={self.directory / 'mysqld.pid'}", "--skip-ssl",
                  "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=32M",
-                 "--max-connections=100", "--skip-log-bin"],
+                 "--max-connections=100", *self.options],
                 stdout=log, stderr=subprocess.STDOUT, cwd=self.directory)
         self.wait_until_accepting(self.log)
 
@@ -260,10 +269,11 @@ class PrivateMariaDB(PrivateServer):
                               autocommit=True, connect_timeout=5)
 
 
-def _start(kind: type[PrivateServer]) -> PrivateServer:
-    """A running server of ``kind``; a missing binary skips (fails under CI=true)."""
+def start_private(kind: type[PrivateServer], **settings: Any) -> PrivateServer:
+    """A running server of ``kind`` (``settings`` go to its constructor); a missing
+    binary skips the test (fails it under CI=true).  The caller cleans it up."""
     try:
-        server = kind()
+        server = kind(**settings)
     except (FileNotFoundError, ImportError) as exc:
         server_unavailable(f"a private {kind.name} server", exc)
         raise  # not reached: server_unavailable raises
@@ -276,7 +286,7 @@ def _start(kind: type[PrivateServer]) -> PrivateServer:
 
 
 def _serve(kind: type[PrivateServer]) -> Iterator[PrivateServer]:
-    server = _start(kind)
+    server = start_private(kind)
     try:
         yield server
     finally:
