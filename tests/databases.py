@@ -228,20 +228,27 @@ class MySQLFactory(StorageFactory):
     def cleanup(self) -> None:
         self.close_storages()
         try:
-            cursor = self.admin.cursor()
             for name in self.databases:
-                # Sessions a test left open (an instance never released, a thread still
-                # running) would hold metadata locks and stall DROP DATABASE: end them.
-                cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s",
-                               (name,))
-                for (session,) in cursor.fetchall():
-                    try:
-                        cursor.execute(f"KILL {int(session)}")
-                    except Exception:
-                        pass  # already gone
-                cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+                drop_mysql_database(self.admin, name)
         finally:
             self.admin.close()
+
+
+def drop_mysql_database(admin: Any, name: str) -> None:
+    """Drop database ``name``, first ending the sessions still using it.
+
+    Sessions a test left open (an instance never released, a thread still running, a
+    killed process the server has not noticed yet) would hold metadata locks and stall
+    DROP DATABASE.
+    """
+    cursor = admin.cursor()
+    cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s", (name,))
+    for (session,) in cursor.fetchall():
+        try:
+            cursor.execute(f"KILL {int(session)}")
+        except Exception:
+            pass  # already gone
+    cursor.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
 _SESSION_LIMITS: dict[str, int | None] = {}

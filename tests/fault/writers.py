@@ -1,0 +1,42 @@
+"""The parent's side of the writer processes (``tests.fault.writer``): their settings,
+starting them, and what they acknowledged."""
+from __future__ import annotations
+
+import pathlib
+import random
+from typing import Any
+
+from tests.fault.children import Child
+from tests.fault.writer import WriterConfig, read_log
+
+ACCOUNTS = 10
+
+
+def writer_config(url: str, tmp_path: pathlib.Path, name: str, rng: random.Random,
+                  **settings: Any) -> WriterConfig:
+    """A writer on ``url`` logging to ``tmp_path/NAME.log``, stopped by ``tmp_path/stop``."""
+    return WriterConfig(url=url, log=str(tmp_path / f"{name}.log"), name=name,
+                        accounts=ACCOUNTS, stop_file=str(tmp_path / "stop"),
+                        seed=rng.randrange(1 << 30), **settings)
+
+
+def start_writer(config: WriterConfig, tmp_path: pathlib.Path) -> Child:
+    return Child("tests.fault.writer", vars(config), tmp_path / f"{config.name}.err")
+
+
+def logged(kind: str, *configs: WriterConfig) -> dict[str, str]:
+    """Transfer id -> detail of the writers' log entries of ``kind``."""
+    entries: dict[str, str] = {}
+    for config in configs:
+        entries.update(read_log(config.log)[kind])
+    return entries
+
+
+def acknowledged(*configs: WriterConfig) -> set[str]:
+    """The transfers the writers acknowledged (commit returned, logged, fsynced)."""
+    return set(logged("ack", *configs))
+
+
+def unknown_outcome(*configs: WriterConfig) -> set[str]:
+    """The transfers whose commit failed with an error that was not retryable."""
+    return set(logged("unknown", *configs))
