@@ -15,6 +15,11 @@ from tests.fault.proxy import is_commit
 from zodbsql.storage import SQLStorage
 
 
+#: The extended result code SQLite reports with each injected message (zodbsql tells
+#: errors apart by code, as SQLite's own errors always carry one).
+RESULT_CODES = {"database is locked": 5, "disk I/O error": 10}
+
+
 class CommitFault:
     """Arm with ``arm(after=...)``; ``injected`` counts the errors raised."""
 
@@ -47,7 +52,9 @@ class CommitFault:
         self.injected += 1
         if self.after:
             run()
-        raise sqlite3.OperationalError(self.message)
+        error = sqlite3.OperationalError(self.message)
+        error.sqlite_errorcode = RESULT_CODES.get(self.message, 1)  # type: ignore[attr-defined]
+        raise error
 
 
 class FaultyCursor:
