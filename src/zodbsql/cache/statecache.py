@@ -77,6 +77,13 @@ class StateCache:
             self.misses += 1
             return None
 
+    def get_revision(self, oid: int, tid: int) -> bytes | None:
+        """The state ``oid`` had at ``tid`` exactly, if cached (revisions never change)."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            return self._states.get((oid, tid))
+
     def put_loaded(self, oid: int, tid: int, state: bytes, snapshot: int) -> None:
         """Remember a state the database returned as current at ``snapshot``."""
         if not self.enabled:

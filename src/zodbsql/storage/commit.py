@@ -106,10 +106,7 @@ class PendingCommit:
         conflicts, read_conflicts = backend.locker.lock_objects(conn, self.read_current)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        for oid, expected, actual in conflicts:
-            if oid in self.unchecked:
-                continue
-            self._resolve(conn, oid, expected, actual)
+        self._resolve(conn, [c for c in conflicts if c[0] not in self.unchecked])
         self.voted = True
         return self.resolved
 
@@ -160,25 +157,47 @@ class PendingCommit:
                     + (f" ({detail})" if detail else "")
                     + "; nothing of this transaction was written")
 
-    def _resolve(self, conn: "DBConnection", oid: int, expected: int, actual: int) -> None:
-        prev_tid, state = self.states[oid]
-        if state is None or actual == 0 or expected == 0:
-            # A deletion, a vanished object or a second creation can't be merged.
-            raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        # The committed state is read on the commit connection: the instance's own load
-        # connection may hold an older snapshot (history-free read transaction).
-        row = self.storage.shared.backend.mover.load_serial(conn, oid, actual)
-        if row is None or row[2] is None:
-            raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        committed = verified(oid, actual, row[1], bytes(row[2])) or b""
-        resolved = self.storage.tryToResolveConflict(
-            p64(oid), p64(actual), p64(expected), state, committed)
-        self.states[oid] = (actual, resolved)
-        self.data_tids.pop(oid, None)
-        self.storage.shared.backend.mover.restage(
-            conn, oid, actual, checksum(resolved), len(resolved), resolved,
-            references(oid, resolved))
-        self.resolved.add(p64(oid))
+    def _resolve(self, conn: "DBConnection", conflicts: list[tuple[int, int, int]]) -> None:
+        """Resolve write conflicts against the newest committed states, or raise.
+
+        Runs with the row locks held, so its round trips are few whatever the number of
+        conflicts: the committed states in one statement (those not in the state cache),
+        the resolved states restaged in three.
+        """
+        if not conflicts:
+            return
+        for oid, expected, actual in conflicts:
+            if self.states[oid][1] is None or actual == 0 or expected == 0:
+                # A deletion, a vanished object or a second creation can't be merged.
+                raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
+        shared = self.storage.shared
+        committed: dict[int, bytes] = {}
+        missing: dict[int, int] = {}
+        for oid, _, actual in conflicts:
+            cached = shared.cache.get_revision(oid, actual)
+            if cached is not None:
+                committed[oid] = cached
+            else:
+                missing[oid] = actual
+        # Read on the commit connection: the instance's own load connection may hold an
+        # older snapshot (history-free read transaction).
+        for oid, (stored_checksum, state) in shared.backend.mover.load_revisions(
+                conn, missing).items():
+            if state is not None:
+                committed[oid] = verified(oid, missing[oid], stored_checksum, state) or b""
+        rows: list[tuple[int, int, int | None, int, bytes]] = []
+        refs: list[tuple[int, int]] = []
+        for oid, expected, actual in conflicts:
+            if oid not in committed:
+                raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
+            resolved = self.storage.tryToResolveConflict(
+                p64(oid), p64(actual), p64(expected), self.states[oid][1], committed[oid])
+            self.states[oid] = (actual, resolved)
+            self.data_tids.pop(oid, None)
+            rows.append((oid, actual, checksum(resolved), len(resolved), resolved))
+            refs.extend((oid, ref) for ref in references(oid, resolved))
+            self.resolved.add(p64(oid))
+        shared.backend.mover.restage_many(conn, rows, refs)
 
     # -- finish -----------------------------------------------------------------------------
     def finish(self) -> int:

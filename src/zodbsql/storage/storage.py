@@ -250,6 +250,9 @@ class SQLStorage(ConflictResolvingStorage):
 
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
         oid_int, tid = u64(oid), u64(serial)
+        cached = self.shared.cache.get_revision(oid_int, tid)
+        if cached is not None:  # conflict resolution asks for the revision it read
+            return cached
         with self._load_lock:
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
         if row is None or row[2] is None:

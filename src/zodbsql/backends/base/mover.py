@@ -24,7 +24,7 @@ STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, stat
 STAGE_REF = "INSERT INTO temp_ref (zoid, to_zoid) VALUES (%s, %s)"
 RESTAGE_STATE = ("UPDATE temp_store SET prev_tid = %s, checksum = %s, state_size = %s,"
                  " state = %s WHERE zoid = %s")
-UNSTAGE_REFS = "DELETE FROM temp_ref WHERE zoid = %s"
+UNSTAGE_REFS_OF = "DELETE FROM temp_ref WHERE zoid IN ({oids})"
 MAX_STAGED_OID = "SELECT MAX(zoid) FROM temp_store"
 
 # -- history-preserving ---------------------------------------------------------------------
@@ -54,6 +54,10 @@ HP_COUNT_OBJECTS = "SELECT COUNT(*) FROM current_object"
 
 # -- history-free -----------------------------------------------------------------------------
 HF_LOAD_CURRENT = "SELECT tid, checksum, state FROM object_state WHERE zoid = %s"
+# Several exact revisions in one statement (conflict resolution reads the committed ones).
+HP_LOAD_REVISIONS = (
+    "SELECT zoid, tid, checksum, state FROM object_state WHERE (zoid, tid) IN ({pairs})")
+HF_LOAD_REVISIONS = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid IN ({oids})"
 HF_CURRENT_TID = "SELECT tid FROM object_state WHERE zoid = %s"
 HF_MOVE_STATES = (
     "INSERT INTO object_state (zoid, tid, checksum, state_size, state)"
@@ -151,14 +155,36 @@ class Mover:
         if refs:
             conn.executemany(STAGE_REF, refs)
 
-    def restage(self, conn: "DBConnection", oid: int, prev_tid: int, checksum: int | None,
-                size: int, state: bytes | None, refs: Iterable[int]) -> None:
-        """Replace one staged state (after conflict resolution)."""
-        conn.execute(RESTAGE_STATE, (prev_tid, checksum, size, state, oid))
-        conn.execute(UNSTAGE_REFS, (oid,))
-        rows = [(oid, ref) for ref in refs]
-        if rows:
-            conn.executemany(STAGE_REF, rows)
+    def load_revisions(self, conn: "DBConnection", wanted: dict[int, int],
+                       ) -> dict[int, tuple[int | None, bytes | None]]:
+        """``{oid: (checksum, state)}`` of the revisions ``{oid: tid}`` that exist, in one
+        statement (history-free: only where the current revision is the one wanted)."""
+        if not wanted:
+            return {}
+        oids = sorted(wanted)
+        if self.keep_history:
+            sql = HP_LOAD_REVISIONS.format(pairs=", ".join(["(%s, %s)"] * len(oids)))
+            params = [value for oid in oids for value in (oid, wanted[oid])]
+        else:
+            sql = HF_LOAD_REVISIONS.format(oids=", ".join(["%s"] * len(oids)))
+            params = oids
+        found: dict[int, tuple[int | None, bytes | None]] = {}
+        for oid, tid, stored_checksum, state in conn.fetchall(sql, params):
+            if wanted.get(int(oid)) == int(tid):
+                found[int(oid)] = (stored_checksum, bytes(state) if state is not None else None)
+        return found
+
+    def restage_many(self, conn: "DBConnection",
+                     rows: list[tuple[int, int, int | None, int, bytes]],
+                     refs: list[tuple[int, int]]) -> None:
+        """Replace staged states after conflict resolution, whatever their number, in
+        three statements: ``rows`` are (oid, prev_tid, checksum, size, state)."""
+        conn.executemany(RESTAGE_STATE, [(prev, check, size, state, oid)
+                                         for oid, prev, check, size, state in rows])
+        oids = [row[0] for row in rows]
+        conn.execute(UNSTAGE_REFS_OF.format(oids=", ".join(["%s"] * len(oids))), oids)
+        if refs:
+            conn.executemany(STAGE_REF, refs)
 
     def max_staged_oid(self, conn: "DBConnection") -> int | None:
         row = conn.fetchone(MAX_STAGED_OID)
