@@ -18,8 +18,8 @@ EXPECTED = {
     ("sqlite", False): (15, 28),
     ("postgresql", True): (6, 10),
     ("postgresql", False): (8, 12),
-    ("mysql", True): (14, 18),
-    ("mysql", False): (16, 20),
+    ("mysql", True): (13, 17),
+    ("mysql", False): (15, 19),
 }
 
 

@@ -58,6 +58,9 @@ class Shared:
         self.free_oids: list[int] = []
         self.oid_block = oidalloc.BLOCK
         self.last_allocation = 0.0
+        #: id() of the commit that allocated the last block (blocks grow within one
+        #: commit; an id, not the commit, so its states are not kept alive).
+        self.last_allocator = 0
         self.highest_oid_seen = 0
         self.pack_lock = threading.Lock()
         self.closed = False
@@ -298,15 +301,18 @@ class SQLStorage(ConflictResolvingStorage):
         shared = self.shared
         with shared.oid_lock:
             if not shared.free_oids:
-                # Blocks grow while oids are used up quickly (a big commit), so the
-                # database is asked a few times rather than once per 16 oids.
+                # Blocks grow while oids are used up quickly (within one big commit, or
+                # within a second), so the database is asked a few times rather than once
+                # per 16 oids.
                 now = time.monotonic()
-                if now - shared.last_allocation < 1.0:
+                pending = self._pending
+                same_commit = pending is not None and shared.last_allocator == id(pending)
+                if same_commit or now - shared.last_allocation < 1.0:
                     shared.oid_block = min(shared.oid_block * 4, oidalloc.MAX_BLOCK)
                 else:
                     shared.oid_block = oidalloc.BLOCK
                 shared.last_allocation = now
-                pending = self._pending
+                shared.last_allocator = id(pending)
                 if pending is not None and pending.conn is not None:
                     block = shared.backend.oids.allocate(pending.conn, shared.oid_block)
                 else:

@@ -76,5 +76,9 @@ class Locker:
         """
         return oids
 
-    def lock_commit(self, conn: "DBConnection", timeout: float) -> None:
-        """Take the database-wide lock for tid allocation (finish)."""
+    def lock_commit(self, conn: "DBConnection", timeout: float) -> int | None:
+        """Take the database-wide lock for tid allocation (finish).
+
+        Returns the last committed tid when taking the lock read it (saving finish a
+        statement), else None."""
+        return None

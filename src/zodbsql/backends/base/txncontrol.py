@@ -56,12 +56,12 @@ class TransactionControl:
         ``check_blobs``: the commit staged blob contents kept in the database; check
         under the commit lock that each is still complete (a pack may have freed one)."""
         backend = self.backend
-        backend.locker.lock_commit(conn, lock_timeout)
+        locked_last = backend.locker.lock_commit(conn, lock_timeout)
         if check_blobs:
             missing = backend.blobs.staged_missing(conn)
             if missing is not None:
                 raise blob_vanished(missing)
-        last = backend.poller.last_tid(conn)
+        last = locked_last if locked_last is not None else backend.poller.last_tid(conn)
         if requested_tid is not None:
             if requested_tid <= last:
                 raise out_of_order(requested_tid, last)

@@ -12,7 +12,6 @@ from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, SER
                                                 pymysql_connection_class)
 from zodbsql.backends.mysql.blobs import MySQLBlobs
 from zodbsql.backends.mysql.features import MySQLFeatures
-from zodbsql.backends.mysql.history import MySQLHistory
 from zodbsql.backends.mysql.inspector import MySQLInspector
 from zodbsql.backends.mysql.locker import MySQLLocker
 from zodbsql.backends.mysql.mover import MySQLMover
@@ -66,7 +65,6 @@ class MySQLBackend(Backend):
     locker_class = MySQLLocker
     mover_class = MySQLMover
     oids_class = MySQLOidAllocator
-    history_class = MySQLHistory
     packer_class = MySQLPacker
     blobs_class = MySQLBlobs
     inspector_class = MySQLInspector
@@ -114,7 +112,7 @@ class MySQLBackend(Backend):
             conn.lock_timeout = int(float(row[1])) if row else None
             # MariaDB spells a share lock that never waits LOCK IN SHARE MODE NOWAIT,
             # MySQL 8 FOR SHARE NOWAIT (and allows no NOWAIT after LOCK IN SHARE MODE).
-            self.features.share_lock_nowait = (
+            self.features.share_lock_nowait = (  # type: ignore[attr-defined]
                 "LOCK IN SHARE MODE NOWAIT" if row and "MariaDB" in str(row[2])
                 else "FOR SHARE NOWAIT")
             # The largest state that fits one statement: the drivers send states escaped

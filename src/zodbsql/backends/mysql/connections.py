@@ -92,8 +92,6 @@ class MySQLConnection(DBConnection):
         self.isolation: str | None = None
         self.lock_timeout: int | None = None
         self.max_allowed_packet = 0
-        #: commit_row's tid as read by the commit lock, valid until the transaction ends.
-        self.locked_last_tid: int | None = None
         self.connection_id = int(raw.thread_id())
         self.session_id = self.connection_id
 
@@ -116,7 +114,6 @@ class MySQLConnection(DBConnection):
         self.in_transaction = True
 
     def begin_write(self) -> None:
-        self.locked_last_tid = None
         self.execute("START TRANSACTION")
         self.in_transaction = True
 
@@ -141,14 +138,6 @@ class MySQLConnection(DBConnection):
             return int(cursor.lastrowid)
         except Exception as exc:
             raise self._fail(exc, sql) from exc
-
-    def commit(self) -> None:
-        self.locked_last_tid = None
-        super().commit()
-
-    def rollback(self) -> None:
-        self.locked_last_tid = None
-        super().rollback()
 
     def translate_error(self, exc: Exception, sql: str | None) -> Exception:
         number = error_number(exc)

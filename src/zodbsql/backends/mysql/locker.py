@@ -26,6 +26,7 @@ from ZODB.POSException import ReadConflictError
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.locker import Locker
 from zodbsql.backends.mysql.connections import prepare_for_writing
+from zodbsql.backends.mysql.features import MySQLFeatures
 from zodbsql.errors import CommitLockTimeout
 
 HP_LOCK_STAGED = (
@@ -61,10 +62,12 @@ class MySQLLocker(Locker):
         try:
             rows = conn.fetchall(sql)
         except CommitLockTimeout as exc:
+            seconds = getattr(conn, "lock_timeout", None) or "?"
             raise CommitLockTimeout(
-                f"another commit held the row lock of an object this one changes for"
-                f" longer than row-lock-timeout (default: commit-lock-timeout; {conn.lock_timeout or '?'}s, applied as"  # type: ignore[attr-defined]
-                " innodb_lock_wait_timeout); the transaction can be retried") from exc
+                "another commit held the row lock of an object this one changes for"
+                f" longer than row-lock-timeout (default: commit-lock-timeout; {seconds}s,"
+                " applied as innodb_lock_wait_timeout); the transaction can be retried"
+            ) from exc
         conflicts = [(int(o), int(e), int(a)) for o, e, a in rows if int(e) != int(a)]
         read_conflicts: list[tuple[int, int, int]] = []
         if read_current:
@@ -77,7 +80,9 @@ class MySQLLocker(Locker):
 
     def _share_lock(self, conn: DBConnection, oids: list[int]) -> dict[int, int]:
         template = HP_LOCK_READ_CURRENT if self.keep_history else HF_LOCK_READ_CURRENT
-        lock = getattr(self.backend.features, "share_lock_nowait", "LOCK IN SHARE MODE NOWAIT")
+        features = self.backend.features
+        lock = features.share_lock_nowait if isinstance(features, MySQLFeatures) else (
+            MySQLFeatures.share_lock_nowait)
         current: dict[int, int] = {}
         for start in range(0, len(oids), CHUNK):
             chunk = oids[start:start + CHUNK]
@@ -102,7 +107,6 @@ class MySQLLocker(Locker):
             locked.extend(int(row[0]) for row in conn.fetchall(query, chunk))
         return locked
 
-    def lock_commit(self, conn: DBConnection, timeout: float) -> None:
+    def lock_commit(self, conn: DBConnection, timeout: float) -> int | None:
         row = conn.fetchone(LOCK_COMMIT)
-        # Finish reads the last tid next: MySQLHistory answers from this locking read.
-        conn.locked_last_tid = int(row[0]) if row else 0  # type: ignore[attr-defined]
+        return int(row[0]) if row else 0

@@ -68,9 +68,9 @@ class PostgreSQLLocker(Locker):
             rows = conn.fetchall(LOCK_OBJECTS, (oids, [read_current[o] for o in oids]))
         except CommitLockTimeout as exc:
             raise CommitLockTimeout(
-                f"another commit held the row lock of an object this one changes for"
-                f" longer than row-lock-timeout (default: commit-lock-timeout; {self._row_wait:g}s); the transaction"
-                " can be retried") from exc
+                "another commit held the row lock of an object this one changes for"
+                f" longer than row-lock-timeout (default: commit-lock-timeout;"
+                f" {self._row_wait:g}s); the transaction can be retried") from exc
         except DatabaseError as exc:
             if sqlstate(exc.__cause__) == READ_CURRENT_LOCKED:
                 raise ReadConflictError(
@@ -89,5 +89,6 @@ class PostgreSQLLocker(Locker):
         sql = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
         return [int(row[0]) for row in conn.fetchall(sql, (oids,))]
 
-    def lock_commit(self, conn: "DBConnection", timeout: float) -> None:
-        conn.fetchall(LOCK_COMMIT)
+    def lock_commit(self, conn: "DBConnection", timeout: float) -> int | None:
+        row = conn.fetchone(LOCK_COMMIT)
+        return int(row[0]) if row else 0

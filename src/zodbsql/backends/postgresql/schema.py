@@ -105,17 +105,6 @@ class PostgreSQLSchema(Schema):
                 f"{backend.describe()}: {what} does not exist; create it first"
                 " (CREATE SCHEMA), zodbsql creates tables, not schemas")
         super().prepare(conn, keep_history, create, read_only)
-
-    def create(self, conn: "DBConnection", keep_history: bool) -> None:
-        conn.execute(CREATE_LOCK)
-        if self.read_meta(conn) is not None:
-            return  # another process created it while this one waited for the lock
-        super().create(conn, keep_history)
-        self.install_procedures(conn, keep_history)
-
-    def prepare(self, conn: "DBConnection", keep_history: bool, create: bool,
-                read_only: bool) -> None:
-        super().prepare(conn, keep_history, create, read_only)
         if not read_only and conn.fetchone(HAS_LOCK_OBJECTS) is None:
             # A database made before vote locked in one call: add the function (all
             # procedures are CREATE OR REPLACE, so reinstalling them is harmless).
@@ -127,6 +116,13 @@ class PostgreSQLSchema(Schema):
             except BaseException:
                 conn.rollback()
                 raise
+
+    def create(self, conn: "DBConnection", keep_history: bool) -> None:
+        conn.execute(CREATE_LOCK)
+        if self.read_meta(conn) is not None:
+            return  # another process created it while this one waited for the lock
+        super().create(conn, keep_history)
+        self.install_procedures(conn, keep_history)
 
     def install_procedures(self, conn: "DBConnection", keep_history: bool) -> None:
         mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
