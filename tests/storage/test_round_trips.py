@@ -16,8 +16,8 @@ from persistent.mapping import PersistentMapping
 EXPECTED = {
     ("sqlite", True): (13, 26),
     ("sqlite", False): (15, 28),
-    ("postgresql", True): (6, 10),
-    ("postgresql", False): (8, 12),
+    ("postgresql", True): (6, 9),
+    ("postgresql", False): (8, 11),
     ("mysql", True): (13, 17),
     ("mysql", False): (15, 19),
 }

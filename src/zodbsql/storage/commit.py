@@ -190,8 +190,13 @@ class PendingCommit:
         for oid, expected, actual in conflicts:
             if oid not in committed:
                 raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-            resolved = self.storage.tryToResolveConflict(
-                p64(oid), p64(actual), p64(expected), self.states[oid][1], committed[oid])
+            self.storage._resolving = True
+            try:
+                resolved = self.storage.tryToResolveConflict(
+                    p64(oid), p64(actual), p64(expected), self.states[oid][1],
+                    committed[oid])
+            finally:
+                self.storage._resolving = False
             self.states[oid] = (actual, resolved)
             self.data_tids.pop(oid, None)
             rows.append((oid, actual, checksum(resolved), len(resolved), resolved))

@@ -108,6 +108,7 @@ class SQLStorage(ConflictResolvingStorage):
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()
         self._pending: PendingCommit | None = None
+        self._resolving = False              # inside vote's conflict resolution
         self._last_commit: int | None = None
         self._db: Any = None
 
@@ -253,9 +254,12 @@ class SQLStorage(ConflictResolvingStorage):
 
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
         oid_int, tid = u64(oid), u64(serial)
-        cached = self.shared.cache.get_revision(oid_int, tid)
-        if cached is not None:  # conflict resolution asks for the revision it read
-            return cached
+        if self._resolving:
+            # Conflict resolution asks for the revision its transaction read: usually
+            # cached.  (Elsewhere the database answers: a pack may have removed it.)
+            cached = self.shared.cache.get_revision(oid_int, tid)
+            if cached is not None:
+                return cached
         with self._load_lock:
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
         if row is None or row[2] is None:

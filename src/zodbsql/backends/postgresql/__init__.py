@@ -62,18 +62,19 @@ Design note.
   ===========================  ==========  ==========
   one ZODB transaction          1 object    1,000 new
   ===========================  ==========  ==========
-  history-preserving            6           10
-  history-free                  8           12
+  history-preserving            6           9
+  history-free                  8           11
   ===========================  ==========  ==========
 
   The 6: the poll (one UNION statement: last tid and changes), ``BEGIN; SET LOCAL
-  lock_timeout`` (one call), the staged states (one pipelined ``executemany``), the row
-  locks with the conflict check (``zodbsql_lock_objects``), ``zodbsql_finish(...)`` (procedures_hp.sql: lock the commit
-  row, allocate the tid, record the transaction, move states, current pointers and
-  references) and COMMIT.  1,000 new objects add their references (one more
-  ``executemany``) and oid blocks from the sequence.  The staging tables are
-  ``ON COMMIT DELETE ROWS``, so nothing is spent clearing them.  History-free adds the
-  read transaction (BEGIN and ROLLBACK) that holds its snapshot.
+  lock_timeout`` (one call), the staged states and references (one statement: each
+  column one array, ``unnest`` into both staging tables), the row locks with the
+  conflict check (``zodbsql_lock_objects``), ``zodbsql_finish(...)`` (procedures_hp.sql:
+  lock the commit row, allocate the tid, record the transaction, move states, current
+  pointers and references) and COMMIT. 1,000 new objects add oid blocks from the
+  sequence. The staging tables are ``ON COMMIT DELETE ROWS``, so nothing is spent
+  clearing them. History-free adds the read transaction (BEGIN and ROLLBACK) that holds
+  its snapshot.
 * Schemas.  Tables live in the configured schema (``search_path``), so one PostgreSQL
   database can hold several zodbsql databases; only the current schema's tables count
   when the schema is checked.

@@ -1,5 +1,18 @@
-"""PostgreSQL stages commits in TEMPORARY tables: private to the session, never WAL-logged."""
+"""PostgreSQL stages commits in TEMPORARY tables: private to the session, never WAL-logged.
+
+A commit's states and references reach them in one statement whatever their number:
+each column travels as one array, ``unnest`` turns the arrays back into rows, and a
+data-modifying CTE fills both tables.  (``executemany``, even pipelined, makes the
+server parse, bind and run one INSERT per row.)
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
 from zodbsql.backends.base.mover import Mover
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.connections import DBConnection
 
 # ON COMMIT DELETE ROWS: every commit or rollback empties them, so a commit never
 # spends statements clearing what the previous one staged.
@@ -14,5 +27,22 @@ CREATE_TEMP_TABLES = (
 )
 
 
+STAGE_ALL = (
+    "WITH staged AS (INSERT INTO temp_store"
+    " (zoid, prev_tid, data_tid, checksum, state_size, state)"
+    " SELECT * FROM unnest(%s::BIGINT[], %s::BIGINT[], %s::BIGINT[], %s::BIGINT[],"
+    " %s::BIGINT[], %s::BYTEA[]))"
+    " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%s::BIGINT[], %s::BIGINT[])")
+
+
 class PostgreSQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
+
+    def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
+              refs: Iterable[tuple[int, int]]) -> None:
+        refs = list(refs)
+        if not states and not refs:
+            return
+        columns = [list(column) for column in zip(*states)] if states else [[]] * 6
+        ref_columns = [list(column) for column in zip(*refs)] if refs else [[], []]
+        conn.execute(STAGE_ALL, [*columns, *ref_columns])
