@@ -42,6 +42,8 @@ def test_a_poll_with_a_gap_resets_the_index() -> None:
 def test_polls_feed_the_index_until_it_overflows() -> None:
     cache = polled_cache(limit=2_000_000)        # every state fits
     limit = cache._max_index
+    assert limit == 2_000_000 // 400             # about a quarter of the cache's bytes
+    assert StateCache(1000)._max_index == 1000   # and never fewer than 1000 oids
     cache.after_poll(10, 20, [(oid, 20) for oid in range(limit)])   # exactly full
     assert cache.base == 10
     for oid in range(limit):
@@ -80,7 +82,8 @@ def test_hits_and_misses_are_counted() -> None:
     cache.get(1, 10)
     cache.get(1, 10)
     cache.get(2, 10)
-    assert (cache.hits, cache.misses) == (2, 1)
+    cache.get(3, 10)
+    assert (cache.hits, cache.misses) == (2, 2)
 
 
 def test_the_memory_bound_holds_exactly() -> None:
@@ -99,6 +102,9 @@ def test_the_memory_bound_holds_exactly() -> None:
     cache.put_revision(11, 1, STATE)             # evicts 2, the least recently used
     assert len(cache) == 10
     assert cache.get(2, 1) is None and cache.get(1, 1) == (STATE, 1)
+    for oid in range(100, 500):                  # many evictions: the count stays exact
+        cache.put_revision(oid, 1, STATE)
+    assert len(cache) == 10
 
 
 def test_large_states_are_not_kept() -> None:
