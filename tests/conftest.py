@@ -1,7 +1,8 @@
 """The ``storage_factory`` fixture: every storage test runs over backend x history mode.
 
 A test class narrows the modes it applies to with ``history_modes`` (data, with the
-reason in ``history_modes_reason``); nothing is skipped silently.
+reason in ``history_modes_reason``); the other cells are still generated, as skips that
+give the reason, so nothing is left out silently.
 """
 from __future__ import annotations
 
@@ -20,17 +21,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     modes = getattr(metafunc.cls, "history_modes", HP_AND_HF)
     # A module about one database (its files, its server) names it in storage_backends.
     backends = getattr(metafunc.module, "storage_backends", None)
-    params = [p for p in PARAMS if p.keep_history in modes
-              and (backends is None or p.backend in backends)]
-    metafunc.parametrize("storage_factory", params, indirect=True, ids=[p.id for p in params])
+    params = [p for p in PARAMS if backends is None or p.backend in backends]
+    # Cells outside the class's modes are generated too, as skips with the reason, so
+    # every report shows them.
+    reason = getattr(metafunc.cls, "history_modes_reason", "no reason given")
+    mode_name = {True: "history-preserving", False: "history-free"}
+    cells = [p if p.keep_history in modes else pytest.param(
+        p, marks=pytest.mark.skip(reason=f"{mode_name[p.keep_history]}: {reason}"), id=p.id)
+        for p in params]
+    metafunc.parametrize("storage_factory", cells, indirect=True, ids=[p.id for p in params])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("storage_factory") if callspec else None
-        if param is None or item.cls is None:
-            continue
+        if not isinstance(param, Param) or item.cls is None:
+            continue  # no cell, or an empty matrix (a module's backend not tested)
         needed = SERVER_SESSIONS_NEEDED.get(f"{item.cls.__name__}::{item.originalname}")
         if needed:
             limit = server_session_limit(param.backend)

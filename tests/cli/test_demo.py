@@ -24,9 +24,3 @@ def test_errors_are_one_line(tmp_path: pathlib.Path, capsys: pytest.CaptureFixtu
     assert main(["demo", "--path", str(tmp_path / "missing" / "x.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("zodbsql demo: error:") and "does not exist" in err
-
-
-def test_every_tool_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["demo", "--help"])
-    assert "example:" in capsys.readouterr().out

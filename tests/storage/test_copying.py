@@ -73,6 +73,12 @@ def test_interrupted_copy_completes_without_doubles(storage_factory: Any,
         assert rest.transactions == 8
         if storage_factory.param.keep_history:
             assert history(dest) == history(source)
+        # Either way every object is there once, in its current state, with its serial.
+        oids = {r.oid for txn in source.iterator() for r in txn}
+        assert len(dest) == len(oids) == 20 + 1
+        for oid in oids:
+            assert ZODB.utils.load_current(dest, oid) == ZODB.utils.load_current(source, oid)
+        assert dest.lastTransaction() == source.lastTransaction()
     finally:
         source.close()
 

@@ -82,3 +82,46 @@ def test_second_connection_reads_from_shared_cache(storage_factory: Any) -> None
             conn.close()
     finally:
         db.close()
+
+
+def test_no_stale_state_after_the_changed_oid_index_is_reset(storage_factory: Any) -> None:
+    """A poll that sees more changed oids than the cache's index holds empties it; an
+    older snapshot's load after that must not be recorded as current for newer ones."""
+    storage = storage_factory.open(cache_size_mb=0.01)   # the smallest index: 1000 oids
+    cache = storage.shared.cache
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["a"] = PersistentMapping(v=1)
+            conn.root()["many"] = many = PersistentMapping()
+            for i in range(1005):
+                many[i] = PersistentMapping(v=0)
+        a_oid = _oid(db, "a")
+        old_state, old_serial = storage.load(a_oid)
+        old = storage.new_instance()
+        old.poll_invalidations()                   # a snapshot before the big commit
+        with db.transaction() as conn:
+            conn.root()["a"]["v"] = 2
+            for child in conn.root()["many"].values():
+                child["v"] = 1                     # more oids than the index holds
+        new_state, new_serial = storage.load(a_oid)
+        assert new_serial != old_serial
+        new = storage.new_instance()
+        new.poll_invalidations()
+        assert cache.base == storage.shared.cache.polled  # the index was reset just now
+        # The old snapshot reads its own revision, from the database ...
+        assert old.load(a_oid) == (old_state, old_serial)
+        # ... and no newer snapshot takes that revision for the current one.
+        assert new.load(a_oid) == (new_state, new_serial)
+        third = storage.new_instance()
+        third.poll_invalidations()
+        assert third.load(a_oid) == (new_state, new_serial)
+        for instance in (old, new, third):
+            instance.release()
+    finally:
+        db.close()
+
+
+def _oid(db: Any, name: str) -> bytes:
+    with db.transaction() as conn:
+        return conn.root()[name]._p_oid

@@ -4,8 +4,9 @@
    the walk with the root and everything written after the pack tid.
 2. Walk: follow the recorded references one generation per statement (no lock held).
 3. Delete garbage, one batch of oids per short write transaction.  Before each batch,
-   under the commit lock, references committed since the walk began are followed too,
-   so an object a concurrent writer linked again is never deleted.
+   under the commit lock, objects committed since the walk began and their references
+   are reached too, so an object a concurrent writer linked again or wrote (after the
+   pack time) is never deleted.
 4. History-preserving: delete objects whose kept revision is a deletion (IExternalGC),
    then the revisions older than each object's kept revision, in batches, then mark
    the packed transactions.
@@ -158,7 +159,7 @@ class _Pack:
             time.sleep((time.monotonic() - started) * (1 - self.duty) / self.duty)
 
     def _rescue(self) -> None:
-        """Follow references committed since the walk began (commit lock held)."""
+        """Reach what was committed since the walk began (commit lock held)."""
         newest = self.backend.poller.last_tid(self.conn)
         if newest <= self.checked:
             return

@@ -253,16 +253,16 @@ def test_connection_killed_mid_commit_leaves_nothing_half_done(factory, when):
         # The pooled commit connection the vote will take dies first.
         idle = storage.shared.pool._idle.queue[-1]
         _terminate(factory, idle)
-        with pytest.raises(ConnectionLost):
+        with pytest.raises(ConnectionLost) as raised:
             storage.tpc_vote(txn)
     else:
         storage.tpc_vote(txn)
         _terminate(factory, storage._pending.conn)
-        with pytest.raises(ConnectionLost):
+        with pytest.raises(ConnectionLost) as raised:
             storage.tpc_finish(txn)
     storage.tpc_abort(txn)
-    # ConnectionLost is retryable: transaction's attempts() loop retries it.
-    assert isinstance(ConnectionLost("x"), transaction.interfaces.TransientError)
+    # What was raised is retryable: transaction's attempts() loop retries it.
+    assert isinstance(raised.value, transaction.interfaces.TransientError)
     # Nothing of the doomed commit is visible to anyone.
     assert observer.lastTransaction() == before
     with pytest.raises(POSKeyError):

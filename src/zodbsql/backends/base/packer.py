@@ -50,17 +50,23 @@ HF_WALK_STEP = (
     " JOIN object_ref r ON r.zoid = f.zoid"
     " WHERE f.gen = %s"
     " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
-# Targets of references committed after the walk began: they may revive garbage.
+# Objects committed after the walk began, and the targets of their references: a
+# writer may have linked garbage again, or written an object the walk found unreachable
+# (written after the pack time, it stays, as it would in a pack started later).
 # Found through the revisions written since (object_state's tid index), never by
 # scanning object_ref: this runs under the commit lock before every batch.
 HP_NEW_TARGETS = (
     "SELECT DISTINCT r.to_zoid FROM object_state s"
     " JOIN object_ref r ON r.zoid = s.zoid AND r.tid = s.tid WHERE s.tid > %s"
-    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)"
+    " UNION SELECT s.zoid FROM object_state s WHERE s.tid > %s"
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = s.zoid)")
 HF_NEW_TARGETS = (
     "SELECT DISTINCT r.to_zoid FROM object_ref r JOIN object_state s ON s.zoid = r.zoid"
     " WHERE s.tid > %s"
-    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)")
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = r.to_zoid)"
+    " UNION SELECT s.zoid FROM object_state s WHERE s.tid > %s"
+    " AND NOT EXISTS (SELECT 1 FROM pack_reach x WHERE x.zoid = s.zoid)")
 ADD_REACHED = "INSERT INTO pack_reach (zoid, gen) VALUES (%s, %s)"
 NEXT_GARBAGE = (
     "SELECT p.zoid FROM pack_object p WHERE p.zoid > %s"
@@ -138,8 +144,10 @@ class Packer:
         return conn.execute(HF_WALK_STEP, (generation + 1, generation))
 
     def new_targets(self, conn: "DBConnection", since_tid: int) -> list[int]:
+        """Oids written after ``since_tid`` and the targets of their references, not
+        reached yet."""
         sql = HP_NEW_TARGETS if self.keep_history else HF_NEW_TARGETS
-        return [int(row[0]) for row in conn.fetchall(sql, (since_tid,))]
+        return [int(row[0]) for row in conn.fetchall(sql, (since_tid, since_tid))]
 
     def add_reached(self, conn: "DBConnection", oids: Sequence[int], generation: int) -> None:
         conn.executemany(ADD_REACHED, [(oid, generation) for oid in oids])

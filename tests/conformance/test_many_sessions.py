@@ -1,0 +1,49 @@
+"""Inherited ZODB tests that need more server sessions than the shared server allows,
+run on a private PostgreSQL server started with room for them (``roomy_postgresql``).
+
+On the shared server these cells are skipped with both numbers (conftest); here they
+run, in both history modes.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+from ZODB.tests import BasicStorage
+from ZODB.tests.racetest import RaceTests
+
+from tests.conformance.differences import SERVER_SESSIONS_NEEDED
+from tests.conformance.roomy_postgresql import MAX_CONNECTIONS, roomy_postgresql  # noqa: F401
+from tests.conformance.suite import StorageSuite
+from tests.databases import Param, PostgreSQLFactory
+
+storage_backends = ("postgresql",)
+
+
+@pytest.fixture
+def storage_factory(request: pytest.FixtureRequest,
+                    roomy_postgresql: str) -> Iterator[PostgreSQLFactory]:  # noqa: F811
+    param: Param = request.param
+    factory = PostgreSQLFactory(param, dsn=roomy_postgresql)
+    limit = factory.admin.execute("SHOW max_connections").fetchone()
+    assert limit == (str(MAX_CONNECTIONS),)         # the roomy server, not the shared one
+    yield factory
+    factory.cleanup()
+
+
+class TestBasicStorageManySessions(StorageSuite):
+    """The BasicStorage tests of SERVER_SESSIONS_NEEDED, on the roomy server."""
+
+    # The test and the helpers it calls, taken over unchanged.
+    test_race_external_invalidate_vs_disconnect = (
+        BasicStorage.BasicStorage.test_race_external_invalidate_vs_disconnect)
+    _check_race_external_invalidate_vs_disconnect = (
+        RaceTests._check_race_external_invalidate_vs_disconnect)
+    dbopen = RaceTests.dbopen
+
+
+def test_every_test_needing_many_sessions_runs_here() -> None:
+    names = {f"TestBasicStorage::{name}" for name in dir(TestBasicStorageManySessions)
+             if name.startswith("test_")}
+    assert set(SERVER_SESSIONS_NEEDED) == names
+    assert all(needed <= MAX_CONNECTIONS - 10 for needed, _ in SERVER_SESSIONS_NEEDED.values())

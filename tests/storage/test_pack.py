@@ -1,0 +1,168 @@
+"""Pack removes exactly the garbage, in batches and while other connections commit.
+
+* An object unreachable at the pack time that a later transaction links again survives.
+* A batched pack removes every unreachable object, those at batch edges too, and keeps
+  every reachable one (and, history-preserving, only each one's current revision).
+* A commit made while the pack runs (between the walk and the deletions, or between two
+  batches) that links a garbage object again, or writes it, keeps it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.serialize import referencesf
+
+from tests.storage.packing import assert_gone, pause, time_between
+from zodbsql.storage import pack
+
+
+def _open_db(storage_factory: Any, **options: Any) -> tuple[Any, Any]:
+    storage = storage_factory.open(**options)
+    return storage, ZODB.DB(storage)
+
+
+@pytest.mark.parametrize("via", ["root", "new-object"])
+def test_object_linked_again_after_the_pack_time_survives(storage_factory: Any,
+                                                           via: str) -> None:
+    storage, db = _open_db(storage_factory)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root["g"] = PersistentMapping(v="garbage for a while")
+        tm.commit()
+        g = root["g"]
+        del root["g"]
+        tm.commit()
+        unlinked = root._p_serial
+        pause()
+        if via == "root":
+            root["again"] = g      # the connection still holds g: it links it again
+        else:
+            root["again"] = PersistentMapping(g=g)
+        tm.commit()
+        linked = root._p_serial
+        storage.pack(time_between(unlinked, linked), referencesf)
+        assert storage.load(g._p_oid)[1] == g._p_serial
+        check = db.open(transaction.TransactionManager())
+        again = check.root()["again"]
+        assert (again if via == "root" else again["g"])["v"] == "garbage for a while"
+        check.close()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_batched_pack_removes_every_unreachable_object(storage_factory: Any) -> None:
+    storage, db = _open_db(storage_factory)
+    try:
+        with db.transaction() as conn:
+            for i in range(30):
+                conn.root()[i] = PersistentMapping(v=i)
+        with db.transaction() as conn:
+            root = conn.root()
+            oids = {i: root[i]._p_oid for i in range(30)}
+            # Consecutive garbage oids: with batches of 3 every batch edge is garbage.
+            garbage = [oids[i] for i in range(30) if i % 3 != 1]
+            live = {oids[i]: i for i in range(30) if i % 3 == 1}
+            for i in range(30):
+                if i % 3 != 1:
+                    del root[i]
+                else:
+                    root[i]["v"] = -i     # an old revision for the pack to remove
+        counts = pack.pack(storage, time.time(), batch_size=3)
+        assert counts["garbage"] == len(garbage) == 20
+        assert_gone(storage, garbage)
+        assert len(storage) == 1 + len(live)
+        with db.transaction() as conn:
+            assert {conn.root()[i]._p_oid: conn.root()[i]["v"] for i in live.values()} == {
+                oid: -i for oid, i in live.items()}
+        for oid in live:
+            # History-preserving too, only the current revision is left.
+            assert [h["tid"] for h in storage.history(oid, 10)] == [storage.load(oid)[1]]
+    finally:
+        db.close()
+
+
+class TestBatchedPackOfDeletedObjects:
+    history_modes = (True,)
+    history_modes_reason = (
+        "a history-free deleteObject removes the object at once; only a history-preserving"
+        " pack removes objects left with nothing but a deletion")
+
+    def test_every_deleted_object_goes(self, storage_factory: Any) -> None:
+        storage, db = _open_db(storage_factory)
+        try:
+            with db.transaction() as conn:
+                for i in range(7):
+                    conn.root()[i] = PersistentMapping(v=i)
+            with db.transaction() as conn:
+                oids = [conn.root()[i]._p_oid for i in range(7)]
+                for i in range(7):
+                    del conn.root()[i]
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            for oid in oids:
+                storage.deleteObject(oid, storage.load(oid)[1], txn)
+            storage.tpc_vote(txn)
+            storage.tpc_finish(txn)
+            pack.pack(storage, time.time(), gc=False, batch_size=2)
+            assert_gone(storage, oids)
+            assert len(storage) == 1
+        finally:
+            db.close()
+
+
+@pytest.mark.parametrize("phase", ["walk", "gc"])
+@pytest.mark.parametrize("change", ["link", "write"])
+def test_commit_during_pack_keeps_the_object_it_uses(storage_factory: Any, phase: str,
+                                                     change: str) -> None:
+    """During the pack (after the first step of ``phase``), a connection that still holds
+    a garbage object links it from the root again (``link``) or changes it (``write``)."""
+    storage, db = _open_db(storage_factory)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root["live"] = PersistentMapping(v="live")   # the walk has one generation to do
+        root["first"] = PersistentMapping(v="deleted by the first batch")
+        root["g"] = PersistentMapping(v="garbage")
+        tm.commit()
+        first, g = root["first"], root["g"]
+        assert first._p_oid < g._p_oid               # g is in the second batch
+        del root["first"], root["g"]
+        tm.commit()
+        pause()
+        fired: list[str] = []
+
+        def commit_once(step: str, done: int) -> None:
+            if step != phase or fired:
+                return
+            fired.append(step)
+            if change == "link":
+                root["again"] = g
+            else:
+                g["v"] = "written during the pack"
+            tm.commit()
+
+        pack.pack(storage, time.time(), progress=commit_once, batch_size=1)
+        assert fired == [phase]
+        assert_gone(storage, [first._p_oid])
+        state, serial = storage.load(g._p_oid)
+        assert serial == g._p_serial
+        check = db.open(transaction.TransactionManager())
+        check.cacheMinimize()
+        if change == "link":
+            assert check.root()["again"]["v"] == "garbage"
+        else:
+            assert check.get(g._p_oid)["v"] == "written during the pack"
+        check.close()
+        conn.close()
+    finally:
+        db.close()

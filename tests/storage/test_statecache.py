@@ -1,0 +1,139 @@
+"""StateCache on its own: what it remembers, for which snapshots, and how much.
+
+The storage-level tests (test_snapshots.py, the model test) show no connection reads
+outside its snapshot; these pin the cache's own rules: the index is reset by a poll
+that leaves a gap or grows it past its bound, states larger than a quarter of the cache
+are not kept, the memory bound holds exactly (64 bytes of overhead per state, least
+recently used first out), and the hit and miss counters count.
+"""
+from __future__ import annotations
+
+from zodbsql.cache.statecache import StateCache
+
+STATE = b"s" * 100
+ENTRY = len(STATE) + 64
+
+
+def polled_cache(limit: int = 100_000) -> StateCache:
+    cache = StateCache(limit)
+    cache.after_poll(10, 10, [])                 # the first poll: index starts at 10
+    return cache
+
+
+def test_first_poll_starts_the_index() -> None:
+    cache = StateCache(100_000)
+    cache.after_poll(0, 0, [])                   # an empty database: last tid 0
+    assert (cache.base, cache.polled) == (0, 0)
+    cache.after_poll(0, 5, [(1, 5)])             # covers (0, 5]: the index goes on
+    assert (cache.base, cache.polled) == (0, 5)
+    cache.put_revision(1, 5, STATE)
+    assert cache.get(1, 5) == (STATE, 5)
+
+
+def test_a_poll_with_a_gap_resets_the_index() -> None:
+    cache = polled_cache()
+    cache.put_loaded(7, 3, STATE, snapshot=10)   # oid 7 is at tid 3 as of 10
+    assert cache.get(7, 10) == (STATE, 3)
+    cache.after_poll(20, 30, [])                 # (10, 20] not covered: 7 may have changed
+    assert (cache.base, cache.polled) == (30, 30)
+    assert cache.get(7, 30) is None
+
+
+def test_polls_feed_the_index_until_it_overflows() -> None:
+    cache = polled_cache(limit=2_000_000)        # every state fits
+    limit = cache._max_index
+    assert limit == 2_000_000 // 400             # about a quarter of the cache's bytes
+    assert StateCache(1000)._max_index == 1000   # and never fewer than 1000 oids
+    cache.after_poll(10, 20, [(oid, 20) for oid in range(limit)])   # exactly full
+    assert cache.base == 10
+    for oid in range(limit):
+        cache.put_revision(oid, 20, STATE)
+    assert cache.get(0, 20) == (STATE, 20)
+    cache.after_poll(20, 30, [(limit, 30)])      # one past the bound: emptied
+    assert (cache.base, cache.polled) == (30, 30)
+    assert cache.get(0, 30) is None
+
+
+def test_an_old_poll_changes_nothing() -> None:
+    cache = polled_cache()
+    cache.after_poll(10, 20, [(1, 20)])
+    cache.after_poll(10, 20, [(1, 20)])          # the same poll again
+    cache.after_poll(10, 15, [(1, 15)])          # an instance behind the newest poll
+    assert (cache.base, cache.polled) == (10, 20)
+    cache.put_revision(1, 20, STATE)
+    assert cache.get(1, 20) == (STATE, 20)
+
+
+def test_snapshots_before_the_base_are_not_answered() -> None:
+    cache = polled_cache()
+    cache.put_loaded(1, 5, STATE, snapshot=10)
+    assert cache.get(1, 9) is None                # 9 < base: unknown what 9 saw
+    assert cache.get(1, 10) == (STATE, 5)
+    cache.put_loaded(2, 5, STATE, snapshot=9)     # loaded before the base: not indexed
+    assert cache.get(2, 10) is None
+    cache.put_loaded(3, 5, STATE, snapshot=11)    # after the newest poll: not indexed
+    assert cache.get(3, 10) is None
+
+
+def test_hits_and_misses_are_counted() -> None:
+    cache = polled_cache()
+    cache.put_loaded(1, 5, STATE, snapshot=10)
+    assert (cache.hits, cache.misses) == (0, 0)
+    cache.get(1, 10)
+    cache.get(1, 10)
+    cache.get(2, 10)
+    cache.get(3, 10)
+    assert (cache.hits, cache.misses) == (2, 2)
+
+
+def test_the_memory_bound_holds_exactly() -> None:
+    cache = StateCache(10 * ENTRY)               # room for exactly ten states
+    for oid in range(10):
+        cache.put_revision(oid, 1, STATE)
+    assert len(cache) == 10
+    cache.put_revision(10, 1, STATE)             # the eleventh pushes out the oldest
+    assert len(cache) == 10
+    cache.after_poll(1, 1, [])
+    for oid in range(11):
+        cache.put_loaded(oid, 1, STATE, snapshot=1)
+    assert cache.get(0, 1) is None
+    assert cache.get(1, 1) == (STATE, 1)
+    cache.put_revision(1, 1, STATE)              # known already: nothing counted twice
+    cache.put_revision(11, 1, STATE)             # evicts 2, the least recently used
+    assert len(cache) == 10
+    assert cache.get(2, 1) is None and cache.get(1, 1) == (STATE, 1)
+    for oid in range(100, 500):                  # many evictions: the count stays exact
+        cache.put_revision(oid, 1, STATE)
+    assert len(cache) == 10
+
+
+def test_large_states_are_not_kept() -> None:
+    cache = StateCache(4 * 1000 + 3)
+    cache.after_poll(1, 1, [])
+    cache.put_loaded(1, 1, b"x" * 1000, snapshot=1)   # a quarter: kept
+    cache.put_loaded(2, 1, b"x" * 1001, snapshot=1)   # more: not kept
+    assert cache.get(1, 1) == (b"x" * 1000, 1)
+    assert cache.get(2, 1) is None
+    assert len(cache) == 1
+
+
+def test_clear_forgets_everything() -> None:
+    cache = StateCache(10 * ENTRY)
+    cache.after_poll(1, 1, [])
+    cache.put_loaded(1, 1, STATE, snapshot=1)
+    cache.clear()
+    assert (len(cache), cache.base, cache.polled) == (0, -1, -1)
+    assert cache.get(1, 1) is None
+    for oid in range(10):                         # the byte count starts from zero again
+        cache.put_revision(oid, 1, STATE)
+    assert len(cache) == 10
+
+
+def test_a_disabled_cache_keeps_nothing() -> None:
+    cache = StateCache(0)
+    assert not cache.enabled
+    cache.after_poll(1, 1, [(1, 1)])
+    cache.put_revision(1, 1, b"")
+    cache.put_loaded(1, 1, b"", snapshot=1)
+    assert cache.get(1, 1) is None
+    assert (len(cache), cache.base, cache.hits, cache.misses) == (0, -1, 0, 0)
