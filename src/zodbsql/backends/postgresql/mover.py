@@ -34,6 +34,17 @@ STAGE_ALL = (
     " %s::BIGINT[], %s::BYTEA[]))"
     " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%s::BIGINT[], %s::BIGINT[])")
 
+# After conflict resolution, with the row locks held: the resolved states replace the
+# staged ones and their references are swapped, in one statement.  (The CTEs see one
+# snapshot, so the DELETE removes only the references staged before.)
+RESTAGE_ALL = (
+    "WITH resolved (zoid, prev_tid, checksum, state_size, state) AS (SELECT * FROM"
+    " unnest(%s::BIGINT[], %s::BIGINT[], %s::BIGINT[], %s::BIGINT[], %s::BYTEA[])),"
+    " replaced AS (UPDATE temp_store t SET prev_tid = r.prev_tid, checksum = r.checksum,"
+    " state_size = r.state_size, state = r.state FROM resolved r WHERE t.zoid = r.zoid),"
+    " unlinked AS (DELETE FROM temp_ref f USING resolved r WHERE f.zoid = r.zoid)"
+    " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%s::BIGINT[], %s::BIGINT[])")
+
 
 class PostgreSQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
@@ -46,3 +57,10 @@ class PostgreSQLMover(Mover):
         columns = [list(column) for column in zip(*states)] if states else [[]] * 6
         ref_columns = [list(column) for column in zip(*refs)] if refs else [[], []]
         conn.execute(STAGE_ALL, [*columns, *ref_columns])
+
+    def restage_many(self, conn: "DBConnection",
+                     rows: list[tuple[int, int, int | None, int, bytes]],
+                     refs: list[tuple[int, int]]) -> None:
+        columns = [list(column) for column in zip(*rows)]
+        ref_columns = [list(column) for column in zip(*refs)] if refs else [[], []]
+        conn.execute(RESTAGE_ALL, [*columns, *ref_columns])
