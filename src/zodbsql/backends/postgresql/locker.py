@@ -1,10 +1,10 @@
 """PostgreSQL locking: row locks in vote, a one-row lock in finish, no deadlock.
 
-Vote calls ``zodbsql_lock_objects`` (procedures_hp.sql / procedures_hf.sql) once: it
-locks the current rows of the objects the commit changes (``FOR UPDATE``, in oid
-order), then share-locks the rows it read-current without waiting (``FOR SHARE
-NOWAIT``), then returns every write and read conflict.  Finish locks ``commit_row``
-for the short step that allocates the tid and publishes the commit.
+Vote calls ``zodbsql_lock_objects`` (procedures_lock.sql) once: it locks the current
+rows of the objects the commit changes (``FOR UPDATE``, in oid order), then share-locks
+the rows it read-current without waiting (``FOR SHARE NOWAIT``), then returns every
+write and read conflict. Finish locks ``commit_row`` for the short step that allocates
+the tid and publishes the commit.
 
 Why no two commits can wait for each other in a cycle:
 

@@ -126,8 +126,12 @@ class PostgreSQLSchema(Schema):
 
     def install_procedures(self, conn: "DBConnection", keep_history: bool) -> None:
         mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
+        files = resources.files(__package__)
         for procedures in ("procedures_common.sql", mode):
-            conn.execute_script(resources.files(__package__).joinpath(procedures).read_text())
+            conn.execute_script(files.joinpath(procedures).read_text())
+        current = "current_object" if keep_history else "object_state"
+        lock = files.joinpath("procedures_lock.sql").read_text()
+        conn.execute_script(lock.replace("{current}", current))
 
     def add_blob_tables(self, conn: "DBConnection", keep_history: bool) -> None:
         conn.execute(CREATE_LOCK)
