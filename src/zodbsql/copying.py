@@ -26,7 +26,7 @@ class CopyCounts:
     transactions: int = 0
     records: int = 0
     blobs: int = 0
-    bytes: int = 0
+    data_bytes: int = 0
     first_tid: bytes | None = None
 
 
@@ -58,7 +58,7 @@ def copy_transactions(source: Any, dest: Any, start: bytes,
             try:
                 for record in txn:
                     counts.records += 1
-                    counts.bytes += len(record.data or b"")
+                    counts.data_bytes += len(record.data or b"")
                     blob = (_blob_copy(source, record, scratch)
                             if with_blobs and record.data and is_blob_record(record.data)
                             else None)
@@ -104,7 +104,7 @@ def count_from(storage: Any, start: bytes) -> CopyCounts:
         counts.transactions += 1
         for record in txn:
             counts.records += 1
-            counts.bytes += len(record.data or b"")
+            counts.data_bytes += len(record.data or b"")
             if record.data and is_blob_record(record.data):
                 counts.blobs += 1
     return counts

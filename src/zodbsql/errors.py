@@ -104,3 +104,6 @@ class CorruptRecordError(ZodbsqlError, POSException.StorageError):
 class BlobContentVanished(ZodbsqlError, POSException.ConflictError):
     """A blob's content that vote found in the database was freed by a concurrent pack
     before the commit finished; retrying the transaction uploads it again."""
+
+    def __init__(self, message: str, oid: bytes | None = None) -> None:
+        POSException.ConflictError.__init__(self, message, oid=oid)

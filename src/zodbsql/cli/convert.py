@@ -61,7 +61,7 @@ def _convert(source: object, dest: object, args: argparse.Namespace) -> int:
     if args.dry_run:
         counts = copying.count_from(source, start)
         print(f"would copy {counts.transactions} transactions, {counts.records} records,"
-              f" {counts.blobs} blobs ({counts.bytes / 1e6:.1f} MB)")
+              f" {counts.blobs} blobs ({counts.data_bytes / 1e6:.1f} MB)")
         return 0
     began = time.monotonic()
     first = _seconds(start) if start != b"\0" * 8 else None
@@ -75,11 +75,11 @@ def _convert(source: object, dest: object, args: argparse.Namespace) -> int:
             elapsed = max(time.monotonic() - began, 1e-6)
             bar.update(task, completed=int(1000 * (_seconds(tid) - first) / span),
                        rate=f"{counts.transactions / elapsed:.0f} txn/s"
-                            f" {counts.bytes / 1e6 / elapsed:.1f} MB/s")
+                            f" {counts.data_bytes / 1e6 / elapsed:.1f} MB/s")
         copied = copying.copy_transactions(source, dest, start, progress)
         bar.update(task, completed=1000)
     print(f"copied {copied.transactions} transactions, {copied.records} records,"
-          f" {copied.blobs} blobs ({copied.bytes / 1e6:.1f} MB)"
+          f" {copied.blobs} blobs ({copied.data_bytes / 1e6:.1f} MB)"
           f" in {time.monotonic() - began:.1f} s")
     if isinstance(dest, SQLStorage) and not dest.options.keep_history:
         print(f"the history-free destination keeps current states only: {len(dest)} objects")

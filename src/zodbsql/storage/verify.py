@@ -15,6 +15,7 @@ from zodbsql.storage.blobs import file_hash
 from zodbsql.storage.records import checksum
 
 if TYPE_CHECKING:
+    from zodbsql.backends.base.connections import DBConnection
     from zodbsql.storage.storage import SQLStorage
 
 
@@ -74,7 +75,7 @@ def verify(storage: "SQLStorage", progress: Callable[[int, int], None] | None = 
     return report
 
 
-def _verify_blobs(storage: "SQLStorage", conn: object, report: Report) -> None:
+def _verify_blobs(storage: "SQLStorage", conn: "DBConnection", report: Report) -> None:
     """Blob references against their contents: in the database (chunks hashed and
     measured) or, with a shared blob directory, the revision files."""
     blobs = storage.backend.blobs
@@ -100,12 +101,12 @@ def _verify_blobs(storage: "SQLStorage", conn: object, report: Report) -> None:
             f"its blob content {content_hash.hex()} is not in the database"))
     for content_hash, size, chunks in blobs.iter_contents(conn):
         report.blobs += 1
-        digest = hashlib.sha256()
+        hasher = hashlib.sha256()
         got = 0
 
         def write(data: bytes) -> None:
             nonlocal got
-            digest.update(data)
+            hasher.update(data)
             got += len(data)
         detail = None
         try:
@@ -116,7 +117,7 @@ def _verify_blobs(storage: "SQLStorage", conn: object, report: Report) -> None:
             report.blob_bytes += got
             if got != size:
                 detail = f"its chunks hold {got} bytes, {size} recorded"
-            elif digest.digest() != content_hash:
+            elif hasher.digest() != content_hash:
                 detail = "its chunks do not have the recorded SHA-256"
         if detail is not None:
             oid, tid = blobs.revision_with_content(conn, content_hash) or (0, 0)
