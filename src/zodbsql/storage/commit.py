@@ -162,7 +162,7 @@ class PendingCommit:
 
         Runs with the row locks held, so its round trips are few whatever the number of
         conflicts: the committed states in one statement (those not in the state cache),
-        the resolved states restaged in three.
+        the resolved states restaged in a few (one on PostgreSQL).
         """
         if not conflicts:
             return
@@ -190,13 +190,8 @@ class PendingCommit:
         for oid, expected, actual in conflicts:
             if oid not in committed:
                 raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-            self.storage._resolving = True
-            try:
-                resolved = self.storage.tryToResolveConflict(
-                    p64(oid), p64(actual), p64(expected), self.states[oid][1],
-                    committed[oid])
-            finally:
-                self.storage._resolving = False
+            resolved = self.storage.resolve_conflict(
+                oid, actual, expected, self.states[oid][1], committed[oid])
             self.states[oid] = (actual, resolved)
             self.data_tids.pop(oid, None)
             rows.append((oid, actual, checksum(resolved), len(resolved), resolved))

@@ -252,11 +252,24 @@ class SQLStorage(ConflictResolvingStorage):
             except (POSException.POSKeyError, POSException.ReadConflictError):
                 pass
 
+    def resolve_conflict(self, oid: int, committed_tid: int, old_tid: int,
+                         new_state: bytes | None, committed_state: bytes) -> bytes:
+        """ZODB's conflict resolution, with ``loadSerial`` answering from the state
+        cache: the revision it asks for is the one the transaction read."""
+        self._resolving = True
+        try:
+            resolved: bytes = self.tryToResolveConflict(
+                p64(oid), p64(committed_tid), p64(old_tid), new_state, committed_state)
+        finally:
+            self._resolving = False
+        return resolved
+
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
         oid_int, tid = u64(oid), u64(serial)
         if self._resolving:
-            # Conflict resolution asks for the revision its transaction read: usually
-            # cached.  (Elsewhere the database answers: a pack may have removed it.)
+            # Conflict resolution (resolve_conflict) asks for the revision its
+            # transaction read: usually cached.  (Elsewhere the database answers: a pack
+            # may have removed it.)
             cached = self.shared.cache.get_revision(oid_int, tid)
             if cached is not None:
                 return cached

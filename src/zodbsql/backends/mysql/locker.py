@@ -21,6 +21,8 @@ PostgreSQL's, see backends/postgresql/locker.py):
 """
 from __future__ import annotations
 
+from typing import cast
+
 from ZODB.POSException import ReadConflictError
 
 from zodbsql.backends.base.connections import DBConnection
@@ -80,9 +82,7 @@ class MySQLLocker(Locker):
 
     def _share_lock(self, conn: DBConnection, oids: list[int]) -> dict[int, int]:
         template = HP_LOCK_READ_CURRENT if self.keep_history else HF_LOCK_READ_CURRENT
-        features = self.backend.features
-        lock = features.share_lock_nowait if isinstance(features, MySQLFeatures) else (
-            MySQLFeatures.share_lock_nowait)
+        lock = cast(MySQLFeatures, self.backend.features).share_lock_nowait
         current: dict[int, int] = {}
         for start in range(0, len(oids), CHUNK):
             chunk = oids[start:start + CHUNK]

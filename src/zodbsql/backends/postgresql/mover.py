@@ -54,13 +54,16 @@ class PostgreSQLMover(Mover):
         refs = list(refs)
         if not states and not refs:
             return
-        columns = [list(column) for column in zip(*states)] if states else [[]] * 6
-        ref_columns = [list(column) for column in zip(*refs)] if refs else [[], []]
-        conn.execute(STAGE_ALL, [*columns, *ref_columns])
+        conn.execute(STAGE_ALL, [*as_arrays(states, 6), *as_arrays(refs, 2)])
 
     def restage_many(self, conn: "DBConnection",
                      rows: list[tuple[int, int, int | None, int, bytes]],
                      refs: list[tuple[int, int]]) -> None:
-        columns = [list(column) for column in zip(*rows)]
-        ref_columns = [list(column) for column in zip(*refs)] if refs else [[], []]
-        conn.execute(RESTAGE_ALL, [*columns, *ref_columns])
+        conn.execute(RESTAGE_ALL, [*as_arrays(rows, 5), *as_arrays(refs, 2)])
+
+
+def as_arrays(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Rows of ``width`` values as ``width`` columns, one array parameter each."""
+    if not rows:
+        return [[] for _ in range(width)]
+    return [list(column) for column in zip(*rows)]
