@@ -137,3 +137,18 @@ def test_a_disabled_cache_keeps_nothing() -> None:
     cache.put_loaded(1, 1, b"", snapshot=1)
     assert cache.get(1, 1) is None
     assert (len(cache), cache.base, cache.hits, cache.misses) == (0, -1, 0, 0)
+
+
+def test_exact_revisions_are_served_whatever_the_index() -> None:
+    """get_revision (conflict resolution's lookup) answers by (oid, tid) alone: a
+    revision is the same whenever it is asked for, polled or not."""
+    cache = StateCache(1 << 20)
+    cache.put_revision(7, 100, b"seven at 100")
+    cache.put_revision(7, 200, b"seven at 200")
+    assert cache.get_revision(7, 100) == b"seven at 100"
+    assert cache.get_revision(7, 200) == b"seven at 200"
+    assert cache.get_revision(7, 150) is None
+    assert cache.get_revision(8, 100) is None
+    disabled = StateCache(0)
+    disabled.put_revision(7, 100, b"seven at 100")
+    assert disabled.get_revision(7, 100) is None
