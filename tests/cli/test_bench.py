@@ -175,7 +175,7 @@ def test_help_mentions_blobs_and_how_figures_are_computed(
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     text = capsys.readouterr().out
-    assert "example" in text and "Blob tests are not there yet" in text
+    assert "example" in text and "zodbsql blobspeed" in text
     assert "wall time from the release" in text
     transaction.abort()
 
@@ -309,3 +309,138 @@ def test_hotspot_reads_the_server_deadlock_counter(
                  "--output", str(out)]) == 0
     (row,) = json.loads((out / "results.json").read_text())["summary"]
     assert isinstance(row["deadlocks"], int) and row["deadlocks"] >= 0
+
+
+def test_a_log_gets_one_line_per_measurement(tiny_run: tuple[pathlib.Path, str]) -> None:
+    _, output = tiny_run      # stdout was a StringIO, not a terminal
+    for contender in ("mappingstorage", "sqlite"):
+        for test in workloads.TESTS:
+            assert re.search(rf"^{contender} {test} c=1 n=20 run 1: [0-9.,]+ ", output,
+                             re.MULTILINE), (contender, test)
+    assert "sql/txn" in output and "retries/commit" in output
+
+
+def test_sparse_and_walk_read_their_shared_structures() -> None:
+    import ZODB.MappingStorage
+    db = ZODB.DB(ZODB.MappingStorage.MappingStorage())
+    params = workloads.Params(sparse_objects=250, walk_objects=300)
+    workloads.setup_database(db, 0, structures=("sparse", "btree-walk"), params=params)
+    workloads.setup_database(db, 0, structures=("sparse", "btree-walk"), params=params)
+    unit = workloads.Unit("reader", 0, params)
+    unit.connect(db)
+    unit.tm.begin()
+    unit.conn.cacheMinimize()
+    unit.root()[workloads.sparse_name(params)]._p_activate()
+    path = unit.loads                 # the root, the bench mapping and the big mapping
+    unit.tm.abort()
+    unit.conn.cacheMinimize()
+    sparse = workloads.sparse_run(unit, {})
+    assert (sparse.objects, sparse.loads) == (3, path + 3)   # children 0, 100 and 200
+    walk = workloads.walk_run(unit, {})
+    assert walk.objects == 300 and walk.loads > 300    # every item, and the tree's buckets
+    unit.tm.begin()
+    bench = unit.conn.root()[workloads.ROOT_KEY]
+    assert sorted(k for k in bench.keys() if "-" in k) == ["sparse-250", "walk-300"]
+    unit.close()
+    db.close()
+
+
+class _Round:
+    """A stand-in for runner.Round: ``fails`` maps a test to its failure."""
+
+    entered = 0
+    recovered = 0
+
+    def __init__(self, contender: Any, params: Any, profile_dir: Any, needs_readers: bool,
+                 fails: dict[str, str], fail_on_enter: str = "") -> None:
+        self.fails, self.fail_on_enter = fails, fail_on_enter
+
+    def __enter__(self) -> "_Round":
+        if self.fail_on_enter:
+            raise runner.BenchFailure(self.fail_on_enter)
+        _Round.entered += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def setup(self, prepopulate: int, structures: tuple[str, ...] = ()) -> None:
+        pass
+
+    def run(self, test: str, rep: int, tag: str) -> list[dict[str, Any]]:
+        return []
+
+    def recover(self) -> None:
+        _Round.recovered += 1
+
+    def measure(self, test: str, rep: int, tag: str) -> dict[str, Any]:
+        if test in self.fails:
+            raise runner.BenchFailure(self.fails[test])
+        return {"value": 10.0 + rep, "seconds": 1.0, "objects": 10, "transactions": 1,
+                "loads": None, "statements": None, "sql_per_txn": None}
+
+
+def test_a_failed_test_is_recorded_and_the_run_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zodbsql.bench import session
+    found = contenders.from_config_text(contenders.MAPPINGSTORAGE.format(name="m"))
+    monkeypatch.setattr(runner, "Round", lambda *a: _Round(
+        *a, fails={"hot": "hot on m left wrong data: 3 missing"}))
+    plan = session.Plan(tests=["cold", "hot", "warm"], repetitions=2)
+    seen: list[dict[str, Any]] = []
+    runs = session.execute(plan, found, seen.append)
+    assert seen == runs
+    assert [(r["test"], r["repetition"], bool(r.get("failed"))) for r in runs] == [
+        ("cold", 0, False), ("hot", 0, True), ("warm", 0, False),
+        ("cold", 1, False), ("warm", 1, False)]      # hot is not run again
+    assert _Round.recovered >= 1
+    summary = {r["test"]: r for r in session.summarise(runs)}
+    assert summary["hot"]["value"] is None
+    assert summary["hot"]["failed"] == "hot on m left wrong data: 3 missing"
+    assert summary["cold"]["value"] == 11.0 and not summary["cold"].get("failed")
+    assert display.table_rows(session.summarise(runs), ["m"])[1] == ("hot", "objects/s",
+                                                                     ["failed"])
+
+
+def test_workers_that_fail_fail_every_test_of_their_round(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from zodbsql.bench import session
+    found = contenders.from_config_text(contenders.MAPPINGSTORAGE.format(name="m"))
+    monkeypatch.setattr(runner, "Round", lambda *a: _Round(
+        *a, fails={}, fail_on_enter="worker process 0 of m died"))
+    runs = session.execute(session.Plan(tests=["cold", "hot"], concurrency=[1, 2]),
+                           found, lambda run: None)
+    assert [(r["test"], r["concurrency"], r["failed"]) for r in runs] == [
+        ("cold", 1, "worker process 0 of m died"), ("hot", 1, "worker process 0 of m died"),
+        ("cold", 2, "worker process 0 of m died"), ("hot", 2, "worker process 0 of m died")]
+
+
+def test_results_are_written_when_a_run_is_interrupted(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from zodbsql.bench import session
+
+    def interrupted(plan: Any, found: Any, on_result: Any, on_status: Any) -> None:
+        on_result({"contender": "mappingstorage", "test": "add", "concurrency": 1,
+                   "objects_per_txn": 20, "repetition": 0, "warmup": False, "value": 5.0,
+                   "seconds": 4.0, "objects": 20, "transactions": 1, "loads": None,
+                   "statements": None, "sql_per_txn": None})
+        raise KeyboardInterrupt
+    monkeypatch.setattr(session, "execute", interrupted)
+    assert main(["bench", "--contender", "mappingstorage", *TINY,
+                 "--output", str(tmp_path / "out")]) == 130
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert document["status"] == "interrupted"
+    assert [(r["test"], r["value"]) for r in document["summary"]] == [("add", 5.0)]
+
+
+def test_a_failure_makes_the_exit_status_but_results_are_written(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(runner, "Round", lambda *a: _Round(
+        *a, fails={"cold": "steamin' loaded 3 objects from the storage"}))
+    assert main(["bench", "--contender", "mappingstorage", "--tests", "cold,hot", *TINY,
+                 "--no-charts", "--output", str(tmp_path / "out")]) == 1
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert document["status"] == "complete"
+    failed = [r for r in document["summary"] if r.get("failed")]
+    assert [r["test"] for r in failed] == ["cold"]
+    assert "mappingstorage cold c=1 n=20 failed: steamin' loaded 3" in capsys.readouterr().err

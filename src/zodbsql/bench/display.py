@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from zodbsql.bench.session import summarise
+from zodbsql.bench.workloads import TESTS
 
 
 def fmt(value: float | None) -> str:
@@ -65,7 +66,7 @@ def table_rows(summary: list[dict[str, Any]], contenders: list[str]
                 for extra in extras:
                     extra += [""] + sql_cell
                 continue
-            cells.append(fmt(row["value"]))
+            cells.append("failed" if row.get("failed") else fmt(row["value"]))
             if sql_cell:
                 sql = row.get("sql_per_txn")
                 cells.append(f"{sql:.1f}" if sql is not None else "-")
@@ -93,11 +94,31 @@ def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str
     return table
 
 
+def result_line(run: dict[str, Any]) -> str:
+    """One finished measurement as one line (for logs: stdout is not a terminal)."""
+    where = (f"{run['contender']} {run['test']} c={run['concurrency']}"
+             f" n={run['objects_per_txn']} {'warm-up' if run.get('warmup') else 'run'}"
+             f" {run['repetition'] + 1}")
+    if run.get("failed"):
+        return f"{where}: FAILED: {run['failed'].strip().splitlines()[-1]}"
+    unit = UNITS.get(TESTS[run["test"]].unit, TESTS[run["test"]].unit)
+    line = f"{where}: {fmt(run['value'])} {unit}"
+    if run.get("sql_per_txn") is not None:
+        line += f", {run['sql_per_txn']:.1f} sql/txn"
+    if "retries_per_commit" in run:
+        line += f", {run['retries_per_commit']:.2f} retries/commit"
+    return line
+
+
 class LiveView:
+    """A live table and progress bar on a terminal; elsewhere (a CI log, a file) one
+    line per finished measurement, and the table once at the end."""
+
     def __init__(self, contenders: list[str], steps: int, title: str,
                  console: Console | None = None) -> None:
         self.console = console or Console()
-        if not self.console.is_terminal:
+        self.live_terminal = self.console.is_terminal
+        if not self.live_terminal:
             self.console = Console(width=160)   # a file or pipe: no wrapped columns
         self.contenders = contenders
         self.title = title
@@ -114,19 +135,26 @@ class LiveView:
                      self.progress)
 
     def __enter__(self) -> "LiveView":
-        self.live.__enter__()
+        if self.live_terminal:
+            self.live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.progress.update(self.task, description="done" if exc[0] is None else "stopped")
-        self.live.update(self._render())
-        self.live.__exit__(*exc)
+        if self.live_terminal:
+            self.live.update(self._render())
+            self.live.__exit__(*exc)
+        else:
+            self.console.print(self._render())
         self.console.print()
 
     def result(self, run: dict[str, Any]) -> None:
         self.runs.append(run)
         self.progress.advance(self.task)
-        self.live.update(self._render())
+        if self.live_terminal:
+            self.live.update(self._render())
+        else:
+            self.console.print(result_line(run), highlight=False, markup=False)
 
     def status(self, text: str) -> None:
         self.progress.update(self.task, description=text)

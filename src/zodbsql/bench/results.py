@@ -16,7 +16,7 @@ from zodbsql.errors import ConfigurationError
 CSV_FIELDS = ["contender", "test", "title", "unit", "concurrency", "objects_per_txn",
               "value", "median", "repetitions", "sql_per_txn", "loads", "seconds",
               "conflicts_raised_per_s", "conflicts_resolved_per_s", "retries_per_commit",
-              "deadlocks", "lower_is_better"]
+              "deadlocks", "lower_is_better", "failed"]
 LIBRARIES = ["zodbsql", "ZODB", "persistent", "BTrees", "transaction", "ZEO", "RelStorage",
              "rich", "matplotlib"]
 
@@ -76,7 +76,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for row in b["summary"]:
         before = old.get(key(row))
-        if before is None or not before["value"]:
+        if before is None or not before["value"] or row["value"] is None:
             continue
         ratio = row["value"] / before["value"]
         better = ratio < 1 if row.get("lower_is_better") else ratio > 1

@@ -71,7 +71,9 @@ def host_main(spec: HostSpec, commands: Any, results: Any, barriers: dict[str, A
                 if command == "setup":
                     for unit in units:
                         unit.close()
-                    workloads.setup_database(db, args["prepopulate"])
+                    workloads.setup_database(db, args["prepopulate"],
+                                             structures=tuple(args["structures"]),
+                                             params=spec.params)
                     for unit in units:
                         unit.connect(db)
                     reply: Any = None
@@ -99,7 +101,10 @@ def _reopen(spec: HostSpec, db: Any, units: list[Unit]) -> Any:
         import ZODB
         storage = db.storage
         db.cacheMinimize()
-        new = ZODB.DB(storage)
+        # The configured pickle cache bounds, not ZODB.DB's defaults (400 objects: a
+        # steamin' read of more than that would load from the storage again).
+        new = ZODB.DB(storage, cache_size=db.getCacheSize(),
+                      cache_size_bytes=db.getCacheSizeBytes(), pool_size=db.getPoolSize())
     else:
         db.close()
         new = spec.contender.open_db()
@@ -252,14 +257,26 @@ class Round:
             raise BenchFailure(f"a worker of {self.contender.name} failed:\n{errors[0]}")
         return replies
 
-    def setup(self, prepopulate: int) -> None:
+    def setup(self, prepopulate: int, structures: tuple[str, ...] = ()) -> None:
+        """The first writer prepares the database (``structures``: the tests whose
+        shared structure it builds); then every other host sees it."""
         first = self.writer_hosts[0]
-        self.hosts[first][1].put(("setup", {"prepopulate": prepopulate}))
+        self.hosts[first][1].put(("setup", {"prepopulate": prepopulate,
+                                            "structures": structures}))
         self._collect([first], "done")
         others = [i for i in range(len(self.hosts)) if i != first]
         for i in others:
-            self.hosts[i][1].put(("setup", {"prepopulate": 0}))
+            self.hosts[i][1].put(("setup", {"prepopulate": 0, "structures": ()}))
         self._collect(others, "done")
+
+    def recover(self) -> None:
+        """After a failed test: the barriers its workers broke are usable again; a
+        worker process that died fails the round."""
+        dead = [i for i, (process, _) in enumerate(self.hosts) if not process.is_alive()]
+        if dead:
+            raise BenchFailure(f"worker process {dead[0]} of {self.contender.name} died")
+        for barrier in self.barriers.values():
+            barrier.reset()
 
     def run(self, test: str, rep: int, tag: str) -> list[dict[str, Any]]:
         for _, commands in self.hosts:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from zodbsql.bench import runner
 from zodbsql.bench.contenders import Contender
-from zodbsql.bench.workloads import NEEDS_OBJECTS, READS, TESTS, Params
+from zodbsql.bench.workloads import NEEDS_OBJECTS, READS, STRUCTURES, TESTS, Params
 
 ALL_TESTS = list(TESTS)
 
@@ -32,12 +32,20 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Best (and median) of the measured repetitions of each contender/test/c/n."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for run in runs:
-        if not run["warmup"]:
+        if not run["warmup"] or run.get("failed"):
             key = (run["contender"], run["test"], run["concurrency"], run["objects_per_txn"])
             groups.setdefault(key, []).append(run)
     rows = []
-    for (contender, test, c, n), group in groups.items():
+    for (contender, test, c, n), every in groups.items():
         kind = TESTS[test]
+        group = [r for r in every if not r.get("failed")]
+        if not group:
+            rows.append({"contender": contender, "test": test, "title": kind.title,
+                         "unit": kind.unit, "lower_is_better": kind.lower_is_better,
+                         "concurrency": c, "objects_per_txn": n, "value": None,
+                         "median": None, "repetitions": 0, "sql_per_txn": None,
+                         "loads": None, "seconds": None, "failed": every[0]["failed"]})
+            continue
         pick = min if kind.lower_is_better else max
         best = pick(group, key=lambda r: r["value"])
         row = {"contender": contender, "test": test, "title": kind.title, "unit": kind.unit,
@@ -62,35 +70,77 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def execute(plan: Plan, contenders: list[Contender],
             on_result: Callable[[dict[str, Any]], None],
             on_status: Callable[[str], None] = lambda text: None) -> list[dict[str, Any]]:
-    """Run the plan; ``on_result`` gets every measurement as it comes."""
+    """Run the plan; ``on_result`` gets every measurement as it comes, failures too.
+
+    A test that fails (a worker's error, wrong data, steamin' loading) is recorded with
+    its reason and not run again at that concurrency and size; the run goes on.  When
+    the worker processes themselves fail, every test not measured yet at that
+    concurrency and size is recorded as failed with the same reason.
+    """
     runs: list[dict[str, Any]] = []
+
+    def record(result: dict[str, Any]) -> None:
+        runs.append(result)
+        on_result(result)
+
     needs_objects = any(t in NEEDS_OBJECTS for t in plan.tests)
     needs_readers = any(t in READS for t in plan.tests)
+    structures = tuple(t for t in plan.tests if t in STRUCTURES)
     for contender in contenders:
         prepopulated = False
         for c in plan.concurrency:
             for n in plan.objects:
                 params = replace(plan.params, objects=n, concurrency=c)
+                cell = {"contender": contender.name, "concurrency": c, "objects_per_txn": n}
+                failed: set[str] = set()
+                measured: set[str] = set()
                 on_status(f"{contender.name}: starting {c if not contender.single_process else 1}"
                           f" worker process(es), {n} objects per transaction")
-                with runner.Round(contender, params, plan.profile_dir, needs_readers) as rnd:
-                    rnd.setup(0 if prepopulated else plan.prepopulate)
-                    prepopulated = True
-                    for rep in range(plan.warmup + plan.repetitions):
-                        tag = f"c{c}-n{n}-r{rep}"
-                        warmup = rep < plan.warmup
-                        if needs_objects and "add" not in plan.tests:
-                            rnd.run("add", rep, tag)      # the objects, not measured
-                        for test in plan.tests:
-                            on_status(f"{contender.name}: {TESTS[test].title}, c={c},"
-                                      f" n={n}, {'warm-up' if warmup else 'run'} {rep + 1}")
-                            result = rnd.measure(test, rep, tag)
-                            result.update(contender=contender.name, test=test,
-                                          concurrency=c, objects_per_txn=n, repetition=rep,
-                                          warmup=warmup)
-                            runs.append(result)
-                            on_result(result)
+                try:
+                    with runner.Round(contender, params, plan.profile_dir,
+                                      needs_readers) as rnd:
+                        rnd.setup(0 if prepopulated else plan.prepopulate, structures)
+                        prepopulated = True
+                        for rep in range(plan.warmup + plan.repetitions):
+                            tag = f"c{c}-n{n}-r{rep}"
+                            warmup = rep < plan.warmup
+                            if needs_objects and "add" not in plan.tests:
+                                rnd.run("add", rep, tag)      # the objects, not measured
+                            for test in plan.tests:
+                                if test in failed:
+                                    continue
+                                on_status(f"{contender.name}: {TESTS[test].title}, c={c},"
+                                          f" n={n}, {'warm-up' if warmup else 'run'} {rep + 1}")
+                                try:
+                                    result = rnd.measure(test, rep, tag)
+                                except runner.BenchFailure as exc:
+                                    failed.add(test)
+                                    result = failure(str(exc))
+                                    rnd.recover()
+                                measured.add(test)
+                                result.update(cell, test=test, repetition=rep, warmup=warmup)
+                                record(result)
+                except runner.BenchFailure as exc:
+                    for test in plan.tests:
+                        if test not in measured:
+                            record(failure(str(exc), cell, test=test, repetition=0,
+                                           warmup=False))
     return runs
+
+
+def failure(reason: str, *parts: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The record of a test that failed: no figure, and why."""
+    result: dict[str, Any] = {"failed": reason, "value": None, "seconds": None,
+                              "objects": 0, "transactions": 0, "loads": None,
+                              "statements": None, "sql_per_txn": None}
+    for part in parts:
+        result.update(part)
+    result.update(fields)
+    return result
+
+
+def failures(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in runs if r.get("failed")]
 
 
 def plan_as_dict(plan: Plan) -> dict[str, Any]:

@@ -48,6 +48,8 @@ class Params:
     pack_objects: int = 100_000
     commits: int = 20          # transactions per worker in empty/conflicts/hotspot
     hotspot_keys: int = hotspot.KEYS_PER_TRANSACTION
+    sparse_objects: int = 10_000   # children of the sparse test's mapping
+    walk_objects: int = 100_000    # items of the btree-walk test's OOBTree
 
 
 @dataclass
@@ -136,8 +138,48 @@ class Unit:
         return count
 
 
-def setup_database(db: Any, prepopulate: int, batch: int = 10_000) -> None:
-    """The bench's root mapping and shared counters; --prepopulate objects."""
+#: One child in SPARSE_STRIDE is read by the sparse test.
+SPARSE_STRIDE = 100
+
+
+def sparse_name(params: Params) -> str:
+    return f"sparse-{params.sparse_objects}"
+
+
+def walk_name(params: Params) -> str:
+    return f"walk-{params.walk_objects}"
+
+
+def _fill_in_batches(tm: Any, conn: Any, container: Any, count: int, batch: int) -> None:
+    data = b"x" * 128
+    for start in range(0, count, batch):
+        tm.begin()
+        for i in range(start, min(start + batch, count)):
+            container[i] = Item(data)
+        tm.commit()
+        conn.cacheMinimize()
+
+
+def _shared_structure(tm: Any, conn: Any, name: str, make: Callable[[], Any], count: int,
+                      batch: int) -> None:
+    """``root[ROOT_KEY][name]``: ``make()`` filled with ``count`` Items, built once."""
+    bench = conn.root()[ROOT_KEY]
+    if name in bench:
+        return
+    tm.begin()
+    building = conn.root()[ROOT_KEY][f"{name}-building"] = make()
+    tm.commit()
+    _fill_in_batches(tm, conn, building, count, batch)
+    tm.begin()
+    bench = conn.root()[ROOT_KEY]
+    bench[name] = bench.pop(f"{name}-building")   # complete, or not there at all
+    tm.commit()
+
+
+def setup_database(db: Any, prepopulate: int, batch: int = 10_000,
+                   structures: tuple[str, ...] = (), params: Params | None = None) -> None:
+    """The bench's root mapping and shared counters; --prepopulate objects; the shared
+    structures the read tests walk (``structures``: test names, e.g. "sparse")."""
     tm = transaction.TransactionManager()
     conn = db.open(transaction_manager=tm)
     try:
@@ -151,17 +193,15 @@ def setup_database(db: Any, prepopulate: int, batch: int = 10_000) -> None:
         if "counters" not in bench:
             bench["counters"] = PersistentMapping(resolving=Length(), plain=Counter())
             tm.commit()
-        if prepopulate and "prepopulated" not in bench:
-            tm.begin()
-            tree = conn.root()[ROOT_KEY]["prepopulated"] = OOBTree()
-            tm.commit()
-            data = b"x" * 128
-            for start in range(0, prepopulate, batch):
-                tm.begin()
-                for i in range(start, min(start + batch, prepopulate)):
-                    tree[i] = Item(data)
-                tm.commit()
-                conn.cacheMinimize()
+        if prepopulate:
+            _shared_structure(tm, conn, "prepopulated", OOBTree, prepopulate, batch)
+        params = params or Params()
+        if "sparse" in structures:
+            _shared_structure(tm, conn, sparse_name(params), PersistentMapping,
+                              params.sparse_objects, batch)
+        if "btree-walk" in structures:
+            _shared_structure(tm, conn, walk_name(params), OOBTree, params.walk_objects,
+                              batch)
     finally:
         tm.abort()
         conn.close()
@@ -172,6 +212,31 @@ def _read(unit: Unit) -> Outcome:
     unit.tm.begin()
     before = unit.loads
     count = unit.read_all()
+    unit.tm.abort()
+    return Outcome(count, 1, unit.loads - before)
+
+
+def sparse_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    """Read one child in SPARSE_STRIDE of a large mapping (its state names them all)."""
+    unit.tm.begin()
+    before = unit.loads
+    mapping = unit.root()[sparse_name(unit.params)]
+    count = 0
+    for key in range(0, unit.params.sparse_objects, SPARSE_STRIDE):
+        mapping[key].count
+        count += 1
+    unit.tm.abort()
+    return Outcome(count, 1, unit.loads - before)
+
+
+def walk_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    """Iterate every item of a large OOBTree."""
+    unit.tm.begin()
+    before = unit.loads
+    count = 0
+    for item in unit.root()[walk_name(unit.params)].values():
+        item.count
+        count += 1
     unit.tm.abort()
     return Outcome(count, 1, unit.loads - before)
 
@@ -381,6 +446,9 @@ TESTS: dict[str, Test] = {t.name: t for t in [
          lambda u, s: _read(u)),
     Test("steamin", "read steamin' (all cached)", "reader", steamin_prepare,
          lambda u, s: _read(u)),
+    Test("sparse", "read sparse (1 child in 100, cold)", "reader", nothing, sparse_run,
+         reopen=True),
+    Test("btree-walk", "walk an OOBTree (cold)", "reader", nothing, walk_run, reopen=True),
     Test("readcurrent", "readCurrent + commit", "writer", readcurrent_prepare, readcurrent_run),
     Test("empty", "empty commit (poll + 2PC)", "writer", empty_prepare, empty_run,
          unit="transactions/s"),
@@ -394,4 +462,6 @@ TESTS: dict[str, Test] = {t.name: t for t in [
 ]}
 #: Tests that need the objects written by ``add``.
 NEEDS_OBJECTS = {"update", "warm", "cold", "hot", "steamin", "readcurrent"}
-READS = {"warm", "cold", "hot", "steamin"}
+READS = {"warm", "cold", "hot", "steamin", "sparse", "btree-walk"}
+#: Tests that read a shared structure setup_database builds once per database.
+STRUCTURES = ("sparse", "btree-walk")

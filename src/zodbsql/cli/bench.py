@@ -23,7 +23,15 @@ Tests (--tests / --exclude; default: all):
   large        one transaction of --large-objects objects (default 10,000) per worker
   pack         pack after dropping --pack-objects objects (default 100 x -n): seconds per
                100,000 objects (one worker, once per repetition)
-Blob tests are not there yet (zodbsql has no blob support yet).
+  sparse       cold: read one child in 100 of a mapping of --sparse-objects children
+               (default 10,000); prefetching what a state references must not hurt
+  btree-walk   cold: iterate every item of an OOBTree of --walk-objects (default 100,000)
+Blobs are measured by `zodbsql blobspeed` (MB/s written and read for one blob).
+
+A test that fails (a worker's error, wrong data) is recorded with its reason and the run
+goes on; results.json is written at the end, and also on Ctrl-C or an error ("status"
+says which).  When stdout is not a terminal, one line per finished measurement is
+printed instead of the live table.
 
 How figures are computed: workers are separate processes (multiprocessing, spawn) that
 wait at a barrier and are released together; a figure is the total work of all workers
@@ -130,6 +138,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         " (default: %(default)s)")
     parser.add_argument("--hotspot-keys", type=int, default=10, metavar="N",
                         help="keys each hotspot transaction inserts (default: %(default)s)")
+    parser.add_argument("--sparse-objects", type=int, default=10_000, metavar="N",
+                        help="children of the mapping the sparse test reads one in 100 of"
+                        " (default: %(default)s)")
+    parser.add_argument("--walk-objects", type=int, default=100_000, metavar="N",
+                        help="items of the OOBTree btree-walk iterates (default: %(default)s)")
     parser.add_argument("--profile", metavar="DIR",
                         help="write a cProfile file per test and worker into DIR")
     parser.add_argument("--output", metavar="DIR",
@@ -148,8 +161,7 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C: workers and the ZEO server get SIGINT too; the finally clauses stop what
     # is left and remove the temporary directory.  SIGTERM is handled the same way.
     signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
-    from zodbsql.bench import charts, contenders, display, results, session
-    from zodbsql.bench.runner import BenchFailure
+    from zodbsql.bench import contenders, display, results, session
     from zodbsql.bench.workloads import Params
 
     tests = args.tests or list(session.ALL_TESTS)
@@ -166,7 +178,9 @@ def run(args: argparse.Namespace) -> int:
         repetitions=max(1, args.repetitions), warmup=max(0, args.warmup),
         params=Params(object_size=args.object_size, btrees=args.btrees,
                       large_objects=args.large_objects, pack_objects=pack_objects,
-                      commits=args.commits, hotspot_keys=max(1, args.hotspot_keys)),
+                      commits=args.commits, hotspot_keys=max(1, args.hotspot_keys),
+                      sparse_objects=max(1, args.sparse_objects),
+                      walk_objects=max(1, args.walk_objects)),
         prepopulate=args.prepopulate, profile_dir=args.profile)
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
@@ -180,15 +194,43 @@ def run(args: argparse.Namespace) -> int:
                                 f"zodbsql bench: c={','.join(map(str, plan.concurrency))}"
                                 f" n={','.join(map(str, plan.objects))}, best of"
                                 f" {plan.repetitions}")
+        # Every measurement is kept as it comes: Ctrl-C or an error still writes them.
+        runs: list[dict[str, Any]] = []
+
+        def keep(run: dict[str, Any]) -> None:
+            runs.append(run)
+            view.result(run)
+        status = "complete"
         try:
             with view:
-                runs = session.execute(plan, found, view.result, view.status)
-        except BenchFailure as exc:
-            print(f"zodbsql bench: failed: {mask_secrets(str(exc))}", file=sys.stderr)
-            return 1
+                session.execute(plan, found, keep, view.status)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException as exc:
+            status = f"stopped by an error: {mask_secrets(str(exc))}"
+            raise
+        finally:
+            _write_results(args, output, plan, found, runs, status)
+    failed = session.failures(runs)
+    for run in failed:
+        print(f"zodbsql bench: {run['contender']} {run['test']} c={run['concurrency']}"
+              f" n={run['objects_per_txn']} failed: {mask_secrets(run['failed']).strip()}",
+              file=sys.stderr)
+    print("figures: total work of all workers / wall time from their release to the last"
+          " finish; best of the repetitions")
+    return 1 if failed else 0
+
+
+def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list[Any],
+                   runs: list[dict[str, Any]], status: str) -> None:
+    """results.json, results.csv and the charts of what was measured (all of it, or
+    what there was when the run was interrupted)."""
+    from zodbsql.bench import charts, results, session
     summary = session.summarise(runs)
     document: dict[str, Any] = {
         "format": "zodbsql-bench/1",
+        "status": status,
         "environment": results.environment(),
         "plan": session.plan_as_dict(plan),
         "contenders": [{"name": c.name, "description": c.description,
@@ -197,15 +239,14 @@ def run(args: argparse.Namespace) -> int:
                         "config": mask_config(c.config_text) if c.owned else "(from --config)"}
                        for c in found],
         "summary": summary,
-        "runs": runs,
+        "runs": [{**run, "failed": mask_secrets(run["failed"])} if run.get("failed")
+                 else run for run in runs],
     }
     json_path, csv_path = results.write(output, document)
-    written = [] if args.no_charts else charts.write_all(output, summary)
-    print(f"results: {json_path}, {csv_path}" +
-          (f", {len(written)} charts" if written else "") + f" in {output}")
-    print("figures: total work of all workers / wall time from their release to the last"
-          " finish; best of the repetitions")
-    return 0
+    written = [] if args.no_charts or not summary else charts.write_all(output, summary)
+    print(f"results ({status}): {json_path}, {csv_path}" +
+          (f", {len(written)} charts" if written else "") + f" in {output}",
+          file=sys.stderr if status != "complete" else sys.stdout)
 
 
 def run_compare(args: argparse.Namespace) -> int:
