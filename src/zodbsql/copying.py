@@ -45,6 +45,24 @@ def resume_point(source: Any, dest: Any) -> bytes | None:
     return p64(u64(last) + 1)
 
 
+def transactions(source: Any, start: bytes) -> Any:
+    """``source.iterator(start)`` without an empty transaction at tid 0.
+
+    A history-preserving RelStorage database holds such a row, the placeholder its
+    schema creates; iterated from tid 0 it comes first.  No storage can commit at tid 0
+    (it is not after anything), and it holds nothing to copy.
+    """
+    for txn in source.iterator(start):
+        if txn.tid == z64:
+            records = list(txn)
+            if records:
+                raise ConfigurationError(
+                    f"the source has a transaction at tid 0 holding {len(records)}"
+                    " record(s); no storage can commit at tid 0")
+            continue
+        yield txn
+
+
 def copy_transactions(source: Any, dest: Any, start: bytes,
                       progress: Callable[[CopyCounts, bytes], None] | None = None,
                       ) -> CopyCounts:
@@ -52,7 +70,7 @@ def copy_transactions(source: Any, dest: Any, start: bytes,
     with_blobs = IBlobStorage.providedBy(source)
     scratch = tempfile.mkdtemp(prefix="zodbsql-copy-")
     try:
-        for txn in source.iterator(start):
+        for txn in transactions(source, start):
             counts.first_tid = counts.first_tid or txn.tid
             dest.tpc_begin(txn, txn.tid, txn.status)
             try:
@@ -100,7 +118,7 @@ def _blob_copy(source: Any, record: Any, scratch: str) -> str | None:
 def count_from(storage: Any, start: bytes) -> CopyCounts:
     """Transactions and records of ``storage`` from ``start`` on (for the comparison)."""
     counts = CopyCounts()
-    for txn in storage.iterator(start):
+    for txn in transactions(storage, start):
         counts.transactions += 1
         for record in txn:
             counts.records += 1

@@ -19,7 +19,8 @@ from ZODB import POSException
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.blob import BlobFile
 from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
-                             IMVCCStorage, IStorage, IStorageIteration,
+                             IMVCCStorage, IStorage, IStorageCurrentRecordIteration,
+                             IStorageIteration,
                              IStorageRestoreable, IStorageUndoable)
 from ZODB.utils import p64, u64
 
@@ -76,7 +77,7 @@ class Shared:
 
 
 @zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
-                            IExternalGC)
+                            IStorageCurrentRecordIteration, IExternalGC)
 class SQLStorage(ConflictResolvingStorage):
     """A ZODB storage in a relational database."""
 

@@ -1,0 +1,97 @@
+"""Migration from RelStorage: ``zodbsql convert`` copies a history-preserving RelStorage
+database on PostgreSQL (which holds an empty placeholder transaction at tid 0) with
+identical transactions and records."""
+from __future__ import annotations
+
+import pathlib
+import secrets
+from typing import Any, Iterator
+
+import pytest
+import transaction
+import ZODB
+import ZODB.config
+from persistent.mapping import PersistentMapping
+
+import zodbsql
+from tests.databases import POSTGRESQL_DSN, server_unavailable
+from zodbsql.cli.main import main
+
+RELSTORAGE_CONFIG = """\
+%import relstorage
+<zodb main>
+  <relstorage>
+    keep-history true
+    <postgresql>
+      dsn {dsn}
+    </postgresql>
+  </relstorage>
+</zodb>
+"""
+
+
+@pytest.fixture
+def relstorage_config(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A ZConfig file naming a history-preserving RelStorage in a scratch database."""
+    import psycopg
+    try:
+        server = psycopg.connect(POSTGRESQL_DSN, autocommit=True, connect_timeout=5)
+    except Exception as exc:
+        server_unavailable(f"PostgreSQL ({POSTGRESQL_DSN})", exc)
+    name = f"zodbsql_test_rs_{secrets.token_hex(6)}"
+    server.execute(f'CREATE DATABASE "{name}"')
+    params = psycopg.conninfo.conninfo_to_dict(POSTGRESQL_DSN)
+    params["dbname"] = name
+    path = tmp_path / "relstorage.conf"
+    path.write_text(RELSTORAGE_CONFIG.format(
+        dsn=psycopg.conninfo.make_conninfo("", **params)))
+    try:
+        yield path
+    finally:
+        server.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                       " WHERE datname = %s", (name,))
+        server.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        server.close()
+
+
+def history(storage: Any) -> list[tuple[Any, ...]]:
+    """Every transaction after tid 0: tid, status, metadata and records."""
+    return [(t.tid, t.user, t.description, t.extension,
+             [(r.oid, r.tid, r.data, r.data_txn) for r in t])
+            for t in storage.iterator() if t.tid != b"\0" * 8]
+
+
+def test_convert_copies_a_history_preserving_relstorage(
+        relstorage_config: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    db = ZODB.config.databaseFromFile(relstorage_config.open())
+    try:
+        for i in range(3):
+            with db.transaction(f"step {i}") as conn:
+                conn.root()[f"item{i}"] = PersistentMapping(value=i)
+        with db.transaction("change") as conn:
+            conn.root()["item1"]["value"] = 100
+        # RelStorage's placeholder: iterated from tid 0, an empty transaction at tid 0.
+        first = next(iter(db.storage.iterator(b"\0" * 8)))
+        assert first.tid == b"\0" * 8 and list(first) == []
+        expected = history(db.storage)
+    finally:
+        db.close()
+    dest = tmp_path / "Data.sqlite"
+    assert main(["convert", "--quiet", f"{relstorage_config}#main", f"sqlite://{dest}"]) == 0
+
+    storage = zodbsql.open_storage(f"sqlite://{dest}")
+    try:
+        assert history(storage) == expected
+        assert len(expected) == 5            # the creation of the root, and four commits
+    finally:
+        storage.close()
+    # Run again: nothing after the destination's last transaction, nothing copied.
+    assert main(["convert", "--quiet", f"{relstorage_config}#main", f"sqlite://{dest}"]) == 0
+    db = ZODB.DB(zodbsql.open_storage(f"sqlite://{dest}"))
+    try:
+        conn = db.open()
+        assert [conn.root()[f"item{i}"]["value"] for i in range(3)] == [0, 100, 2]
+        conn.close()
+    finally:
+        transaction.abort()
+        db.close()
