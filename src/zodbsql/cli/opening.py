@@ -7,6 +7,7 @@ empty schema is an error naming it, and nothing is created.
 """
 from __future__ import annotations
 
+import io
 import os
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -17,6 +18,7 @@ import zodburi
 
 from zodbsql.api import open_storage as open_zodbsql_storage
 from zodbsql.backends.sqlite.adapter import SQLiteOptions
+from zodbsql.cli import zopeconf
 from zodbsql.config import StorageFactory
 from zodbsql.errors import ConfigurationError, ZodbsqlError
 from zodbsql.masking import mask_secrets
@@ -111,13 +113,29 @@ def _open_url(url: str, read_only: bool, must_exist: bool, zodbsql_for: str | No
     return factory()
 
 
+def _load_zconfig(path: str, name: str) -> Any:
+    """The file read with ZODB's database schema; a Zope instance's configuration
+    (zope.conf: ``<zodb_db>`` sections among Zope's own settings) by its databases."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    url = "file://" + os.path.abspath(path)     # relative %include paths, and messages
+    if zopeconf.is_zope_config(text):
+        names = zopeconf.database_names(text)
+        if name and name not in names:
+            raise ConfigurationError(f"{path} has no <zodb_db {name}> section (it has:"
+                                     f" {', '.join(names) or 'none'})")
+        text = zopeconf.as_database_config(text, name)
+    config, _ = ZConfig.loadConfigFile(ZODB.config.getDbSchema(), io.StringIO(text), url)
+    return config
+
+
 def _open_zconfig(path: str, name: str, read_only: bool, must_exist: bool,
                   zodbsql_for: str | None) -> Any:
     if not os.path.isfile(path):
         problem = "is a directory" if os.path.isdir(path) else "does not exist"
         raise ConfigurationError(f"{path} {problem} (expected {STORAGE_HELP})")
     try:
-        config, _ = ZConfig.loadConfig(ZODB.config.getDbSchema(), path)
+        config = _load_zconfig(path, name)
     except ZConfig.ConfigurationError as exc:
         detail = " ".join(str(exc).split())  # ZConfig puts the line number on a line of its own
         raise ConfigurationError(f"{path}: {mask_secrets(detail)}") from None
@@ -130,7 +148,8 @@ def _open_zconfig(path: str, name: str, read_only: bool, must_exist: bool,
     if name:
         chosen = [s for s in sections if s.name == name]
         if not chosen:
-            raise ConfigurationError(f"{path} has no <zodb {name}> section (it has: {names})")
+            raise ConfigurationError(f"{path} has no <zodb {name}> or <zodb_db {name}>"
+                                     f" section (it has: {names or 'none'})")
     elif len(sections) != 1:
         raise ConfigurationError(f"{path} has {len(sections)} <zodb> sections ({names});"
                                  " pick one with FILE#NAME")
