@@ -58,6 +58,18 @@ def test_steamin_loads_nothing_and_sql_is_counted(tiny_run: tuple[pathlib.Path, 
         assert by[contender, "cold"]["loads"] >= 20
         assert by[contender, "add"]["sql_per_txn"] is None or contender == "sqlite"
     assert by["sqlite", "add"]["sql_per_txn"] > 0
+
+
+def test_memory_is_reported_per_test(tiny_run: tuple[pathlib.Path, str]) -> None:
+    out, printed = tiny_run
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    for row in summary:   # a Python process with ZODB loaded holds more than 20 MB
+        assert row["peak_rss_mb"] > 20 and row["rss_mb"] > 20, row
+        assert row["rss_mb"] <= row["peak_rss_mb"]
+    by = {(r["contender"], r["test"]): r for r in summary}
+    assert by["sqlite", "cold"]["cache_mb"] > 0          # zodbsql's state cache counts
+    assert by["mappingstorage", "cold"]["cache_mb"] is None
+    assert re.search(r"peak \d+ MB", printed)
     assert by["sqlite", "cold"]["sql_per_txn"] >= 20      # one load per object at least
     assert "conflicts_resolved_per_s" in by["sqlite", "conflicts"]
 
@@ -85,7 +97,7 @@ def test_json_and_csv_hold_what_the_table_shows(tiny_run: tuple[pathlib.Path, st
 
 def test_charts_are_pngs(tiny_run: tuple[pathlib.Path, str]) -> None:
     out, _ = tiny_run
-    for test in workloads.TESTS:
+    for test in [*workloads.TESTS, "memory"]:
         assert (out / f"{test}.png").read_bytes()[:8] == PNG_MAGIC
 
 
@@ -398,7 +410,7 @@ def test_a_failed_test_is_recorded_and_the_run_goes_on(monkeypatch: pytest.Monke
     assert summary["hot"]["failed"] == "hot on m left wrong data: 3 missing"
     assert summary["cold"]["value"] == 11.0 and not summary["cold"].get("failed")
     assert display.table_rows(session.summarise(runs), ["m"])[1] == ("hot", "objects/s",
-                                                                     ["failed"])
+                                                                     ["failed", "-"])
 
 
 def test_workers_that_fail_fail_every_test_of_their_round(

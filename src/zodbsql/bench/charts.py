@@ -26,6 +26,8 @@ def write_all(directory: str, summary: list[dict[str, Any]]) -> list[str]:
     for test in dict.fromkeys(r["test"] for r in summary):
         rows = [r for r in summary if r["test"] == test]
         written.append(_bars(directory, test, rows, contenders, colours))
+    if any(r.get("peak_rss_mb") for r in summary):
+        written.append(_memory(directory, summary, contenders, colours))
     for axis, label in (("concurrency", "concurrency (worker processes)"),
                         ("objects_per_txn", "objects per transaction")):
         if len({r[axis] for r in summary}) > 1:
@@ -60,6 +62,36 @@ def _bars(directory: str, test: str, rows: list[dict[str, Any]], contenders: lis
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path = os.path.join(directory, f"{_slug(test)}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _memory(directory: str, summary: list[dict[str, Any]], contenders: list[str],
+            colours: dict[str, Any]) -> str:
+    """memory.png: the peak RSS of each contender's largest worker process after each
+    test (at the largest concurrency and size measured)."""
+    c, n = max(r["concurrency"] for r in summary), max(r["objects_per_txn"] for r in summary)
+    rows = [r for r in summary if (r["concurrency"], r["objects_per_txn"]) == (c, n)
+            and r.get("peak_rss_mb")]
+    tests = list(dict.fromkeys(r["test"] for r in rows))
+    present = [x for x in contenders if any(r["contender"] == x for r in rows)]
+    width = 0.8 / max(len(present), 1)
+    fig, ax = plt.subplots(figsize=(min(16.0, max(6.0, 1.2 + 0.9 * len(tests) * len(present))),
+                                    4.5))
+    for i, contender in enumerate(present):
+        points = [(t, r["peak_rss_mb"]) for t, test in enumerate(tests) for r in rows
+                  if r["test"] == test and r["contender"] == contender]
+        ax.bar([t + (i - (len(present) - 1) / 2) * width for t, _ in points],
+               [mb for _, mb in points], width * 0.95, label=contender,
+               color=colours[contender])
+    ax.set_xticks(range(len(tests)), tests, rotation=30, ha="right")
+    ax.set_ylabel("peak RSS of a worker process (MB)")
+    ax.set_title(f"memory (c={c}, n={n}; lower is better)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(directory, "memory.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -44,7 +44,8 @@ def sql_contenders(summary: list[dict[str, Any]], contenders: list[str]) -> set[
 def table_rows(summary: list[dict[str, Any]], contenders: list[str]
                ) -> list[tuple[str, str, list[str]]]:
     """(label, unit, cells) for each line of the table: a value per contender, followed
-    by SQL statements per transaction for contenders that count them."""
+    by SQL statements per transaction for contenders that count them, and the peak
+    memory (MB) of the contender's largest worker process."""
     with_sql = sql_contenders(summary, contenders)
     keyed = {(r["test"], r["concurrency"], r["objects_per_txn"], r["contender"]): r
              for r in summary}
@@ -60,18 +61,19 @@ def table_rows(summary: list[dict[str, Any]], contenders: list[str]
         for contender in contenders:
             row = keyed.get((test, c, n, contender))
             first = first or row
-            sql_cell = [""] if contender in with_sql else []
+            blanks = [""] * (2 if contender in with_sql else 1)   # sql/txn, MB
             if row is None:
-                cells += [""] + sql_cell
+                cells += [""] + blanks
                 for extra in extras:
-                    extra += [""] + sql_cell
+                    extra += [""] + blanks
                 continue
             cells.append("failed" if row.get("failed") else fmt(row["value"]))
-            if sql_cell:
+            if contender in with_sql:
                 sql = row.get("sql_per_txn")
                 cells.append(f"{sql:.1f}" if sql is not None else "-")
+            cells.append(count(row.get("peak_rss_mb")))
             for extra, (_, _, key, show) in zip(extras, specs):
-                extra += [show(row.get(key))] + sql_cell
+                extra += [show(row.get(key))] + blanks
         assert first is not None
         label = test + (f" c={c} n={n}" if several else "")
         lines.append((label, UNITS.get(first["unit"], first["unit"]), cells))
@@ -89,6 +91,7 @@ def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str
         table.add_column(contender, justify="right", no_wrap=True)
         if contender in with_sql:
             table.add_column("sql/txn", justify="right", style="dim", no_wrap=True)
+        table.add_column("MB", justify="right", style="dim", no_wrap=True)
     for label, unit, cells in table_rows(summary, contenders):
         table.add_row(label, unit, *cells)
     return table
@@ -107,6 +110,8 @@ def result_line(run: dict[str, Any]) -> str:
         line += f", {run['sql_per_txn']:.1f} sql/txn"
     if "retries_per_commit" in run:
         line += f", {run['retries_per_commit']:.2f} retries/commit"
+    if run.get("peak_rss_mb") is not None:
+        line += f", peak {run['peak_rss_mb']:,.0f} MB"
     return line
 
 

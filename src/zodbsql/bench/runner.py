@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import resource
 import signal
 import threading
 import time
@@ -45,6 +46,24 @@ class HostSpec:
 def _statements(db: Any) -> int | None:
     count = getattr(db.storage, "statement_count", None)
     return count() if count is not None else None
+
+
+def memory(db: Any) -> dict[str, float | None]:
+    """This worker process's memory now, its peak so far (MB), and what the storage's
+    own cache counts, where it has one (zodbsql's state cache)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * page / 1e6
+    except OSError:      # not Linux: the peak only
+        rss = None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+    if rss is not None:     # the kernel updates its high-water mark lazily
+        peak = max(peak, rss)
+    cache = getattr(getattr(db.storage, "shared", None), "cache", None)
+    counted = getattr(cache, "bytes_used", None)
+    return {"rss_mb": rss, "peak_rss_mb": peak,
+            "cache_mb": counted / 1e6 if counted is not None else None}
 
 
 def host_main(spec: HostSpec, commands: Any, results: Any, barriers: dict[str, Any]) -> None:
@@ -151,7 +170,8 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
                 "transactions": outcome.transactions, "loads": outcome.loads,
                 "statements": None if statements is None or after is None
                 else after - statements,
-                "extra": outcome.extra, "unit": f"{unit.role}{unit.index}"}
+                "extra": outcome.extra, "unit": f"{unit.role}{unit.index}",
+                **memory(unit.db)}
         except BaseException:
             if barrier is not None:
                 barrier.abort()
@@ -324,6 +344,9 @@ def figure(test: str, units: list[dict[str, Any]]) -> dict[str, Any]:
         "loads": sum(loads) if loads else None,
         "statements": sum(statements) if None not in statements else None,
     }
+    for key in ("rss_mb", "peak_rss_mb", "cache_mb"):   # the largest worker process
+        values = [u[key] for u in units if u.get(key) is not None]
+        result[key] = max(values) if values else None
     result["sql_per_txn"] = (result["statements"] / transactions
                              if result["statements"] is not None and transactions else None)
     for key in ("conflicts_raised", "conflicts_resolved"):

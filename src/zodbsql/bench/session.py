@@ -53,7 +53,10 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                "objects_per_txn": n, "value": best["value"],
                "median": statistics.median(r["value"] for r in group),
                "repetitions": len(group), "sql_per_txn": best["sql_per_txn"],
-               "loads": best["loads"], "seconds": best["seconds"]}
+               "loads": best["loads"], "seconds": best["seconds"],
+               # Memory: the largest worker process at the end of any repetition.
+               "peak_rss_mb": _largest(group, "peak_rss_mb"),
+               "rss_mb": _largest(group, "rss_mb"), "cache_mb": _largest(group, "cache_mb")}
         for name in ("conflicts_raised_per_s", "conflicts_resolved_per_s"):
             if name in best:
                 row[name] = max(r[name] for r in group)
@@ -65,6 +68,11 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row["deadlocks"] = None if None in counts else sum(counts)
         rows.append(row)
     return rows
+
+
+def _largest(group: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in group if r.get(key) is not None]
+    return max(values) if values else None
 
 
 def execute(plan: Plan, contenders: list[Contender],

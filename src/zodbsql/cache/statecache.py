@@ -119,3 +119,8 @@ class StateCache:
 
     def __len__(self) -> int:
         return len(self._states)
+
+    @property
+    def bytes_used(self) -> int:
+        """What the cache counts against its limit: the states, and 64 bytes each."""
+        return self._bytes
