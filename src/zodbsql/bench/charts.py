@@ -26,6 +26,8 @@ def write_all(directory: str, summary: list[dict[str, Any]]) -> list[str]:
     for test in dict.fromkeys(r["test"] for r in summary):
         rows = [r for r in summary if r["test"] == test]
         written.append(_bars(directory, test, rows, contenders, colours))
+    if any(r.get("soak") for r in summary):
+        written.append(_soak(directory, summary, contenders, colours))
     if any(r.get("peak_rss_mb") for r in summary):
         written.append(_memory(directory, summary, contenders, colours))
     for axis, label in (("concurrency", "concurrency (worker processes)"),
@@ -63,6 +65,37 @@ def _bars(directory: str, test: str, rows: list[dict[str, Any]], contenders: lis
     fig.tight_layout()
     path = os.path.join(directory, f"{_slug(test)}.png")
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _soak(directory: str, summary: list[dict[str, Any]], contenders: list[str],
+          colours: dict[str, Any]) -> str:
+    """soak.png: loading rate, query rate and RSS over the run, one line per contender
+    (and concurrency, when several were measured)."""
+    rows = [r for r in summary if r.get("soak")]
+    several = len({r["concurrency"] for r in rows}) > 1
+    fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    for row in rows:
+        series = row["soak"]
+        label = row["contender"] + (f" c={row['concurrency']}" if several else "")
+        for ax, key in zip(axes, ("commits_per_s", "queries_per_s", "rss_mb")):
+            values = series[key]
+            xs = [(i + 1) * series["slot_seconds"] for i, v in enumerate(values) if v is not None]
+            ys = [v for v in values if v is not None]
+            if ys:
+                ax.plot(xs, ys, marker=".", label=label, color=colours[row["contender"]])
+    for ax, title in zip(axes, ("loading: commits/s (10 documents each)", "queries/s",
+                                "RSS of the largest worker (MB)")):
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds since the start")
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.suptitle("soak: the same speed and memory at the end as at the start?")
+    fig.tight_layout()
+    path = os.path.join(directory, "soak-over-time.png")
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 

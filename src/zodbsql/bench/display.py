@@ -34,6 +34,9 @@ EXTRA_ROWS: dict[str, list[tuple[str, str, str, Callable[[float | None], str]]]]
                   ("  resolved", "conflicts/s", "conflicts_resolved_per_s", fmt)],
     "hotspot": [("  retries", "per commit", "retries_per_commit", fmt),
                 ("  deadlocks", "server count", "deadlocks", count)],
+    "soak": [("  queries", "queries/s", "queries_per_s", fmt),
+             ("  last/first", "tenths, rate", "last_first", fmt),
+             ("  RSS last/2nd", "tenths, MB", "rss_last_second", fmt)],
 }
 
 

@@ -16,7 +16,7 @@ from zodbsql.errors import ConfigurationError
 CSV_FIELDS = ["contender", "test", "title", "unit", "concurrency", "objects_per_txn",
               "value", "median", "repetitions", "sql_per_txn", "loads", "seconds",
               "conflicts_raised_per_s", "conflicts_resolved_per_s", "retries_per_commit",
-              "deadlocks", "rss_mb", "peak_rss_mb", "cache_mb", "lower_is_better", "failed"]
+              "deadlocks", "queries_per_s", "last_first", "rss_last_second", "rss_mb", "peak_rss_mb", "cache_mb", "lower_is_better", "failed"]
 LIBRARIES = ["zodbsql", "ZODB", "persistent", "BTrees", "transaction", "ZEO", "RelStorage",
              "rich", "matplotlib"]
 

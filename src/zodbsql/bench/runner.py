@@ -14,7 +14,6 @@ import logging
 import multiprocessing
 import os
 import queue
-import resource
 import signal
 import threading
 import time
@@ -22,7 +21,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from zodbsql.bench import workloads
+from zodbsql.bench import soak, workloads
+from zodbsql.bench.memory import memory
 from zodbsql.bench.contenders import Contender
 from zodbsql.bench.workloads import Outcome, Params, TESTS, Unit
 
@@ -46,24 +46,6 @@ class HostSpec:
 def _statements(db: Any) -> int | None:
     count = getattr(db.storage, "statement_count", None)
     return count() if count is not None else None
-
-
-def memory(db: Any) -> dict[str, float | None]:
-    """This worker process's memory now, its peak so far (MB), and what the storage's
-    own cache counts, where it has one (zodbsql's state cache)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    try:
-        with open("/proc/self/statm") as f:
-            rss = int(f.read().split()[1]) * page / 1e6
-    except OSError:      # not Linux: the peak only
-        rss = None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
-    if rss is not None:     # the kernel updates its high-water mark lazily
-        peak = max(peak, rss)
-    cache = getattr(getattr(db.storage, "shared", None), "cache", None)
-    counted = getattr(cache, "bytes_used", None)
-    return {"rss_mb": rss, "peak_rss_mb": peak,
-            "cache_mb": counted / 1e6 if counted is not None else None}
 
 
 def host_main(spec: HostSpec, commands: Any, results: Any, barriers: dict[str, Any]) -> None:
@@ -171,6 +153,7 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
                 "statements": None if statements is None or after is None
                 else after - statements,
                 "extra": outcome.extra, "unit": f"{unit.role}{unit.index}",
+                "series": outcome.series,
                 **memory(unit.db)}
         except BaseException:
             if barrier is not None:
@@ -364,6 +347,13 @@ def figure(test: str, units: list[dict[str, Any]]) -> dict[str, Any]:
                     name = key.split(":", 1)[1]
                     retried[name] = retried.get(name, 0) + count
         result["retried"] = retried
+    series = [u["series"] for u in units if u.get("series")]
+    if series:
+        result["soak"] = soak.summarise(series, series[0]["slot_seconds"])
+        result["last_first"] = result["soak"]["last_first"]
+        result["rss_last_second"] = result["soak"]["rss_last_second"]
+        result["queries_per_s"] = (sum(sum(s["done"]) for s in series if s["role"] == "query")
+                                   / wall)
     if test == "steamin" and result["loads"]:
         raise BenchFailure(
             f"steamin' loaded {result['loads']} objects from the storage: everything should"

@@ -10,6 +10,8 @@ from zodbsql.bench.contenders import Contender
 from zodbsql.bench.workloads import NEEDS_OBJECTS, READS, STRUCTURES, TESTS, Params
 
 ALL_TESTS = list(TESTS)
+#: What runs without --tests: every test but those run only on request (soak).
+DEFAULT_TESTS = [name for name, test in TESTS.items() if not test.on_request]
 
 
 @dataclass
@@ -24,8 +26,9 @@ class Plan:
     profile_dir: str | None = None
 
     def steps(self, contenders: int) -> int:
-        return (contenders * len(self.objects) * len(self.concurrency)
-                * (self.repetitions + self.warmup) * len(self.tests))
+        once = sum(1 for t in self.tests if TESTS[t].on_request)
+        per_round = (self.repetitions + self.warmup) * (len(self.tests) - once) + once
+        return contenders * len(self.objects) * len(self.concurrency) * per_round
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -57,6 +60,9 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                # Memory: the largest worker process at the end of any repetition.
                "peak_rss_mb": _largest(group, "peak_rss_mb"),
                "rss_mb": _largest(group, "rss_mb"), "cache_mb": _largest(group, "cache_mb")}
+        for name in ("last_first", "rss_last_second", "queries_per_s", "soak"):
+            if name in best:
+                row[name] = best[name]
         for name in ("conflicts_raised_per_s", "conflicts_resolved_per_s"):
             if name in best:
                 row[name] = max(r[name] for r in group)
@@ -115,8 +121,9 @@ def execute(plan: Plan, contenders: list[Contender],
                             if needs_objects and "add" not in plan.tests:
                                 rnd.run("add", rep, tag)      # the objects, not measured
                             for test in plan.tests:
-                                if test in failed:
-                                    continue
+                                if test in failed or (TESTS[test].on_request
+                                                      and rep != plan.warmup):
+                                    continue      # soak: once, as the first measured run
                                 on_status(f"{contender.name}: {TESTS[test].title}, c={c},"
                                           f" n={n}, {'warm-up' if warmup else 'run'} {rep + 1}")
                                 try:

@@ -19,7 +19,8 @@ from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
 
-from zodbsql.bench import hotspot
+from zodbsql.bench import hotspot, soak
+from zodbsql.bench.memory import memory
 
 ROOT_KEY = "zodbsql-bench"
 
@@ -48,6 +49,7 @@ class Params:
     pack_objects: int = 100_000
     commits: int = 20          # transactions per worker in empty/conflicts/hotspot
     hotspot_keys: int = hotspot.KEYS_PER_TRANSACTION
+    duration: float = 60.0         # seconds of the soak test
     sparse_objects: int = 10_000   # children of the sparse test's mapping
     walk_objects: int = 100_000    # items of the btree-walk test's OOBTree
 
@@ -60,6 +62,7 @@ class Outcome:
     transactions: int = 0
     loads: int | None = None   # storage load calls (read tests)
     extra: dict[str, float] = field(default_factory=dict)
+    series: dict[str, Any] | None = None   # per time slot (soak)
 
 
 class Unit:
@@ -378,6 +381,47 @@ def hotspot_verify(unit: Unit, state: dict[str, Any]) -> list[str]:
         unit.tm.abort()
 
 
+def _soak_name(state: dict[str, Any]) -> str:
+    return f"soak-{state['tag']}"        # one catalog per run
+
+
+def soak_prepare(unit: Unit, state: dict[str, Any]) -> None:
+    unit.key = _soak_name(state)
+    for attempt in range(50):            # workers creating it together: look again
+        unit.tm.begin()
+        try:
+            if unit.key not in unit.root():
+                unit.root()[unit.key] = soak.new_catalog()
+            unit.tm.commit()
+            return
+        except ConflictError:
+            unit.tm.abort()
+            time.sleep(0.01 * (attempt + 1))
+    raise RuntimeError("could not create the soak catalog: too many conflicts")
+
+
+def soak_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    """Worker 0 loads documents, the others query, for --duration seconds."""
+    duration = unit.params.duration
+    loads = unit.index == 0
+    work = soak.load if loads else soak.query
+    series = work(unit.tm, unit.container, duration, unit.index,
+                  lambda: memory(unit.db)["rss_mb"])
+    done = sum(series.done)
+    # The figure is the loader's commits/s; queries are counted in the series.
+    return Outcome(done if loads else 0, done if loads else 0,
+                   series={"role": "load" if loads else "query", "done": series.done,
+                           "rss_mb": series.rss_mb, "slot_seconds": series.slot_seconds})
+
+
+def soak_verify(unit: Unit, state: dict[str, Any]) -> list[str]:
+    unit.tm.begin()
+    try:
+        return soak.problems(unit.root()[_soak_name(state)])
+    finally:
+        unit.tm.abort()
+
+
 def large_prepare(unit: Unit, state: dict[str, Any]) -> None:
     unit.make_container(state["key"] + "-large")
     unit.tm.begin()
@@ -433,6 +477,8 @@ class Test:
     counts_deadlocks: bool = False
     # Run by one worker after all finished: what is wrong with the data ([]: nothing).
     verify: Callable[[Unit, dict[str, Any]], list[str]] | None = None
+    # Only when asked for by name (--tests), and once: not per repetition.
+    on_request: bool = False
 
 
 TESTS: dict[str, Test] = {t.name: t for t in [
@@ -457,6 +503,8 @@ TESTS: dict[str, Test] = {t.name: t for t in [
     Test("hotspot", "hotspot: commits", "writer", hotspot_prepare, hotspot_run,
          unit="transactions/s", counts_deadlocks=True, verify=hotspot_verify),
     Test("large", "large transaction", "writer", large_prepare, large_run),
+    Test("soak", "soak: documents loaded while queried", "writer", soak_prepare, soak_run,
+         unit="transactions/s", verify=soak_verify, on_request=True),
     Test("pack", "pack", "writer", pack_prepare, pack_run, unit="s per 100k objects",
          lower_is_better=True, workers="one"),
 ]}

@@ -3,7 +3,7 @@
 With no arguments: zodbsql on the embedded SQLite default (history-preserving) against
 FileStorage, in a temporary directory removed at the end; about a minute.
 
-Tests (--tests / --exclude; default: all):
+Tests (--tests / --exclude; default: all but soak):
   add          new objects, committed (one transaction per worker)
   update       change every object written by add
   warm         another process reads them; storage caches as they are
@@ -26,6 +26,11 @@ Tests (--tests / --exclude; default: all):
   sparse       cold: read one child in 100 of a mapping of --sparse-objects children
                (default 10,000); prefetching what a state references must not hurt
   btree-walk   cold: iterate every item of an OOBTree of --walk-objects (default 100,000)
+  soak         only when named: for --duration seconds (default 60) worker 0 loads
+               documents into a catalog (OOBTree indexes and a Length), 10 per
+               transaction, while the others query it; commits/s, queries/s and RSS per
+               time slot (soak.png), the last tenth's loading rate over the first's and
+               the last tenth's RSS over the second's; run once, not per repetition
 Blobs are measured by `zodbsql blobspeed` (MB/s written and read for one blob).
 
 A test that fails (a worker's error, wrong data) is recorded with its reason and the run
@@ -93,7 +98,7 @@ def _names(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zodbsql.bench.contenders import SHORTCUTS
-    from zodbsql.bench.session import ALL_TESTS
+    from zodbsql.bench.session import ALL_TESTS, DEFAULT_TESTS
     sub = parser.add_subparsers(dest="bench_command", metavar="compare")
     compare = sub.add_parser("compare", help="print the ratios B/A of two results.json files")
     compare.add_argument("a", help="results.json (the reference)")
@@ -107,7 +112,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"add a contender in a temporary directory: {', '.join(SHORTCUTS)}"
                         " (default without --config: sqlite,filestorage)")
     parser.add_argument("--tests", type=_names, metavar="T[,T]", default=None,
-                        help=f"tests to run (default: all): {', '.join(ALL_TESTS)}")
+                        help=f"tests to run: {', '.join(ALL_TESTS)} (default: all but"
+                        f" {', '.join(t for t in ALL_TESTS if t not in DEFAULT_TESTS)})")
     parser.add_argument("--exclude", type=_names, metavar="T[,T]", default=[],
                         help="tests to leave out")
     parser.add_argument("-n", "--objects", type=_ints, default=[1000], metavar="N[,N]",
@@ -138,6 +144,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         " (default: %(default)s)")
     parser.add_argument("--hotspot-keys", type=int, default=10, metavar="N",
                         help="keys each hotspot transaction inserts (default: %(default)s)")
+    parser.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
+                        help="how long the soak test runs (default: %(default)s)")
     parser.add_argument("--sparse-objects", type=int, default=10_000, metavar="N",
                         help="children of the mapping the sparse test reads one in 100 of"
                         " (default: %(default)s)")
@@ -164,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from zodbsql.bench import contenders, display, results, session
     from zodbsql.bench.workloads import Params
 
-    tests = args.tests or list(session.ALL_TESTS)
+    tests = args.tests or list(session.DEFAULT_TESTS)
     unknown = [t for t in tests + args.exclude if t not in session.ALL_TESTS]
     if unknown:
         raise ConfigurationError(f"unknown test(s) {', '.join(unknown)}; choose from"
@@ -180,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
                       large_objects=args.large_objects, pack_objects=pack_objects,
                       commits=args.commits, hotspot_keys=max(1, args.hotspot_keys),
                       sparse_objects=max(1, args.sparse_objects),
+                      duration=max(1.0, args.duration),
                       walk_objects=max(1, args.walk_objects)),
         prepopulate=args.prepopulate, profile_dir=args.profile)
     if args.profile:
