@@ -17,7 +17,7 @@ import ZODB.FileStorage
 from persistent.mapping import PersistentMapping
 
 import zodbsql
-from zodbsql.bench import contenders, display, runner, workloads
+from zodbsql.bench import contenders, display, runner, session, workloads
 from zodbsql.cli.main import main
 
 TINY = ["-n", "20", "-c", "1", "-r", "1", "--warmup", "0", "--large-objects", "60",
@@ -42,7 +42,7 @@ def test_every_test_runs_on_both_contenders(tiny_run: tuple[pathlib.Path, str]) 
     out, _ = tiny_run
     document = json.loads((out / "results.json").read_text())
     done = {(r["contender"], r["test"]) for r in document["summary"]}
-    assert done == {(c, t) for c in ("mappingstorage", "sqlite") for t in workloads.TESTS}
+    assert done == {(c, t) for c in ("mappingstorage", "sqlite") for t in session.DEFAULT_TESTS}
     for key in ("machine", "python", "libraries"):
         assert document["environment"][key]
     assert document["environment"]["libraries"]["ZODB"]
@@ -98,7 +98,7 @@ def test_json_and_csv_hold_what_the_table_shows(tiny_run: tuple[pathlib.Path, st
 
 def test_charts_are_pngs(tiny_run: tuple[pathlib.Path, str]) -> None:
     out, _ = tiny_run
-    for test in [*workloads.TESTS, "memory"]:
+    for test in [*session.DEFAULT_TESTS, "memory"]:
         assert (out / f"{test}.png").read_bytes()[:8] == PNG_MAGIC
 
 
@@ -327,7 +327,7 @@ def test_hotspot_reads_the_server_deadlock_counter(
 def test_a_log_gets_one_line_per_measurement(tiny_run: tuple[pathlib.Path, str]) -> None:
     _, output = tiny_run      # stdout was a StringIO, not a terminal
     for contender in ("mappingstorage", "sqlite"):
-        for test in workloads.TESTS:
+        for test in session.DEFAULT_TESTS:
             assert re.search(rf"^{contender} {test} c=1 n=20 run 1: [0-9.,]+ ", output,
                              re.MULTILINE), (contender, test)
     assert "sql/txn" in output and "retries/commit" in output
@@ -394,7 +394,6 @@ class _Round:
 
 
 def test_a_failed_test_is_recorded_and_the_run_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    from zodbsql.bench import session
     found = contenders.from_config_text(contenders.MAPPINGSTORAGE.format(name="m"))
     monkeypatch.setattr(runner, "Round", lambda *a: _Round(
         *a, fails={"hot": "hot on m left wrong data: 3 missing"}))
@@ -416,7 +415,6 @@ def test_a_failed_test_is_recorded_and_the_run_goes_on(monkeypatch: pytest.Monke
 
 def test_workers_that_fail_fail_every_test_of_their_round(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from zodbsql.bench import session
     found = contenders.from_config_text(contenders.MAPPINGSTORAGE.format(name="m"))
     monkeypatch.setattr(runner, "Round", lambda *a: _Round(
         *a, fails={}, fail_on_enter="worker process 0 of m died"))
@@ -429,7 +427,6 @@ def test_workers_that_fail_fail_every_test_of_their_round(
 
 def test_results_are_written_when_a_run_is_interrupted(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from zodbsql.bench import session
 
     def interrupted(plan: Any, found: Any, on_result: Any, on_status: Any) -> None:
         on_result({"contender": "mappingstorage", "test": "add", "concurrency": 1,
