@@ -24,8 +24,9 @@ def test_the_tools_packages_are_an_extra() -> None:
     core = " ".join(project["dependencies"]).lower()
     assert not [name for name in CLI_EXTRA if name in core]
     assert sorted(project["optional-dependencies"]["cli"]) == sorted(CLI_EXTRA)
-    # The tests run the tools.
-    assert set(CLI_EXTRA) <= set(project["optional-dependencies"]["test"])
+    # The tests run the tools, and the bench extra is for one of them.
+    for extra in ("test", "bench"):
+        assert set(CLI_EXTRA) <= set(project["optional-dependencies"][extra]), extra
 
 
 def test_the_storage_imports_and_opens_without_the_cli_extra(tmp_path: pathlib.Path) -> None:

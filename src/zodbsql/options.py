@@ -14,10 +14,13 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 from urllib.parse import SplitResult
 
 from zodbsql.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
 
 BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
             "false": False, "no": False, "off": False, "0": False}
@@ -196,13 +199,13 @@ class BackendOptions:
 
     @classmethod
     def from_url(cls, url: SplitResult, query: dict[str, Any],
-                 other: list[tuple[str, str]]) -> Any:
+                 other: list[tuple[str, str]]) -> Self:
         """The options a URL names: ``query`` holds its settings given as query
         parameters, already converted; ``other`` the rest, when ``keeps_other_query``."""
         raise NotImplementedError
 
     def create_backend(self, keep_history: bool, lock_timeout: float,
-                       read_only: bool = False) -> Any:
+                       read_only: bool = False) -> Backend:
         """The backend object (``SQLiteBackend``, ...) these options name."""
         from zodbsql.backends.registry import entry_for_options
         backend_class = entry_for_options(self).backend_class()

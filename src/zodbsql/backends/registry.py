@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zodbsql.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+    from zodbsql.options import BackendOptions
 
 
 def _load(path: str) -> Any:
@@ -37,11 +41,11 @@ class BackendEntry:
     #: ``module:Class`` of the :class:`zodbsql.backends.base.adapter.Backend` subclass.
     backend: str
 
-    def options_class(self) -> Any:
-        return _load(self.options)
+    def options_class(self) -> type[BackendOptions]:
+        return _load(self.options)  # type: ignore[no-any-return]
 
-    def backend_class(self) -> Any:
-        return _load(self.backend)
+    def backend_class(self) -> type[Backend]:
+        return _load(self.backend)  # type: ignore[no-any-return]
 
 
 BACKENDS: tuple[BackendEntry, ...] = (
