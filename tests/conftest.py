@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("storage_factory") if callspec else None
         if not isinstance(param, Param) or item.cls is None:
-            continue  # no cell, or an empty matrix (a module's backend not tested)
+            continue  # not a cell of the matrix, or no class to look up
         needed = SERVER_SESSIONS_NEEDED.get(f"{item.cls.__name__}::{item.originalname}")
         if needed:
             limit = server_session_limit(param.backend)
