@@ -39,14 +39,14 @@ NAME = "hot"
 def scratch(args: argparse.Namespace) -> Iterator[Any]:
     """Backend options for a new, empty database; removed at the end."""
     if args.backend == "sqlite":
-        from zodbsql.backends.sqlite.adapter import SQLiteOptions
+        from zodbsql.backends.sqlite.options import SQLiteOptions
         with tempfile.TemporaryDirectory(prefix="zodbsql-contention-") as directory:
             yield SQLiteOptions(path=os.path.join(directory, "Data.sqlite"))
         return
     servers = contenders.Servers()
     try:
         if args.backend == "postgresql":
-            from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+            from zodbsql.backends.postgresql.options import PostgreSQLOptions
             yield PostgreSQLOptions(dsn=servers.scratch_postgresql_database(args.dsn))
         else:
             from zodbsql.api import parse_url

@@ -25,7 +25,7 @@ from zodbsql.storage import pack
 
 def open_db(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if args.schema:
-        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+        from zodbsql.backends.postgresql.options import PostgreSQLOptions
         return zodbsql.open_db(PostgreSQLOptions(dsn=args.url, schema=args.schema),
                                cache_size_mb=0)
     return zodbsql.open_db(args.url, cache_size_mb=0)

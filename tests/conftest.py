@@ -1,8 +1,9 @@
 """The ``storage_factory`` fixture: every storage test runs over backend x history mode.
 
-A test class narrows the modes it applies to with ``history_modes`` (data, with the
-reason in ``history_modes_reason``); the other cells are still generated, as skips that
-give the reason, so nothing is left out silently.
+A test class narrows the modes it applies to with ``history_modes``, a module the
+backends with ``storage_backends`` (data, with the reason in ``history_modes_reason``,
+``storage_backends_reason``); the other cells are still generated, as skips that give
+the reason, so nothing is left out silently.
 """
 from __future__ import annotations
 
@@ -12,24 +13,36 @@ import transaction
 from tests.conformance.differences import HISTORY_FREE_SKIPS, SERVER_SESSIONS_NEEDED
 from tests.databases import FACTORIES, PARAMS, Param, server_session_limit
 
-HP_AND_HF = (True, False)
+
+def narrowed(holder: object, attribute: str) -> tuple[object, ...] | None:
+    """A module's or class's ``attribute`` (None when it has none); narrowing without
+    ``<attribute>_reason`` is an error, so no cell is left out without a reason."""
+    values = getattr(holder, attribute, None)
+    if values is not None and not getattr(holder, f"{attribute}_reason", None):
+        raise TypeError(f"{holder!r} sets {attribute} without {attribute}_reason")
+    return values
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "storage_factory" not in metafunc.fixturenames:
         return
-    modes = getattr(metafunc.cls, "history_modes", HP_AND_HF)
-    # A module about one database (its files, its server) names it in storage_backends.
-    backends = getattr(metafunc.module, "storage_backends", None)
-    params = [p for p in PARAMS if backends is None or p.backend in backends]
-    # Cells outside the class's modes are generated too, as skips with the reason, so
+    # A module about some databases (their files, their server) names them in
+    # storage_backends; a class applying to some history modes names them in
+    # history_modes.  The cells outside are generated too, as skips with the reason, so
     # every report shows them.
-    reason = getattr(metafunc.cls, "history_modes_reason", "no reason given")
+    backends = narrowed(metafunc.module, "storage_backends")
+    modes = narrowed(metafunc.cls, "history_modes") if metafunc.cls else None
     mode_name = {True: "history-preserving", False: "history-free"}
-    cells = [p if p.keep_history in modes else pytest.param(
-        p, marks=pytest.mark.skip(reason=f"{mode_name[p.keep_history]}: {reason}"), id=p.id)
-        for p in params]
-    metafunc.parametrize("storage_factory", cells, indirect=True, ids=[p.id for p in params])
+    cells = []
+    for param in PARAMS:
+        reason = None
+        if backends is not None and param.backend not in backends:
+            reason = f"{param.backend}: {metafunc.module.storage_backends_reason}"
+        elif modes is not None and param.keep_history not in modes:
+            reason = f"{mode_name[param.keep_history]}: {metafunc.cls.history_modes_reason}"
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        cells.append(pytest.param(param, marks=marks, id=param.id))
+    metafunc.parametrize("storage_factory", cells, indirect=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("storage_factory") if callspec else None
         if not isinstance(param, Param) or item.cls is None:
-            continue  # no cell, or an empty matrix (a module's backend not tested)
+            continue  # not a cell of the matrix, or no class to look up
         needed = SERVER_SESSIONS_NEEDED.get(f"{item.cls.__name__}::{item.originalname}")
         if needed:
             limit = server_session_limit(param.backend)

@@ -1,8 +1,9 @@
 """The databases the tests run against, one factory per backend.
 
 Each factory makes storages on a database the test created and removes it afterwards.
-SQLite needs nothing; server backends join ``BACKENDS`` as they land, and with CI=true a
-server that can't be reached fails the run instead of skipping it.
+SQLite needs nothing; with CI=true a server that can't be reached fails the run instead
+of skipping it.  The matrix is every backend of ``zodbsql.backends.registry`` (or those
+``ZODBSQL_TEST_BACKENDS`` names), each through its factory in ``FACTORIES``.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from typing import Any
 import pytest
 
 from zodbsql.api import open_storage
-from zodbsql.backends.mysql.adapter import MySQLOptions
+from zodbsql.backends import registry
 from zodbsql.backends.mysql.connections import load_driver
-from zodbsql.backends.sqlite.adapter import SQLiteOptions
+from zodbsql.backends.mysql.options import MySQLOptions
+from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.storage import SQLStorage
 
 
@@ -125,7 +127,7 @@ class PostgreSQLFactory(StorageFactory):
         return schema
 
     def backend_options(self, path: str | None = None) -> Any:
-        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+        from zodbsql.backends.postgresql.options import PostgreSQLOptions
         return PostgreSQLOptions(dsn=self.dsn, schema=path or self.path)
 
     def cleanup(self) -> None:
@@ -273,16 +275,17 @@ def server_session_limit(backend: str) -> int | None:
     return _SESSION_LIMITS[backend]
 
 
-FACTORIES = {
+#: The factory of each registered backend, by its registry name (tests/test_registry.py
+#: checks that every backend has one).
+FACTORIES: dict[str, type[StorageFactory]] = {
     "sqlite": SQLiteFactory,
     "postgresql": PostgreSQLFactory,
     "mysql": MySQLFactory,
 }
-#: The backends tested by default, one per line so branches adding one merge cleanly.
-DEFAULT_BACKENDS = ",".join([
-    "sqlite",
-    "postgresql",
-    "mysql",
-])
+#: The backends tested by default: every registered one.
+DEFAULT_BACKENDS = ",".join(registry.names())
 BACKENDS = [b for b in os.environ.get("ZODBSQL_TEST_BACKENDS", DEFAULT_BACKENDS).split(",") if b]
+if set(BACKENDS) - set(FACTORIES):
+    raise RuntimeError(f"ZODBSQL_TEST_BACKENDS names {sorted(set(BACKENDS) - set(FACTORIES))};"
+                       f" the backends with a test factory are {', '.join(FACTORIES)}")
 PARAMS = [Param(backend, keep_history) for backend in BACKENDS for keep_history in (True, False)]

@@ -11,9 +11,9 @@ zodburi URI (``zodbsql+sqlite:///var/Data.sqlite``,
 ``zodbsql+postgresql://user@host/dbname?schema=zodb``).
 """
 from zodbsql.api import open_db, open_storage
-from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
-from zodbsql.backends.mysql.adapter import MySQLOptions
-from zodbsql.backends.sqlite.adapter import SQLiteOptions
+from zodbsql.backends.mysql.options import MySQLOptions
+from zodbsql.backends.postgresql.options import PostgreSQLOptions
+from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, CorruptRecordError,
                             DatabaseError, SchemaError, ZodbsqlError)
 from zodbsql.options import Options

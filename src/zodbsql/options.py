@@ -1,46 +1,156 @@
-"""The storage's settings: one typed, immutable object, built from ZConfig, a URI or Python."""
+"""The storage's settings: one typed, immutable object, built from ZConfig, a URL or Python.
+
+Every setting is declared once, as a dataclass field made by :func:`setting`: its
+default, what it means (``doc``) and its ZConfig datatype.  The keyword arguments of
+``open_storage`` are the dataclass's own; the URL query parser (:func:`from_query`) and
+the ZConfig datatypes (:func:`from_section`) read the fields, so a new setting is one
+new field here (or in a backend's options class), its line in ``component.xml`` and
+the README.  ``tests/test_options.py`` checks that ZConfig's schema, the URL parser and
+the dataclasses agree.
+"""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from urllib.parse import SplitResult
 
 from zodbsql.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from zodbsql.backends.base.adapter import Backend
+
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
+            "false": False, "no": False, "off": False, "0": False}
+
+T = TypeVar("T")
+
+
+def setting(default: Any = dataclasses.MISSING, *, doc: str, zconfig: str | None = None,
+            in_query: bool = True, required: bool = False, repr: bool = True) -> Any:
+    """Declare a setting: a dataclass field with its ``doc`` and ZConfig datatype
+    (``zconfig``; by default the one of its Python type, see :func:`zconfig_datatype`).
+
+    ``in_query`` False: a URL gives it in its location (host, path), not as a query
+    parameter.  A setting without a default is required (in ZConfig too), and so is one
+    declared ``required`` whose default only stands for "not given" (refused by the
+    class's checks).
+    """
+    metadata = {"doc": doc, "zconfig": zconfig, "in_query": in_query,
+                "required": required or default is dataclasses.MISSING}
+    return dataclasses.field(default=default, repr=repr, metadata=metadata)
+
+
+def settings(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    """The declared settings of an options class, in declaration order."""
+    return dataclasses.fields(cls)
+
+
+def zconfig_key(field: dataclasses.Field[Any]) -> str:
+    """The setting's name in ZConfig and the README: ``keep-history``."""
+    return field.name.replace("_", "-")
+
+
+#: The ZConfig datatype of a setting that names none, by its Python type.
+ZCONFIG_DATATYPES = {bool: "boolean", int: "integer", float: "float", str: "string"}
+
+
+def zconfig_datatype(cls: type, field: dataclasses.Field[Any]) -> str:
+    """The name of the ZConfig datatype that reads a setting (``component.xml``)."""
+    return field.metadata["zconfig"] or ZCONFIG_DATATYPES[value_type(cls, field.name)]
+
+
+@functools.cache
+def value_type(cls: type, name: str) -> type:
+    """The Python type a setting's value has (``float`` for ``float | None``)."""
+    hint = typing.get_type_hints(cls)[name]
+    if isinstance(hint, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return typing.cast(type, hint)
+
+
+def convert(cls: type, name: str, text: str) -> Any:
+    """A URL query value as the setting's type; the error names the setting."""
+    kind = value_type(cls, name)
+    if kind is bool:
+        try:
+            return BOOLEANS[text.lower()]
+        except KeyError:
+            raise ConfigurationError(f"{name} must be true or false, got {text!r}") from None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a {kind.__name__}, got {text!r}") from None
+
+
+def query_names(cls: type) -> frozenset[str]:
+    """The settings a URL may give as query parameters."""
+    return frozenset(f.name for f in settings(cls) if f.metadata["in_query"])
+
+
+def from_query(cls: type, query: dict[str, str]) -> dict[str, Any]:
+    """Keyword arguments of ``cls`` from query parameters it declares."""
+    return {name: convert(cls, name, text) for name, text in query.items()}
+
+
+def from_section(cls: type[T], section: Any) -> T:
+    """An options object from a ZConfig section: every declared setting, by its
+    attribute name; a key the section leaves unset keeps the dataclass default."""
+    values = {f.name: getattr(section, f.name) for f in settings(cls)}
+    return cls(**{name: value for name, value in values.items() if value is not None})
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """Settings that the storage core reads; backend settings live in the backend's options.
+    """Settings that the storage core reads; backend settings live in the backend's options."""
 
-    ``cache_size_mb`` bounds the process-wide cache of object states (0 turns it off).
-    ``commit_lock_timeout`` is in seconds: how long a commit waits for the commit lock
-    before it fails with :class:`zodbsql.errors.CommitLockTimeout`.
-    ``row_lock_timeout`` bounds the wait for the row locks of the objects a commit
-    changes (backends with row locks); None means the same as ``commit_lock_timeout``.
-    ``pack_gc`` False makes ``pack`` remove old revisions only, never unreachable objects
-    (FileStorage's ``pack_gc``; for sites that collect garbage outside, with
-    ``deleteObject``).
-    ``pack_batch_size`` is how many objects one pack step deletes while holding the lock.
-
-    Blobs: ``blob_dir`` (None: no blob support) is either a local cache of blob files
-    whose data lives in the database (``shared_blob_dir`` false, the default), bounded
-    by ``blob_cache_size`` bytes, with data moved in ``blob_chunk_size`` pieces; or a
-    directory every client shares that holds the blob files themselves
-    (``shared_blob_dir`` true).
-    """
-
-    name: str | None = None
-    keep_history: bool = True
-    read_only: bool = False
-    create_schema: bool = True
-    cache_size_mb: float = 64.0
-    commit_lock_timeout: float = 30.0
-    row_lock_timeout: float | None = None
-    pack_gc: bool = True
-    pack_batch_size: int = 1000
-    pack_duty_cycle: float = 1.0
-    blob_dir: str | None = None
-    shared_blob_dir: bool = False
-    blob_cache_size: int = 1 << 30
-    blob_chunk_size: int = 1 << 20
+    name: str | None = setting(
+        None, doc="The storage's name (defaults to where the data is).")
+    keep_history: bool = setting(
+        True, doc="Keep old revisions for undo, history and loadBefore (history-preserving); "
+                  "false stores current states only (history-free).  Fixed when the database "
+                  "is created: opening it in the other mode is refused.")
+    read_only: bool = setting(
+        False, doc="Open read-only; writes raise ReadOnlyError.")
+    create_schema: bool = setting(
+        True, doc="Create the tables when the database is empty.")
+    cache_size_mb: float = setting(
+        64.0, doc="Size of the state cache shared by all connections of this storage in the "
+                  "process, in MB (0 turns it off).")
+    commit_lock_timeout: float = setting(
+        30.0, doc="Seconds a commit waits for the commit lock before it fails with a retryable "
+                  "error (CommitLockTimeout).")
+    row_lock_timeout: float | None = setting(
+        None, doc="Seconds a commit waits for the row locks of the objects it changes "
+                  "(PostgreSQL, MySQL); defaults to commit-lock-timeout.")
+    pack_gc: bool = setting(
+        True, doc="false: pack removes old revisions only, never unreachable objects (for "
+                  "sites that collect garbage outside the storage, with deleteObject).")
+    pack_batch_size: int = setting(
+        1000, doc="Objects one pack step deletes while holding the commit lock.")
+    pack_duty_cycle: float = setting(
+        1.0, doc="Fraction of time a pack works; 0.5 sleeps as long as it works, so writers "
+                 "are held up less.")
+    blob_dir: str | None = setting(
+        None, zconfig="existing-dirpath",
+        doc="Turns on blob support.  With shared-blob-dir false: a local cache of blob files "
+            "whose data lives in the database (several processes may share it).  With "
+            "shared-blob-dir true: the directory every client shares that holds the blob files "
+            "themselves.")
+    shared_blob_dir: bool = setting(
+        False, doc="true: blob-dir holds the blob files (every client must see the same "
+                   "directory); false: blob data is stored in the database, blob-dir is a "
+                   "cache.")
+    blob_cache_size: int = setting(
+        1 << 30, zconfig="byte-size",
+        doc="Upper bound of the blob cache in blob-dir (database layout); least recently used "
+            "files are removed above it.")
+    blob_chunk_size: int = setting(
+        1 << 20, zconfig="byte-size",
+        doc="Blob data is written to and read from the database in pieces of this size "
+            "(database layout).")
 
     def __post_init__(self) -> None:
         if self.cache_size_mb < 0:
@@ -73,3 +183,30 @@ class Options:
 
     def replace(self, **changes: object) -> "Options":
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+class BackendOptions:
+    """What every backend's options dataclass shares (``SQLiteOptions``, ...).
+
+    A subclass declares its settings with :func:`setting` and says how a URL names the
+    database (:meth:`from_url`); the registry (``zodbsql.backends.registry``) knows which
+    backend it opens.
+    """
+
+    #: True: query parameters that are no setting stay in the URL handed to the driver
+    #: (PostgreSQL's DSN: ``sslmode``, ``connect_timeout``, ...); False: they are errors.
+    keeps_other_query: ClassVar[bool] = False
+
+    @classmethod
+    def from_url(cls, url: SplitResult, query: dict[str, Any],
+                 other: list[tuple[str, str]]) -> Self:
+        """The options a URL names: ``query`` holds its settings given as query
+        parameters, already converted; ``other`` the rest, when ``keeps_other_query``."""
+        raise NotImplementedError
+
+    def create_backend(self, keep_history: bool, lock_timeout: float,
+                       read_only: bool = False) -> Backend:
+        """The backend object (``SQLiteBackend``, ...) these options name."""
+        from zodbsql.backends.registry import entry_for_options
+        backend_class = entry_for_options(self).backend_class()
+        return backend_class(self, keep_history, lock_timeout, read_only)

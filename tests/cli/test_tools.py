@@ -11,7 +11,7 @@ from persistent.mapping import PersistentMapping
 
 from tests.storage.packing import assert_gone
 from zodbsql.api import open_storage
-from zodbsql.backends.sqlite.adapter import SQLiteOptions
+from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.cli.main import TOOLS, main
 
 

@@ -18,6 +18,9 @@ from tests.conformance.suite import StorageSuite
 from tests.databases import Param, PostgreSQLFactory
 
 storage_backends = ("postgresql",)
+storage_backends_reason = (
+    "the tests of SERVER_SESSIONS_NEEDED on a private PostgreSQL server with room for"
+    " them; on the shared servers they run in tests/conformance/test_zodb_suites.py")
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from ZODB.blob import Blob
 
 from zodbsql.errors import ConfigurationError
 
-#: The cache is local files: one backend shows it.
 storage_backends = ("sqlite",)
+storage_backends_reason = "the blob cache is local files, the same on every backend"
 CONTENT = b"the blob's own bytes " * 100
 PLANTED = b"a file another user planted"
 

@@ -20,8 +20,8 @@ from ZODB.utils import z64
 
 from zodbsql.storage import staging
 
-#: Staging is files in the blob directory: one backend shows it.
 storage_backends = ("sqlite",)
+storage_backends_reason = "staging is files in the blob directory, the same on every backend"
 
 WRITER = textwrap.dedent("""
     import pickle, sys, tempfile, time

@@ -219,7 +219,7 @@ def make_a_deadlock(options: Any) -> None:
 
 
 def test_a_worker_that_fails_is_reported_not_waited_for(tmp_path: Any) -> None:
-    from zodbsql.backends.sqlite.adapter import SQLiteOptions
+    from zodbsql.backends.sqlite.options import SQLiteOptions
     missing = SQLiteOptions(path=str(tmp_path / "no-such-dir" / "db.sqlite"))
     finished = processes.run(processes.hotspot_worker, missing, True, 2, "hot", 1, 1)
     assert sorted(finished.errors) == [0, 1] and finished.retries.total == 0

@@ -267,7 +267,7 @@ def _zeo(name: str, directory: str, servers: Servers) -> str:
 def _postgresql(keep_history: bool, relstorage: bool = False
                 ) -> Callable[[str, str, Servers], str]:
     def make(name: str, directory: str, servers: Servers) -> str:
-        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+        from zodbsql.backends.postgresql.options import PostgreSQLOptions
         # A database of its own, as RelStorage's: PostgreSQL counts deadlocks per
         # database, so the hotspot test's figure is this contender's alone.
         dsn = servers.scratch_postgresql_database(POSTGRESQL_DSN)

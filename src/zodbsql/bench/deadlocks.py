@@ -70,8 +70,8 @@ class DeadlockCounter:
 
 def counter_for_options(options: Any) -> DeadlockCounter | None:
     """The counter of a zodbsql database given by its backend options (None: SQLite)."""
-    from zodbsql.backends.mysql.adapter import MySQLOptions
-    from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+    from zodbsql.backends.mysql.options import MySQLOptions
+    from zodbsql.backends.postgresql.options import PostgreSQLOptions
     if isinstance(options, (PostgreSQLOptions, MySQLOptions)):
         return DeadlockCounter(options)
     return None
@@ -87,6 +87,6 @@ def counter_for(storage: Any) -> DeadlockCounter | None:
     dsn = getattr(adapter, "_dsn", None)
     if type(adapter).__module__.startswith("relstorage.adapters.postgresql") \
             and isinstance(dsn, str):
-        from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+        from zodbsql.backends.postgresql.options import PostgreSQLOptions
         return DeadlockCounter(PostgreSQLOptions(dsn=dsn))
     return None

@@ -2,11 +2,13 @@
 
 Every error message is printed without passwords.  Errors that are not zodbsql's own
 are printed as one line too, with their type; ``ZODBSQL_TRACEBACK=1`` shows the
-traceback as well.
+traceback as well.  The tools need the ``cli`` extra (rich, matplotlib), which the
+storage does not: without it ``zodbsql`` says so in one line.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
@@ -15,18 +17,19 @@ from typing import Callable, Sequence
 from zodbsql.errors import ZodbsqlError
 from zodbsql.masking import mask_secrets
 
-# Each tool module has `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
-from zodbsql.cli import bench, blobspeed, convert, demo, doctor, pack, verify
-
-TOOLS = {"bench": bench, "demo": demo, "convert": convert, "pack": pack, "verify": verify,
-         "doctor": doctor, "blobspeed": blobspeed}
+#: The tools, each a module ``zodbsql.cli.NAME`` with `add_arguments(parser)`,
+#: `run(args) -> int`, a `HELP` line and an `EXAMPLE`.
+TOOLS = ("bench", "demo", "convert", "pack", "verify", "doctor", "blobspeed")
+#: The packages of the ``cli`` extra.
+CLI_EXTRA = ("rich", "matplotlib")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zodbsql", description="Tools for zodbsql, a ZODB storage in SQL databases.")
     sub = parser.add_subparsers(dest="tool", metavar="TOOL", required=True)
-    for name, module in TOOLS.items():
+    for name in TOOLS:
+        module = importlib.import_module(f"zodbsql.cli.{name}")
         tool = sub.add_parser(name, help=module.HELP, description=module.__doc__,
                               epilog=module.EXAMPLE,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,7 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except ModuleNotFoundError as exc:
+        package = (exc.name or "").partition(".")[0]
+        if package not in CLI_EXTRA:
+            raise
+        print(f"zodbsql: the tools need {package}, which the storage alone does not"
+              " install: pip install 'zodbsql[cli]'", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

@@ -17,7 +17,8 @@ import ZODB.config
 import zodburi
 
 from zodbsql.api import open_storage as open_zodbsql_storage
-from zodbsql.backends.sqlite.adapter import SQLiteOptions
+from zodbsql.backends import registry
+from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.cli import zopeconf
 from zodbsql.config import StorageFactory
 from zodbsql.errors import ConfigurationError, ZodbsqlError
@@ -25,11 +26,9 @@ from zodbsql.masking import mask_secrets
 from zodbsql.uri import resolve_uri
 
 STORAGE_HELP = ("a zodburi URI (zodbsql+sqlite:///path, file:///Data.fs, zeo://host:port,"
-                " ...), a plain sqlite://, postgresql://, postgres:// or mysql:// URL, the"
-                " path of an SQLite file, or a ZConfig file with <zodb NAME> sections, as"
-                " FILE or FILE#NAME")
-#: URL schemes that are zodbsql's, with or without the ``zodbsql+`` prefix.
-ZODBSQL_SCHEMES = ("sqlite", "sqlite3", "postgresql", "postgres", "mysql", "mariadb")
+                " ...), a plain " + ", ".join(f"{s}://" for s in registry.schemes())
+                + " URL, the path of an SQLite file, or a ZConfig file with <zodb NAME>"
+                " sections, as FILE or FILE#NAME")
 #: zodburi schemes whose storages take a ``read_only`` query parameter.
 READ_ONLY_SCHEMES = ("file", "zeo")
 SQLITE_SUFFIXES = (".sqlite", ".sqlite3")
@@ -91,7 +90,7 @@ def _open_url(url: str, read_only: bool, must_exist: bool, zodbsql_for: str | No
         parts = urlsplit(url)
         return _open_zconfig(unquote(parts.path), parts.fragment, read_only, must_exist,
                              zodbsql_for)
-    if scheme.removeprefix("zodbsql+") in ZODBSQL_SCHEMES:
+    if registry.by_scheme(scheme) is not None:
         access = {}
         if read_only:
             access["read_only"] = "true"

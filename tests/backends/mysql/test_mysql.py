@@ -20,7 +20,7 @@ from ZODB.utils import z64
 
 import zodbsql
 from zodbsql.api import parse_url
-from zodbsql.backends.mysql.adapter import MySQLOptions
+from zodbsql.backends.mysql.options import MySQLOptions
 from zodbsql.backends.mysql.connections import DRIVERS, MySQLConnection, load_driver
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
                             DriverNotFound)

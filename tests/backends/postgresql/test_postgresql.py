@@ -11,7 +11,7 @@ from ZODB.utils import u64, z64
 
 from tests.databases import BACKENDS, POSTGRESQL_DSN, Param, PostgreSQLFactory
 from zodbsql.api import open_storage, parse_url
-from zodbsql.backends.postgresql.adapter import PostgreSQLOptions
+from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
                             DatabaseError, SchemaError)
 

@@ -20,8 +20,8 @@ from zodbsql.errors import (CommitLockTimeout, ConfigurationError, CorruptRecord
                             SchemaError)
 
 MODE_NAMES = {True: "history-preserving", False: "history-free"}
-# These cases edit SQLite files directly; the conftest runs them on SQLite only.
 storage_backends = ("sqlite",)
+storage_backends_reason = "these cases edit SQLite files directly"
 
 
 def sqlite_only(factory: Any) -> str:

@@ -88,6 +88,7 @@ key_len | ref | rows | Extra)::
 (29 staged rows against 200 stored objects; every permanent table is reached by its
 primary key or the tid index, never scanned.)
 """
-from zodbsql.backends.mysql.adapter import MySQLBackend, MySQLOptions
+from zodbsql.backends.mysql.adapter import MySQLBackend
+from zodbsql.backends.mysql.options import MySQLOptions
 
 __all__ = ["MySQLBackend", "MySQLOptions"]

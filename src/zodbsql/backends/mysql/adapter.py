@@ -1,7 +1,6 @@
 """The MySQL/MariaDB backend: its parts, and how a session is opened and set up."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, ClassVar
 
 from zodbsql.backends.base.adapter import Backend
@@ -16,13 +15,13 @@ from zodbsql.backends.mysql.inspector import MySQLInspector
 from zodbsql.backends.mysql.locker import MySQLLocker
 from zodbsql.backends.mysql.mover import MySQLMover
 from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
+from zodbsql.backends.mysql.options import MySQLOptions
 from zodbsql.backends.mysql.packer import MySQLPacker
 from zodbsql.backends.mysql.schema import MySQLSchema
 from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl, server_started
-from zodbsql.errors import ConfigurationError, ConnectionLost, DatabaseError
+from zodbsql.errors import ConnectionLost, DatabaseError
 from zodbsql.masking import mask_secrets
 
-DRIVER_CHOICES = ("auto", "mysqlclient", "pymysql")
 #: Connect errors: the login is right but the database is not the user's; no such
 #: database; the server is down, gone during the handshake, full or shutting down.
 NO_DATABASE_RIGHTS = 1044
@@ -30,32 +29,6 @@ NO_SUCH_DATABASE = 1049
 UNREACHABLE = CANT_CONNECT | SERVER_GONE | {1040, 1053}
 #: Bytes of a statement that are not the state itself (column values, SQL text).
 PACKET_OVERHEAD = 64 * 1024
-
-
-@dataclasses.dataclass(frozen=True)
-class MySQLOptions:
-    """Where the server is, which database, who logs in, and which driver talks to it."""
-
-    host: str = "localhost"
-    port: int = 3306
-    unix_socket: str | None = None
-    db: str = ""
-    user: str = "root"
-    passwd: str = dataclasses.field(default="", repr=False)
-    driver: str = "auto"
-
-    def __post_init__(self) -> None:
-        if not self.db:
-            raise ConfigurationError("mysql needs a database name (db)")
-        if self.driver not in DRIVER_CHOICES:
-            raise ConfigurationError(
-                f"mysql driver must be one of {', '.join(DRIVER_CHOICES)}, got {self.driver!r}")
-        if not 0 < int(self.port) < 65536:
-            raise ConfigurationError(f"mysql port must be 1-65535, got {self.port}")
-
-    def create_backend(self, keep_history: bool, lock_timeout: float,
-                       read_only: bool = False) -> "MySQLBackend":
-        return MySQLBackend(self, keep_history, lock_timeout, read_only)
 
 
 class MySQLBackend(Backend):

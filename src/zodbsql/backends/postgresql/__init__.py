@@ -79,6 +79,7 @@ Design note.
   database can hold several zodbsql databases; only the current schema's tables count
   when the schema is checked.
 """
-from zodbsql.backends.postgresql.adapter import PostgreSQLBackend, PostgreSQLOptions
+from zodbsql.backends.postgresql.adapter import PostgreSQLBackend
+from zodbsql.backends.postgresql.options import PostgreSQLOptions
 
 __all__ = ["PostgreSQLBackend", "PostgreSQLOptions"]

@@ -1,19 +1,18 @@
 """The PostgreSQL backend: its parts, and how a session is opened."""
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.postgresql.blobs import PostgreSQLBlobs
-from zodbsql.backends.postgresql.connections import (DRIVERS, MIN_SERVER_VERSION,
-                                                     PREPARE_THRESHOLD,
+from zodbsql.backends.postgresql.connections import (MIN_SERVER_VERSION, PREPARE_THRESHOLD,
                                                      PostgreSQLConnection, load_driver)
 from zodbsql.backends.postgresql.features import PostgreSQLFeatures
 from zodbsql.backends.postgresql.locker import PostgreSQLLocker
 from zodbsql.backends.postgresql.mover import PostgreSQLMover
 from zodbsql.backends.postgresql.oidalloc import PostgreSQLOidAllocator
+from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.backends.postgresql.packer import PostgreSQLPacker
 from zodbsql.backends.postgresql.inspector import PostgreSQLInspector
 from zodbsql.backends.postgresql.schema import PostgreSQLSchema
@@ -44,35 +43,6 @@ def connect_failure(where: str, exc: Exception) -> DatabaseError:
         return DatabaseError(f"cannot connect to {where}: {text}")
     return ConnectionLost(f"cannot connect to {where}: {text} (the server is unreachable"
                           " or busy; a retried transaction reconnects)")
-
-
-@dataclasses.dataclass(frozen=True)
-class PostgreSQLOptions:
-    """Which server, database and schema; which driver implementation."""
-
-    dsn: str
-    #: The schema holding zodbsql's tables; None uses the server's search_path.
-    schema: str | None = None
-    driver: str = "auto"
-
-    def __repr__(self) -> str:
-        return (f"PostgreSQLOptions(dsn={mask_secrets(self.dsn)!r}, schema={self.schema!r},"
-                f" driver={self.driver!r})")
-
-    def __post_init__(self) -> None:
-        if not self.dsn or not self.dsn.strip():
-            raise ConfigurationError(
-                "postgresql needs a dsn, e.g. 'host=localhost dbname=zodb' or"
-                " 'postgresql://user@host/dbname'")
-        if self.schema is not None and not self.schema:
-            raise ConfigurationError("postgresql schema must not be empty")
-        if self.driver not in DRIVERS:
-            raise ConfigurationError(
-                f"postgresql driver must be one of {', '.join(DRIVERS)}, got {self.driver!r}")
-
-    def create_backend(self, keep_history: bool, lock_timeout: float,
-                       read_only: bool = False) -> "PostgreSQLBackend":
-        return PostgreSQLBackend(self, keep_history, lock_timeout, read_only)
 
 
 class PostgreSQLBackend(Backend):

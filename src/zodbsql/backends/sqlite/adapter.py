@@ -1,7 +1,6 @@
 """The SQLite backend: its parts, and how a connection to the file is opened."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import sqlite3
 from typing import ClassVar
@@ -13,11 +12,11 @@ from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
 from zodbsql.backends.sqlite.inspector import SQLiteInspector
 from zodbsql.backends.sqlite.mover import SQLiteMover
+from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.backends.sqlite.packer import SQLitePacker
 from zodbsql.backends.sqlite.schema import HAS_META, SQLiteSchema, use_wal
 from zodbsql.errors import ConfigurationError, DatabaseError, SchemaError
 
-SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
 #: The files beside a WAL database.
 WAL_FILES = ("-wal", "-shm")
 
@@ -30,26 +29,6 @@ def in_wal_mode(path: str) -> bool:
     except OSError:
         return False
     return header.startswith(b"SQLite format 3\0") and header[18:20] == b"\x02\x02"
-
-
-@dataclasses.dataclass(frozen=True)
-class SQLiteOptions:
-    """Where the database file is and how it syncs."""
-
-    path: str
-    synchronous: str = "full"
-
-    def __post_init__(self) -> None:
-        if not self.path:
-            raise ConfigurationError("sqlite3 needs a path to the database file")
-        if self.synchronous.lower() not in SYNCHRONOUS_MODES:
-            raise ConfigurationError(
-                f"sqlite3 synchronous must be one of {', '.join(SYNCHRONOUS_MODES)},"
-                f" got {self.synchronous!r}")
-
-    def create_backend(self, keep_history: bool, lock_timeout: float,
-                       read_only: bool = False) -> "SQLiteBackend":
-        return SQLiteBackend(self, keep_history, lock_timeout, read_only)
 
 
 class SQLiteBackend(Backend):

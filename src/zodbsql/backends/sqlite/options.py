@@ -1,0 +1,40 @@
+"""The SQLite backend's settings: the ``<sqlite3>`` section, ``sqlite:///path`` URLs."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from urllib.parse import SplitResult, unquote, urlunsplit
+
+from zodbsql.errors import ConfigurationError
+from zodbsql.masking import mask_secrets
+from zodbsql.options import BackendOptions, setting
+
+SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
+
+
+@dataclasses.dataclass(frozen=True)
+class SQLiteOptions(BackendOptions):
+    """Where the database file is and how it syncs."""
+
+    path: str = setting(
+        in_query=False, doc="The database file; its directory must exist.")
+    synchronous: str = setting(
+        "full", doc="SQLite's synchronous setting: full (default, survives power loss),"
+                    " normal (survives a process crash), off.")
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ConfigurationError("sqlite3 needs a path to the database file")
+        if self.synchronous.lower() not in SYNCHRONOUS_MODES:
+            raise ConfigurationError(
+                f"sqlite3 synchronous must be one of {', '.join(SYNCHRONOUS_MODES)},"
+                f" got {self.synchronous!r}")
+
+    @classmethod
+    def from_url(cls, url: SplitResult, query: dict[str, Any],
+                 other: list[tuple[str, str]]) -> "SQLiteOptions":
+        """``sqlite:///abs/path`` and ``sqlite://rel/path`` name the file."""
+        if "@" in url.netloc:
+            raise ConfigurationError(f"an sqlite:// URL names a file and takes no login:"
+                                     f" {mask_secrets(urlunsplit(url))!r}")
+        return cls(path=unquote(url.netloc + url.path), **query)
