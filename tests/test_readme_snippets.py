@@ -30,7 +30,9 @@ def blocks(kind: str) -> list[tuple[int, str]]:
     for match in FENCE.finditer(text):
         body, lang = match.group("body"), match.group("lang")
         line = text.count("\n", 0, match.start()) + 1
-        is_zconfig = "<zodbsql>" in body or "%import zodbsql" in body
+        starts = body.lstrip()[:1]             # ZConfig: a directive or a section
+        is_zconfig = starts in ("%", "<") and ("<zodbsql>" in body
+                                              or "%import zodbsql" in body)
         if ((kind == "zconfig" and is_zconfig)
                 or (kind == "uri" and not is_zconfig and body.startswith("zodbsql+"))
                 or (kind == "python" and lang == "python")):
