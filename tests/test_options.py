@@ -62,8 +62,14 @@ def test_zconfig_keys_are_the_declared_settings(section_type: str, cls: type) ->
 
 
 def test_every_backend_has_its_section() -> None:
+    """Under its short name (``%import zodbsql``) and its prefixed one."""
     sections = schema().gettype("zodbsql.backend").getsubtypenames()
-    assert sorted(sections) == sorted(entry.section for entry in registry.BACKENDS)
+    assert sorted(sections) == sorted(name for entry in registry.BACKENDS
+                                      for name in (entry.section, entry.prefixed_section))
+    for entry in registry.BACKENDS:     # the short name is the prefixed section, renamed
+        short, prefixed = (dict(schema().gettype(name)) for name in
+                           (entry.section, entry.prefixed_section))
+        assert short.keys() == prefixed.keys()
 
 
 def required_keys(cls: type, tmp_path: pathlib.Path) -> dict[str, str]:

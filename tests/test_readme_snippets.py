@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import pathlib
 import re
+import textwrap
 
 import pytest
 import transaction
@@ -20,7 +21,9 @@ from zodbsql.config import StorageFactory
 from zodbsql.uri import resolve_uri
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
-FENCE = re.compile(r"^```(?P<lang>[\w-]*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
+#: A fenced block, also indented (inside a list item).
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\n(?P<body>.*?)^(?P=indent)```$",
+                   re.MULTILINE | re.DOTALL)
 
 
 def blocks(kind: str) -> list[tuple[int, str]]:
@@ -28,11 +31,10 @@ def blocks(kind: str) -> list[tuple[int, str]]:
     text = README.read_text()
     found = []
     for match in FENCE.finditer(text):
-        body, lang = match.group("body"), match.group("lang")
+        body, lang = textwrap.dedent(match.group("body")), match.group("lang")
         line = text.count("\n", 0, match.start()) + 1
         starts = body.lstrip()[:1]             # ZConfig: a directive or a section
-        is_zconfig = starts in ("%", "<") and ("<zodbsql>" in body
-                                              or "%import zodbsql" in body)
+        is_zconfig = starts in ("%", "<") and ("<zodbsql" in body or "%import" in body)
         if ((kind == "zconfig" and is_zconfig)
                 or (kind == "uri" and not is_zconfig and body.startswith("zodbsql+"))
                 or (kind == "python" and lang == "python")):
@@ -54,6 +56,17 @@ def as_database_config(body: str, instance: pathlib.Path) -> str:
 @pytest.mark.parametrize("line, body", blocks("zconfig"), ids=lambda v: str(v)[:12])
 def test_zconfig_snippet_parses(line: int, body: str, tmp_path: pathlib.Path) -> None:
     (tmp_path / "var").mkdir()          # $INSTANCE/var, as in a Zope instance
+    if "<zodbsql destination>" in body:
+        # RelStorage's zodbconvert reads it, with its own schema (importing RelStorage).
+        from relstorage.zodbconvert import schema_xml
+        schema = ZConfig.loadSchemaFile(io.StringIO(schema_xml))
+        config, _ = ZConfig.loadConfigFile(schema, io.StringIO(body))
+        assert isinstance(config.destination, StorageFactory), f"README line {line}"
+        return
+    if "%import relstorage" in body and "zodbsql" not in body:
+        config, _ = ZConfig.loadConfigFile(ZODB.config.getDbSchema(), io.StringIO(body))
+        assert config.database, f"README line {line}"
+        return
     text = as_database_config(body, tmp_path)
     config, _ = ZConfig.loadConfigFile(ZODB.config.getDbSchema(), io.StringIO(text))
     storages = [section.config.storage for section in config.database]

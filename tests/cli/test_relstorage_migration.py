@@ -1,16 +1,20 @@
-"""Migration from RelStorage: ``zodbsql convert`` copies a history-preserving RelStorage
+"""RelStorage side by side: ``zodbsql convert`` copies a history-preserving RelStorage
 database on PostgreSQL (which holds an empty placeholder transaction at tid 0) with
-identical transactions and records."""
+identical transactions and records, and RelStorage's own ``zodbconvert`` reads
+configurations that name zodbsql beside RelStorage (``%import zodbsql.prefixed``)."""
 from __future__ import annotations
 
 import pathlib
 import secrets
+import subprocess
+import sys
 from typing import Any, Iterator
 
 import pytest
 import transaction
 import ZODB
 import ZODB.config
+import ZODB.FileStorage
 from persistent.mapping import PersistentMapping
 
 import zodbsql
@@ -95,3 +99,52 @@ def test_convert_copies_a_history_preserving_relstorage(
     finally:
         transaction.abort()
         db.close()
+
+
+def zodbconvert(config: pathlib.Path, *args: str) -> None:
+    """RelStorage's own zodbconvert, as a user runs it."""
+    script = pathlib.Path(sys.executable).with_name("zodbconvert")
+    done = subprocess.run([str(script), *args, str(config)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_relstorage_zodbconvert_copies_through_zodbsql_and_back(tmp_path: pathlib.Path) -> None:
+    """FileStorage -> zodbsql -> RelStorage -> zodbsql, each a zodbconvert config that
+    imports RelStorage's component (zodbconvert does) and zodbsql's beside it."""
+    source = tmp_path / "Data.fs"
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(str(source)))
+    for i in range(4):
+        with db.transaction(f"step {i}") as conn:
+            conn.root()[f"item{i}"] = PersistentMapping(value=i, data=b"x" * i)
+    with db.transaction("change") as conn:
+        conn.root()["item2"]["value"] = 200
+    db.close()
+    filestorage = f"<filestorage {{role}}>\n  path {source}\n</filestorage>\n"
+    relstorage = (f"<relstorage {{role}}>\n  <sqlite3>\n    data-dir {tmp_path / 'rs'}\n"
+                  "  </sqlite3>\n</relstorage>\n")
+
+    def zodbsql_section(name: str) -> str:
+        return (f"<zodbsql {{role}}>\n  <zodbsql-sqlite3>\n    path {tmp_path / name}\n"
+                "  </zodbsql-sqlite3>\n</zodbsql>\n")
+    steps = [(filestorage, zodbsql_section("one.sqlite")),
+             (zodbsql_section("one.sqlite"), relstorage),
+             (relstorage, zodbsql_section("two.sqlite"))]
+    for number, (src, dest) in enumerate(steps):
+        config = tmp_path / f"step{number}.conf"
+        config.write_text("%import zodbsql.prefixed\n" + src.format(role="source")
+                          + dest.format(role="destination"))
+        zodbconvert(config)
+
+    original = ZODB.FileStorage.FileStorage(str(source), read_only=True)
+    try:
+        expected = history(original)
+    finally:
+        original.close()
+    assert len(expected) == 6
+    for name in ("one.sqlite", "two.sqlite"):
+        storage = zodbsql.open_storage(f"sqlite://{tmp_path / name}")
+        try:
+            assert history(storage) == expected, name
+        finally:
+            storage.close()

@@ -41,6 +41,11 @@ class BackendEntry:
     #: ``module:Class`` of the :class:`zodbsql.backends.base.adapter.Backend` subclass.
     backend: str
 
+    @property
+    def prefixed_section(self) -> str:
+        """The section's name in ``zodbsql.prefixed`` (beside RelStorage's names)."""
+        return f"zodbsql-{self.section}"
+
     def options_class(self) -> type[BackendOptions]:
         return _load(self.options)  # type: ignore[no-any-return]
 
@@ -84,8 +89,11 @@ def by_scheme(scheme: str) -> BackendEntry | None:
 
 
 def by_section(section_type: str) -> BackendEntry:
+    """The backend of a ZConfig section type: its short name (``sqlite3``, with
+    ``%import zodbsql``) or the prefixed one (``zodbsql-sqlite3``, with
+    ``%import zodbsql.prefixed``)."""
     for entry in BACKENDS:
-        if entry.section == section_type:
+        if section_type in (entry.section, entry.prefixed_section):
             return entry
     raise ConfigurationError(f"no backend has the ZConfig section <{section_type}>")
 
