@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import pathlib
 import re
+import shlex
 import textwrap
 
 import pytest
@@ -91,3 +92,34 @@ def test_python_example_runs(line: int, body: str, tmp_path: pathlib.Path) -> No
         exec(compile(code, f"README.md line {line}", "exec"), {"__name__": "readme"})
     finally:
         transaction.abort()
+
+
+def shell_commands() -> list[str]:
+    """Every ``zodbsql`` command of the README: in ``sh`` blocks (continuation lines
+    joined, ``&&`` chains split) and in inline code."""
+    text = README.read_text()
+    found = [m.group(1) for m in re.finditer(r"`((?:\.venv/bin/)?zodbsql [^`]+)`", text)]
+    for match in FENCE.finditer(text):
+        if match.group("lang") == "sh":
+            for line in match.group("body").replace("\\\n", " ").splitlines():
+                found += [part.strip() for part in line.split("&&")
+                          if part.strip().startswith(("zodbsql ", ".venv/bin/zodbsql "))]
+    return sorted(set(found))
+
+
+def test_every_zodbsql_command_is_one_the_tools_accept(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Parsed by the tools' own argument parser: a renamed option or tool fails here.
+    (The quick start's commands also run verbatim in CI: scripts/readme_quickstart.)"""
+    from zodbsql.cli.main import TOOLS, build_parser
+    parser = build_parser()
+    commands = shell_commands()
+    assert len(commands) >= 10
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        if argv[0].startswith("TOOL") or argv in ([tool] for tool in TOOLS):
+            continue     # a placeholder, or a tool named in a sentence
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"README: {command!r}: {capsys.readouterr().err.strip()}")
