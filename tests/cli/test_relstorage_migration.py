@@ -1,6 +1,6 @@
 """RelStorage side by side: ``zodbsql convert`` copies a history-preserving RelStorage
 database on PostgreSQL (which holds an empty placeholder transaction at tid 0) with
-identical transactions and records, and RelStorage's own ``zodbconvert`` reads
+identical transactions, records and blobs, and RelStorage's own ``zodbconvert`` reads
 configurations that name zodbsql beside RelStorage (``%import zodbsql.prefixed``)."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import pytest
 import transaction
 import ZODB
+import ZODB.blob
 import ZODB.config
 import ZODB.FileStorage
 from persistent.mapping import PersistentMapping
@@ -26,6 +27,8 @@ RELSTORAGE_CONFIG = """\
 <zodb main>
   <relstorage>
     keep-history true
+    blob-dir {blobs}
+    shared-blob-dir true
     <postgresql>
       dsn {dsn}
     </postgresql>
@@ -47,8 +50,9 @@ def relstorage_config(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
     params = psycopg.conninfo.conninfo_to_dict(POSTGRESQL_DSN)
     params["dbname"] = name
     path = tmp_path / "relstorage.conf"
+    (tmp_path / "rs-blobs").mkdir()
     path.write_text(RELSTORAGE_CONFIG.format(
-        dsn=psycopg.conninfo.make_conninfo("", **params)))
+        dsn=psycopg.conninfo.make_conninfo("", **params), blobs=tmp_path / "rs-blobs"))
     try:
         yield path
     finally:
@@ -74,27 +78,32 @@ def test_convert_copies_a_history_preserving_relstorage(
                 conn.root()[f"item{i}"] = PersistentMapping(value=i)
         with db.transaction("change") as conn:
             conn.root()["item1"]["value"] = 100
+        with db.transaction("a blob") as conn:
+            conn.root()["file"] = ZODB.blob.Blob(b"blob contents " * 1000)
         # RelStorage's placeholder: iterated from tid 0, an empty transaction at tid 0.
         first = next(iter(db.storage.iterator(b"\0" * 8)))
         assert first.tid == b"\0" * 8 and list(first) == []
         expected = history(db.storage)
     finally:
         db.close()
-    dest = tmp_path / "Data.sqlite"
-    assert main(["convert", "--quiet", f"{relstorage_config}#main", f"sqlite://{dest}"]) == 0
+    (tmp_path / "blobs").mkdir()
+    dest = f"sqlite://{tmp_path / 'Data.sqlite'}?blob_dir={tmp_path / 'blobs'}"
+    assert main(["convert", "--quiet", f"{relstorage_config}#main", dest]) == 0
 
-    storage = zodbsql.open_storage(f"sqlite://{dest}")
+    storage = zodbsql.open_storage(dest)
     try:
         assert history(storage) == expected
-        assert len(expected) == 5            # the creation of the root, and four commits
+        assert len(expected) == 6            # the creation of the root, and five commits
     finally:
         storage.close()
     # Run again: nothing after the destination's last transaction, nothing copied.
-    assert main(["convert", "--quiet", f"{relstorage_config}#main", f"sqlite://{dest}"]) == 0
-    db = ZODB.DB(zodbsql.open_storage(f"sqlite://{dest}"))
+    assert main(["convert", "--quiet", f"{relstorage_config}#main", dest]) == 0
+    db = ZODB.DB(zodbsql.open_storage(dest))
     try:
         conn = db.open()
         assert [conn.root()[f"item{i}"]["value"] for i in range(3)] == [0, 100, 2]
+        with conn.root()["file"].open() as f:
+            assert f.read() == b"blob contents " * 1000
         conn.close()
     finally:
         transaction.abort()
