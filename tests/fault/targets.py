@@ -81,6 +81,8 @@ class ScratchDatabase:
         self.server = server
         self.name = f"zodbsql_fault_{secrets.token_hex(6)}"
         self.path = directory / f"{self.name}.sqlite"
+        # PostgreSQL sessions on this database say so, so that drop ends only them.
+        self.application_name = f"zodbsql-fault-{self.name}"
         if backend == "postgresql":
             assert server is not None
             with server.admin() as conn:
@@ -108,7 +110,7 @@ class ScratchDatabase:
         if self.backend == "postgresql":
             # No TLS (a proxy must see the statements); libpq's default is to try it.
             query = {"schema": self.name, "sslmode": "disable", "gssencmode": "disable",
-                     "application_name": "zodbsql-fault", **query}
+                     "application_name": self.application_name, **query}
             return f"postgresql://{where}/{server.dbname}?{urlencode(query)}"
         query.setdefault("driver", MYSQL_SERVER["driver"])
         return f"mysql://{where}/{self.name}?{urlencode(query)}"
@@ -126,10 +128,11 @@ class ScratchDatabase:
             return  # a private server already gone: its directory goes with it
         try:
             if self.backend == "postgresql":
-                # Sessions of killed writers may linger a moment, holding locks.
+                # Sessions of killed writers may linger a moment, holding locks.  Only
+                # this scratch database's own: other suites may share the server.
                 conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                              " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                             " AND application_name = 'zodbsql-fault'")
+                             " AND application_name = %s", (self.application_name,))
                 conn.execute(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
             else:
                 drop_mysql_database(conn, self.name)
