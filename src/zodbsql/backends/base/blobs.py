@@ -13,11 +13,10 @@ is used.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import (BackendContract, BlobContent, BlobRef,
+                                            ConnectionRole, Revision)
 
 CLEAR_TEMP_BLOB = "DELETE FROM temp_blob"
 STAGE_BLOB = "INSERT INTO temp_blob (zoid, content_hash) VALUES (%s, %s)"
@@ -68,34 +67,34 @@ def _marks(n: int) -> str:
 
 
 class Blobs:
-    """Blob rows in and out of the database."""
+    """Blob rows in and out of the database (a ``BlobsRole``)."""
 
     INSERT_CHUNK = INSERT_CHUNK
     INSERT_CONTENT = INSERT_CONTENT
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
 
     # -- committing ---------------------------------------------------------------------
-    def clear_staged(self, conn: "DBConnection") -> None:
+    def clear_staged(self, conn: ConnectionRole) -> None:
         if not self.backend.features.staging_emptied_by_transaction_end:
             conn.execute(CLEAR_TEMP_BLOB)
 
-    def stage(self, conn: "DBConnection", rows: Sequence[tuple[int, bytes]]) -> None:
+    def stage(self, conn: ConnectionRole, rows: Sequence[tuple[int, bytes]]) -> None:
         if rows:
             conn.executemany(STAGE_BLOB, rows)
 
-    def stage_copy(self, conn: "DBConnection", oid: int, from_tid: int) -> None:
+    def stage_copy(self, conn: ConnectionRole, oid: int, from_tid: int) -> None:
         conn.execute(STAGE_BLOB_COPY, (oid, from_tid))
 
-    def unstage(self, conn: "DBConnection", oid: int) -> None:
+    def unstage(self, conn: ConnectionRole, oid: int) -> None:
         conn.execute(UNSTAGE_BLOB, (oid,))
 
-    def has_content(self, conn: "DBConnection", content_hash: bytes) -> bool:
+    def has_content(self, conn: ConnectionRole, content_hash: bytes) -> bool:
         return conn.fetchone(CONTENT_EXISTS, (content_hash,)) is not None
 
-    def upload(self, conn: "DBConnection", content_hash: bytes, size: int,
+    def upload(self, conn: ConnectionRole, content_hash: bytes, size: int,
                chunks: Iterator[bytes]) -> int:
         """Insert the chunks, then the content row; return the number of chunks."""
         count = 0
@@ -105,26 +104,26 @@ class Blobs:
         conn.execute(self.INSERT_CONTENT, (content_hash, size, count))
         return count
 
-    def staged_missing(self, conn: "DBConnection") -> int | None:
+    def staged_missing(self, conn: ConnectionRole) -> int | None:
         """An oid whose staged content is gone or incomplete, or None (commit lock held)."""
         row = conn.fetchone(STAGED_MISSING)
         return int(row[0]) if row else None
 
-    def revision_with_content(self, conn: "DBConnection",
-                              content_hash: bytes) -> tuple[int, int] | None:
+    def revision_with_content(self, conn: ConnectionRole,
+                              content_hash: bytes) -> Revision | None:
         row = conn.fetchone(REVISION_WITH_CONTENT, (content_hash,))
         return (int(row[0]), int(row[1])) if row else None
 
     # -- loading ------------------------------------------------------------------------
-    def content_hash(self, conn: "DBConnection", oid: int, tid: int) -> bytes | None:
+    def content_hash(self, conn: ConnectionRole, oid: int, tid: int) -> bytes | None:
         row = conn.fetchone(FIND_REF, (oid, tid))
         return bytes(row[0]) if row else None
 
-    def content(self, conn: "DBConnection", content_hash: bytes) -> tuple[int, int] | None:
+    def content(self, conn: ConnectionRole, content_hash: bytes) -> tuple[int, int] | None:
         row = conn.fetchone(CONTENT, (content_hash,))
         return (int(row[0]), int(row[1])) if row else None
 
-    def download(self, conn: "DBConnection", content_hash: bytes, chunks: int,
+    def download(self, conn: ConnectionRole, content_hash: bytes, chunks: int,
                  write: Callable[[bytes], object]) -> None:
         """Pass each chunk to ``write`` in order, one query per chunk."""
         for num in range(chunks):
@@ -134,46 +133,45 @@ class Blobs:
             write(bytes(row[0]))
 
     # -- pack ---------------------------------------------------------------------------
-    def delete_refs_of_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
+    def delete_refs_of_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
         conn.execute(DELETE_REFS_OF_OBJECTS.format(oids=_marks(len(oids))), list(oids))
 
-    def delete_old_refs(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
+    def delete_old_refs(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
         conn.executemany(DELETE_OLD_REFS, keep)
 
-    def unused_contents(self, conn: "DBConnection", limit: int) -> list[bytes]:
+    def unused_contents(self, conn: ConnectionRole, limit: int) -> list[bytes]:
         return [bytes(row[0]) for row in conn.fetchall(UNUSED_CONTENTS, (limit,))]
 
-    def delete_contents(self, conn: "DBConnection", hashes: Sequence[bytes]) -> None:
+    def delete_contents(self, conn: ConnectionRole, hashes: Sequence[bytes]) -> None:
         marks = _marks(len(hashes))
         conn.execute(DELETE_CHUNKS.format(hashes=marks), list(hashes))
         conn.execute(DELETE_CONTENTS.format(hashes=marks), list(hashes))
 
-    def revisions_of(self, conn: "DBConnection", oids: Sequence[int]) -> set[tuple[int, int]]:
+    def revisions_of(self, conn: ConnectionRole, oids: Sequence[int]) -> set[Revision]:
         rows = conn.fetchall(REFS_IN.format(oids=_marks(len(oids))), list(oids))
         return {(int(o), int(t)) for o, t in rows}
 
     # -- verify -------------------------------------------------------------------------
-    def refs_without_content(self, conn: "DBConnection") -> list[tuple[int, int, bytes]]:
-        return [(int(o), int(t), bytes(h)) for o, t, h in conn.fetchall(REFS_WITHOUT_CONTENT)]
+    def refs_without_content(self, conn: ConnectionRole) -> list[BlobRef]:
+        return [BlobRef(int(o), int(t), bytes(h))
+                for o, t, h in conn.fetchall(REFS_WITHOUT_CONTENT)]
 
-    def iter_contents(self, conn: "DBConnection",
-                      batch: int = 500) -> Iterator[tuple[bytes, int, int]]:
+    def iter_contents(self, conn: ConnectionRole, batch: int = 500) -> Iterator[BlobContent]:
         after = b""
         while True:
             rows = conn.fetchall(CONTENTS_AFTER, (after, batch))
             if not rows:
                 return
             for content_hash, size, chunks in rows:
-                yield bytes(content_hash), int(size), int(chunks)
+                yield BlobContent(bytes(content_hash), int(size), int(chunks))
             after = bytes(rows[-1][0])
 
-    def iter_refs(self, conn: "DBConnection",
-                  batch: int = 500) -> Iterator[tuple[int, int, bytes]]:
+    def iter_refs(self, conn: ConnectionRole, batch: int = 500) -> Iterator[BlobRef]:
         oid, tid = -1, -1
         while True:
             rows = conn.fetchall(REFS_AFTER, (oid, oid, tid, batch))
             if not rows:
                 return
             for o, t, h in rows:
-                yield int(o), int(t), bytes(h)
+                yield BlobRef(int(o), int(t), bytes(h))
             oid, tid = int(rows[-1][0]), int(rows[-1][1])

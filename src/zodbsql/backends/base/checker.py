@@ -5,11 +5,10 @@ batch is an index range scan); dangling references are found with one anti-join.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection, Row
+from zodbsql.backends.base.contract import (BackendContract, CheckedState, ConnectionRole,
+                                            DanglingReference)
 
 HP_STATES = (
     "SELECT zoid, tid, checksum, state FROM object_state"
@@ -34,25 +33,30 @@ HF_DANGLING = (
 
 
 class Checker:
-    def __init__(self, backend: "Backend") -> None:
+    """The reads of ``verify`` (a ``CheckerRole``)."""
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
 
-    def count_states(self, conn: "DBConnection") -> int:
+    def count_states(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(HP_COUNT_STATES if self.keep_history else HF_COUNT_STATES)
         return int(row[0]) if row else 0
 
-    def iter_states(self, conn: "DBConnection", batch: int = 500) -> Iterator[list["Row"]]:
-        """Batches of ``(oid, tid, checksum, state)`` in (oid, tid) order."""
+    def iter_states(self, conn: ConnectionRole,
+                    batch: int = 500) -> Iterator[list[CheckedState]]:
+        """Batches of stored revisions in (oid, tid) order."""
         sql = HP_STATES if self.keep_history else HF_STATES
         oid, tid = -1, -1
         while True:
-            rows = conn.fetchall(sql, (oid, oid, tid, batch))
+            rows = [CheckedState(int(o), int(t), c, bytes(s) if s is not None else None)
+                    for o, t, c, s in conn.fetchall(sql, (oid, oid, tid, batch))]
             if not rows:
                 return
             yield rows
-            oid, tid = int(rows[-1][0]), int(rows[-1][1])
+            oid, tid = rows[-1].oid, rows[-1].tid
 
-    def dangling_references(self, conn: "DBConnection") -> list["Row"]:
-        """``(oid, tid, missing oid)`` for every reference to a missing object."""
-        return conn.fetchall(HP_DANGLING if self.keep_history else HF_DANGLING)
+    def dangling_references(self, conn: ConnectionRole) -> list[DanglingReference]:
+        """Every reference from a current revision to a missing object."""
+        return [DanglingReference(int(o), int(t), int(m))
+                for o, t, m in conn.fetchall(HP_DANGLING if self.keep_history else HF_DANGLING)]

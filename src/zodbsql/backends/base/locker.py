@@ -10,11 +10,7 @@ backend without row locks (SQLite) takes the database write lock already in vote
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, Conflict, ConnectionRole
 
 # Staged states whose expected previous tid is not the current one: (oid, expected, actual).
 HP_FIND_CONFLICTS = (
@@ -30,35 +26,35 @@ HF_CURRENT_TIDS = "SELECT zoid, tid FROM object_state WHERE zoid IN ({oids})"
 
 
 class Locker:
-    """Commit and row locking with conflict detection."""
+    """Commit and row locking with conflict detection (a ``LockerRole``)."""
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
 
-    def begin_commit(self, conn: "DBConnection", timeout: float) -> None:
+    def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         """Start the transaction a commit writes in (vote)."""
         conn.begin_write()
 
-    def lock_objects(self, conn: "DBConnection", read_current: dict[int, int],
-                     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
+                     ) -> tuple[list[Conflict], list[Conflict]]:
         """Lock staged and read-current rows; return (write conflicts, read conflicts).
 
-        Each conflict is ``(oid, expected tid, current tid)``; a missing object has
-        current tid 0.
+        A missing object has current tid 0.  Without row locks the write transaction
+        (``begin_commit``) already excludes other committers.
         """
         sql = HP_FIND_CONFLICTS if self.keep_history else HF_FIND_CONFLICTS
-        conflicts = [(int(o), int(e), int(a)) for o, e, a in conn.fetchall(sql)]
-        read_conflicts: list[tuple[int, int, int]] = []
+        conflicts = [Conflict(int(o), int(e), int(a)) for o, e, a in conn.fetchall(sql)]
+        read_conflicts: list[Conflict] = []
         if read_current:
             current = self.current_tids(conn, sorted(read_current))
             for oid, expected in read_current.items():
                 actual = current.get(oid, 0)
                 if actual != expected:
-                    read_conflicts.append((oid, expected, actual))
+                    read_conflicts.append(Conflict(oid, expected, actual))
         return conflicts, read_conflicts
 
-    def current_tids(self, conn: "DBConnection", oids: list[int]) -> dict[int, int]:
+    def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
         template = HP_CURRENT_TIDS if self.keep_history else HF_CURRENT_TIDS
         result: dict[int, int] = {}
         for start in range(0, len(oids), 500):
@@ -67,7 +63,7 @@ class Locker:
             result.update((int(o), int(t)) for o, t in conn.fetchall(sql, chunk))
         return result
 
-    def lock_for_pack(self, conn: "DBConnection", oids: list[int]) -> list[int]:
+    def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         """Lock the rows of objects a pack batch may delete, before the commit lock.
 
         Never waits: rows a commit in progress holds are skipped (that commit may make
@@ -76,7 +72,7 @@ class Locker:
         """
         return oids
 
-    def lock_commit(self, conn: "DBConnection", timeout: float) -> int | None:
+    def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
         """Take the database-wide lock for tid allocation (finish).
 
         Returns the last committed tid when taking the lock read it (saving finish a

@@ -9,11 +9,10 @@ Loaded rows are ``(tid, checksum, state)``; ``state`` is None for a deleted obje
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection, Row
+from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, ResolvedState,
+                                            Revision, StagedState, StateRow)
 
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
@@ -75,8 +74,17 @@ HF_MOVE_BLOBS = (
 HF_COUNT_OBJECTS = "SELECT COUNT(*) FROM object_state"
 
 
+def state_row(row: tuple[Any, ...] | None) -> StateRow | None:
+    """A loaded ``(tid, checksum, state)`` row as a :class:`StateRow`."""
+    if row is None:
+        return None
+    tid, stored_checksum, state = row
+    return StateRow(int(tid), stored_checksum, bytes(state) if state is not None else None)
+
+
 class Mover:
-    """Moves states between Python and the database for one history mode."""
+    """Moves states between Python and the database for one history mode (a
+    ``MoverRole``)."""
 
     #: Statements that create the per-connection temporary tables.
     CREATE_TEMP_TABLES: tuple[str, ...] = ()
@@ -87,58 +95,59 @@ class Mover:
     HF_DELETE_OLD_REFS = HF_DELETE_OLD_REFS
     HF_DELETE_OLD_BLOBS = HF_DELETE_OLD_BLOBS
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
 
-    def prepare_connection(self, conn: "DBConnection") -> None:
+    def prepare_connection(self, conn: ConnectionRole) -> None:
         """Create the temporary tables a committing connection stages into."""
         for statement in self.CREATE_TEMP_TABLES:
             conn.execute(statement)
 
     # -- loading --------------------------------------------------------------------------
-    def load_current(self, conn: "DBConnection", oid: int) -> "Row | None":
+    def load_current(self, conn: ConnectionRole, oid: int) -> StateRow | None:
         sql = HP_LOAD_CURRENT if self.keep_history else HF_LOAD_CURRENT
-        return conn.fetchone(sql, (oid,))
+        return state_row(conn.fetchone(sql, (oid,)))
 
-    def load_at(self, conn: "DBConnection", oid: int, snapshot_tid: int) -> "Row | None":
+    def load_at(self, conn: ConnectionRole, oid: int, snapshot_tid: int) -> StateRow | None:
         """The revision current as of ``snapshot_tid`` (HP); the current one (HF)."""
         if self.keep_history:
-            return conn.fetchone(HP_LOAD_AT, (oid, snapshot_tid))
-        return conn.fetchone(HF_LOAD_CURRENT, (oid,))
+            return state_row(conn.fetchone(HP_LOAD_AT, (oid, snapshot_tid)))
+        return state_row(conn.fetchone(HF_LOAD_CURRENT, (oid,)))
 
-    def load_serial(self, conn: "DBConnection", oid: int, tid: int) -> "Row | None":
+    def load_serial(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
         if self.keep_history:
-            return conn.fetchone(HP_LOAD_SERIAL, (oid, tid))
-        row = conn.fetchone(HF_LOAD_CURRENT, (oid,))
-        return row if row is not None and row[0] == tid else None
+            return state_row(conn.fetchone(HP_LOAD_SERIAL, (oid, tid)))
+        row = state_row(conn.fetchone(HF_LOAD_CURRENT, (oid,)))
+        return row if row is not None and row.tid == tid else None
 
-    def load_before(self, conn: "DBConnection", oid: int,
-                    before_tid: int) -> "tuple[Row, int | None] | None":
+    def load_before(self, conn: ConnectionRole, oid: int,
+                    before_tid: int) -> tuple[StateRow, int | None] | None:
         """The revision before ``before_tid`` and the tid that replaced it (or None)."""
         if not self.keep_history:
-            row = conn.fetchone(HF_LOAD_CURRENT, (oid,))
-            return (row, None) if row is not None and row[0] < before_tid else None
-        row = conn.fetchone(HP_LOAD_BEFORE, (oid, before_tid))
+            row = state_row(conn.fetchone(HF_LOAD_CURRENT, (oid,)))
+            return (row, None) if row is not None and row.tid < before_tid else None
+        row = state_row(conn.fetchone(HP_LOAD_BEFORE, (oid, before_tid)))
         if row is None:
             return None
-        following = conn.fetchone(HP_NEXT_TID, (oid, row[0]))
-        return row, (following[0] if following else None)
+        following = conn.fetchone(HP_NEXT_TID, (oid, row.tid))
+        end = following[0] if following else None
+        return row, (int(end) if end is not None else None)
 
-    def exists(self, conn: "DBConnection", oid: int) -> bool:
+    def exists(self, conn: ConnectionRole, oid: int) -> bool:
         sql = HP_EXISTS if self.keep_history else HF_CURRENT_TID
         return conn.fetchone(sql, (oid,)) is not None
 
-    def current_tid(self, conn: "DBConnection", oid: int) -> int | None:
+    def current_tid(self, conn: ConnectionRole, oid: int) -> int | None:
         row = conn.fetchone(HP_CURRENT_TID if self.keep_history else HF_CURRENT_TID, (oid,))
         return int(row[0]) if row else None
 
-    def count_objects(self, conn: "DBConnection") -> int:
+    def count_objects(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(HP_COUNT_OBJECTS if self.keep_history else HF_COUNT_OBJECTS)
         return int(row[0]) if row else 0
 
     # -- committing -----------------------------------------------------------------------
-    def clear_staged(self, conn: "DBConnection") -> None:
+    def clear_staged(self, conn: ConnectionRole) -> None:
         if self.backend.features.staging_emptied_by_transaction_end:
             return
         conn.execute(CLEAR_TEMP_STORE)
@@ -146,16 +155,16 @@ class Mover:
         # temp_blob is emptied by move_staged after use (and by rollback), so a commit
         # without blobs spends no statement on it.
 
-    def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
-              refs: Iterable[tuple[int, int]]) -> None:
-        """Stage ``(oid, prev_tid, data_tid, checksum, size, state)`` rows and ``(oid, to_oid)`` refs."""
+    def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
+              refs: Iterable[Revision]) -> None:
+        """Stage states and ``(oid, to_oid)`` refs."""
         if states:
             conn.executemany(STAGE_STATE, states)
         refs = list(refs)
         if refs:
             conn.executemany(STAGE_REF, refs)
 
-    def load_revisions(self, conn: "DBConnection", wanted: dict[int, int],
+    def load_revisions(self, conn: ConnectionRole, wanted: dict[int, int],
                        ) -> dict[int, tuple[int | None, bytes | None]]:
         """``{oid: (checksum, state)}`` of the revisions ``{oid: tid}`` that exist, in one
         statement (history-free: only where the current revision is the one wanted)."""
@@ -174,23 +183,22 @@ class Mover:
                 found[int(oid)] = (stored_checksum, bytes(state) if state is not None else None)
         return found
 
-    def restage_many(self, conn: "DBConnection",
-                     rows: list[tuple[int, int, int | None, int, bytes]],
-                     refs: list[tuple[int, int]]) -> None:
+    def restage_many(self, conn: ConnectionRole,
+                     rows: list[ResolvedState], refs: list[Revision]) -> None:
         """Replace staged states after conflict resolution, whatever their number, in
-        three statements: ``rows`` are (oid, prev_tid, checksum, size, state)."""
+        three statements."""
         conn.executemany(RESTAGE_STATE, [(prev, check, size, state, oid)
                                          for oid, prev, check, size, state in rows])
-        oids = [row[0] for row in rows]
+        oids = [row.oid for row in rows]
         conn.execute(UNSTAGE_REFS_OF.format(oids=", ".join(["%s"] * len(oids))), oids)
         if refs:
             conn.executemany(STAGE_REF, refs)
 
-    def max_staged_oid(self, conn: "DBConnection") -> int | None:
+    def max_staged_oid(self, conn: ConnectionRole) -> int | None:
         row = conn.fetchone(MAX_STAGED_OID)
         return int(row[0]) if row and row[0] is not None else None
 
-    def move_staged(self, conn: "DBConnection", tid: int, blobs: bool = True) -> None:
+    def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool = True) -> None:
         """Make the staged states the revisions of ``tid``.
 
         ``blobs``: the commit may change blob references (it staged blobs, copies

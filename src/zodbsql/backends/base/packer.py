@@ -15,11 +15,9 @@ edges of each object's ``keep_tid`` revision and of every revision after the pac
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
 
 CLEAR_PACK_OBJECT = "DELETE FROM pack_object"
 CLEAR_PACK_REACH = "DELETE FROM pack_reach"
@@ -116,16 +114,17 @@ DELETE_EMPTY_TRANSACTIONS = (
 
 
 class Packer:
-    """The SQL steps of a pack; :mod:`zodbsql.storage.pack` drives them."""
+    """The SQL steps of a pack; :mod:`zodbsql.storage.pack` drives them (a
+    ``PackerRole``)."""
 
     #: Statements creating the work tables (temporary where the backend allows).
     CREATE_WORK_TABLES: tuple[str, ...] = ()
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
 
-    def prepare(self, conn: "DBConnection", pack_tid: int, gc: bool) -> None:
+    def prepare(self, conn: ConnectionRole, pack_tid: int, gc: bool) -> None:
         """Fill ``pack_object`` and seed ``pack_reach`` with the walk's roots."""
         for statement in self.CREATE_WORK_TABLES:
             conn.execute(statement)
@@ -137,62 +136,62 @@ class Packer:
             conn.execute(ADD_ROOT)
             conn.execute(HP_ADD_NEWER if hp else HF_ADD_NEWER, (pack_tid,))
 
-    def walk_step(self, conn: "DBConnection", generation: int, pack_tid: int) -> int:
+    def walk_step(self, conn: ConnectionRole, generation: int, pack_tid: int) -> int:
         """Add generation ``generation + 1``; return how many objects it added."""
         if self.keep_history:
             return conn.execute(HP_WALK_STEP, (generation + 1, generation, pack_tid))
         return conn.execute(HF_WALK_STEP, (generation + 1, generation))
 
-    def new_targets(self, conn: "DBConnection", since_tid: int) -> list[int]:
+    def new_targets(self, conn: ConnectionRole, since_tid: int) -> list[int]:
         """Oids written after ``since_tid`` and the targets of their references, not
         reached yet."""
         sql = HP_NEW_TARGETS if self.keep_history else HF_NEW_TARGETS
         return [int(row[0]) for row in conn.fetchall(sql, (since_tid, since_tid))]
 
-    def add_reached(self, conn: "DBConnection", oids: Sequence[int], generation: int) -> None:
+    def add_reached(self, conn: ConnectionRole, oids: Sequence[int], generation: int) -> None:
         conn.executemany(ADD_REACHED, [(oid, generation) for oid in oids])
 
-    def next_garbage(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+    def next_garbage(self, conn: ConnectionRole, after: int, limit: int) -> list[int]:
         """Candidates: unreached objects with oid > after (read without the lock)."""
         return [int(row[0]) for row in conn.fetchall(NEXT_GARBAGE, (after, limit))]
 
-    def unreached(self, conn: "DBConnection", oids: Sequence[int]) -> list[int]:
+    def unreached(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
         """Those of ``oids`` still unreached (after a rescue; commit lock held)."""
         sql = UNREACHED.format(oids=", ".join(["%s"] * len(oids)))
         return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
 
-    def next_deleted(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+    def next_deleted(self, conn: ConnectionRole, after: int, limit: int) -> list[int]:
         """Candidates: objects left with nothing but a deletion (read without the lock)."""
         return [int(row[0]) for row in conn.fetchall(HP_NEXT_DELETED, (after, limit))]
 
-    def still_deleted(self, conn: "DBConnection", oids: Sequence[int]) -> list[int]:
+    def still_deleted(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
         """Those of ``oids`` that nothing recreated meanwhile (commit lock held)."""
         sql = HP_STILL_DELETED.format(oids=", ".join(["%s"] * len(oids)))
         return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
 
-    def delete_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
+    def delete_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
         marks = ", ".join(["%s"] * len(oids))
         for template in (HP_DELETE_OBJECTS if self.keep_history else HF_DELETE_OBJECTS):
             conn.execute(template.format(oids=marks), list(oids))
 
-    def next_with_old_revisions(self, conn: "DBConnection", after: int,
-                                limit: int) -> list[tuple[int, int]]:
+    def next_with_old_revisions(self, conn: ConnectionRole, after: int,
+                                limit: int) -> list[Revision]:
         return [(int(o), int(t)) for o, t in conn.fetchall(NEXT_WITH_OLD_REVISIONS,
                                                             (after, limit))]
 
-    def delete_old_revisions(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
+    def delete_old_revisions(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
         conn.executemany(DELETE_OLD_STATES, keep)
         conn.executemany(DELETE_OLD_REFS, keep)
         conn.executemany(DELETE_OLD_BLOB_REFS, keep)
 
-    def count(self, conn: "DBConnection", gc: bool) -> dict[str, int]:
+    def count(self, conn: ConnectionRole, gc: bool) -> dict[str, int]:
         """What the prepared pack would remove: garbage objects and old revisions."""
         garbage = conn.fetchone(COUNT_GARBAGE) if gc else None
         old = conn.fetchone(COUNT_OLD_REVISIONS) if self.keep_history else None
         return {"garbage": int(garbage[0]) if garbage else 0,
                 "old_revisions": int(old[0]) if old else 0}
 
-    def finish(self, conn: "DBConnection", pack_tid: int) -> None:
+    def finish(self, conn: ConnectionRole, pack_tid: int) -> None:
         if self.keep_history:
             conn.execute(MARK_PACKED, (pack_tid,))
             conn.execute(DELETE_EMPTY_TRANSACTIONS, (pack_tid,))

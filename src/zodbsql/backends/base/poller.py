@@ -7,11 +7,7 @@ one round trip.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
 
 LAST_TID = "SELECT last_tid FROM commit_row"
 # kind 0 is the marker row carrying the last tid; kind 1 rows are changed objects.
@@ -24,15 +20,17 @@ HF_POLL = (
 
 
 class Poller:
-    def __init__(self, backend: "Backend") -> None:
+    """The portable poll: one UNION statement (a ``PollerRole``)."""
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
 
-    def last_tid(self, conn: "DBConnection") -> int:
+    def last_tid(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(LAST_TID)
         return int(row[0]) if row else 0
 
-    def poll(self, conn: "DBConnection", since: int | None) -> tuple[int, list[tuple[int, int]]]:
+    def poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[Revision]]:
         """``(snapshot tid, [(oid, tid), ...])``: objects changed after ``since``.
 
         With ``since`` None only the snapshot tid is read.
@@ -41,7 +39,7 @@ class Poller:
             return self.last_tid(conn), []
         rows = conn.fetchall(HP_POLL if self.keep_history else HF_POLL, (since,))
         upto = 0
-        changes = []
+        changes: list[Revision] = []
         for kind, oid, tid in rows:
             if kind == 0:
                 upto = int(tid)

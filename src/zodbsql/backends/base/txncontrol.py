@@ -12,16 +12,13 @@ the old session can no longer change the answer (``settle_session``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.errors import BlobContentVanished
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
 
 
 def blob_vanished(oid: int | None) -> BlobContentVanished:
@@ -45,10 +42,12 @@ PROBE_OIDS = 100
 
 
 class TransactionControl:
-    def __init__(self, backend: "Backend") -> None:
+    """The portable final step, one statement per step (a ``TransactionControlRole``)."""
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
 
-    def finish(self, conn: "DBConnection", clock_tid: int, requested_tid: int | None,
+    def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
                has_states: bool = True, check_blobs: bool = False,
                blobs: bool = True) -> int:
@@ -74,7 +73,7 @@ class TransactionControl:
         return tid
 
     # -- after a lost COMMIT -------------------------------------------------------------
-    def settle_session(self, conn: "DBConnection", old: "DBConnection",
+    def settle_session(self, conn: ConnectionRole, old: ConnectionRole,
                        deadline: float) -> bool:
         """Make sure the session of ``old`` can no longer commit or roll back; return
         False if that could not be made sure by ``deadline`` (``time.monotonic()``).
@@ -83,7 +82,7 @@ class TransactionControl:
         old.close()
         return True
 
-    def commit_outcome(self, conn: "DBConnection", old: "DBConnection", tid: int,
+    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
                        written: Mapping[int, int | None], deadline: float) -> bool | None:
         """Was the commit of ``tid`` on ``old`` made durable?  True, False, or None when
         it can't be told.  ``written``: oid -> checksum of the state the commit wrote
@@ -95,7 +94,7 @@ class TransactionControl:
             return self._outcome_with_history(conn, tid, written, probe)
         return self._outcome_history_free(conn, tid, written, probe)
 
-    def _outcome_with_history(self, conn: "DBConnection", tid: int,
+    def _outcome_with_history(self, conn: ConnectionRole, tid: int,
                               written: Mapping[int, int | None], probe: list[int]) -> bool:
         if conn.fetchone(HP_HAS_TRANSACTION, (tid,)) is None:
             return False
@@ -107,7 +106,7 @@ class TransactionControl:
         # would have to have written the very same states to be mistaken for ours.
         return all(oid in found and _same(found[oid], written[oid]) for oid in probe)
 
-    def _outcome_history_free(self, conn: "DBConnection", tid: int,
+    def _outcome_history_free(self, conn: ConnectionRole, tid: int,
                               written: Mapping[int, int | None],
                               probe: list[int]) -> bool | None:
         if not probe:

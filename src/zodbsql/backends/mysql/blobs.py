@@ -1,7 +1,7 @@
 """MySQL's insert-if-absent for blob chunks and contents (INSERT IGNORE).
 
-Chunks are sized below ``max_allowed_packet`` (``Features.max_state_size``, read from the
-server at connect), so one chunk always fits one statement.
+Chunks are sized below ``max_allowed_packet`` (the connection's ``max_state_size``, read
+from the server at connect), so one chunk always fits one statement.
 """
 from zodbsql.backends.base.blobs import Blobs
 

@@ -21,14 +21,11 @@ PostgreSQL's, see backends/postgresql/locker.py):
 """
 from __future__ import annotations
 
-from typing import cast
-
 from ZODB.POSException import ReadConflictError
 
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import Conflict, ConnectionRole
 from zodbsql.backends.base.locker import Locker
-from zodbsql.backends.mysql.connections import prepare_for_writing
-from zodbsql.backends.mysql.features import MySQLFeatures
+from zodbsql.backends.mysql.connections import MySQLConnection, prepare_for_writing
 from zodbsql.errors import CommitLockTimeout
 
 HP_LOCK_STAGED = (
@@ -37,7 +34,7 @@ HP_LOCK_STAGED = (
 HF_LOCK_STAGED = (
     "SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t"
     " LEFT JOIN object_state c ON c.zoid = t.zoid ORDER BY t.zoid FOR UPDATE")
-# {lock}: the server's spelling of a share lock without waiting (MySQLFeatures).
+# {lock}: the server's spelling of a share lock without waiting (MySQLConnection).
 HP_LOCK_READ_CURRENT = (
     "SELECT zoid, tid FROM current_object WHERE zoid IN ({oids}) ORDER BY zoid {lock}")
 HF_LOCK_READ_CURRENT = (
@@ -54,12 +51,12 @@ CHUNK = 500
 
 
 class MySQLLocker(Locker):
-    def begin_commit(self, conn: DBConnection, timeout: float) -> None:
+    def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         prepare_for_writing(conn, timeout)  # no statement when already set
         conn.begin_write()
 
-    def lock_objects(self, conn: DBConnection, read_current: dict[int, int],
-                     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
+                     ) -> tuple[list[Conflict], list[Conflict]]:
         sql = HP_LOCK_STAGED if self.keep_history else HF_LOCK_STAGED
         try:
             rows = conn.fetchall(sql)
@@ -70,19 +67,20 @@ class MySQLLocker(Locker):
                 f" longer than row-lock-timeout (default: commit-lock-timeout; {seconds}s,"
                 " applied as innodb_lock_wait_timeout); the transaction can be retried"
             ) from exc
-        conflicts = [(int(o), int(e), int(a)) for o, e, a in rows if int(e) != int(a)]
-        read_conflicts: list[tuple[int, int, int]] = []
+        conflicts = [Conflict(int(o), int(e), int(a)) for o, e, a in rows if int(e) != int(a)]
+        read_conflicts: list[Conflict] = []
         if read_current:
             current = self._share_lock(conn, sorted(read_current))
             for oid in sorted(read_current):
                 actual = current.get(oid, 0)
                 if actual != read_current[oid]:
-                    read_conflicts.append((oid, read_current[oid], actual))
+                    read_conflicts.append(Conflict(oid, read_current[oid], actual))
         return conflicts, read_conflicts
 
-    def _share_lock(self, conn: DBConnection, oids: list[int]) -> dict[int, int]:
+    def _share_lock(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
         template = HP_LOCK_READ_CURRENT if self.keep_history else HF_LOCK_READ_CURRENT
-        lock = cast(MySQLFeatures, self.backend.features).share_lock_nowait
+        assert isinstance(conn, MySQLConnection)
+        lock = conn.share_lock_nowait
         current: dict[int, int] = {}
         for start in range(0, len(oids), CHUNK):
             chunk = oids[start:start + CHUNK]
@@ -98,7 +96,7 @@ class MySQLLocker(Locker):
             current.update((int(o), int(t)) for o, t in rows)
         return current
 
-    def lock_for_pack(self, conn: DBConnection, oids: list[int]) -> list[int]:
+    def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         template = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
         locked: list[int] = []
         for start in range(0, len(oids), CHUNK):
@@ -107,6 +105,6 @@ class MySQLLocker(Locker):
             locked.extend(int(row[0]) for row in conn.fetchall(query, chunk))
         return locked
 
-    def lock_commit(self, conn: DBConnection, timeout: float) -> int | None:
+    def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
         row = conn.fetchone(LOCK_COMMIT)
         return int(row[0]) if row else 0

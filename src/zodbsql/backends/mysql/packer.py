@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.packer import Packer
 from zodbsql.backends.mysql.connections import prepare_for_writing
 from zodbsql.errors import DatabaseError
@@ -59,7 +59,7 @@ PACK_UNLOCK = "SELECT RELEASE_LOCK(CONCAT('zodbsql.pack.', DATABASE()))"
 class MySQLPacker(Packer):
     CREATE_WORK_TABLES = CREATE_WORK_TABLES
 
-    def prepare(self, conn: DBConnection, pack_tid: int, gc: bool) -> None:
+    def prepare(self, conn: ConnectionRole, pack_tid: int, gc: bool) -> None:
         timeout = self.backend.lock_timeout
         prepare_for_writing(conn, timeout)
         # Held until finish or until the pack's session ends.  Waiting (rather than
@@ -72,7 +72,7 @@ class MySQLPacker(Packer):
                 f" than {timeout:g}s (commit-lock-timeout); one pack at a time")
         super().prepare(conn, pack_tid, gc)
 
-    def delete_objects(self, conn: DBConnection, oids: Sequence[int]) -> None:
+    def delete_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
         hp = self.keep_history
         conn.execute(CLEAR_DELETE_LIST)
         conn.executemany(ADD_TO_DELETE_LIST, [(oid,) for oid in oids])
@@ -86,6 +86,6 @@ class MySQLPacker(Packer):
         for statement in (HP_DELETE_OBJECTS if hp else HF_DELETE_OBJECTS):
             conn.execute(statement)
 
-    def finish(self, conn: DBConnection, pack_tid: int) -> None:
+    def finish(self, conn: ConnectionRole, pack_tid: int) -> None:
         super().finish(conn, pack_tid)
         conn.fetchone(PACK_UNLOCK)

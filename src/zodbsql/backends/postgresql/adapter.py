@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.postgresql.blobs import PostgreSQLBlobs
 from zodbsql.backends.postgresql.connections import (DRIVERS, MIN_SERVER_VERSION,
                                                      PREPARE_THRESHOLD,
@@ -75,7 +76,7 @@ class PostgreSQLOptions:
         return PostgreSQLBackend(self, keep_history, lock_timeout, read_only)
 
 
-class PostgreSQLBackend(Backend):
+class PostgreSQLBackend(Backend[PostgreSQLOptions]):
     name: ClassVar[str] = "postgresql"
     features_class = PostgreSQLFeatures
     schema_class = PostgreSQLSchema
@@ -136,6 +137,6 @@ class PostgreSQLBackend(Backend):
     def sort_key(self) -> str:
         return f"zodbsql:postgresql:{self.address}/{self.dbname}/{self.options.schema or ''}"
 
-    def database_size(self, conn: DBConnection) -> int:
+    def database_size(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(DATABASE_SIZE)
         return int(row[0]) if row else 0

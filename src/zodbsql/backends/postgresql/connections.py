@@ -55,6 +55,8 @@ def load_driver(driver: str = "auto") -> Any:
 
 class PostgreSQLConnection(DBConnection):
     driver_name = "psycopg"
+    #: BYTEA values are limited to 1 GB.
+    max_state_size: int | None = (1 << 30) - 1
 
     def __init__(self, raw: Any, where: str, lock_timeout: float) -> None:
         super().__init__(raw)

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.sqlite.blobs import SQLiteBlobs
 from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
@@ -52,7 +53,7 @@ class SQLiteOptions:
         return SQLiteBackend(self, keep_history, lock_timeout, read_only)
 
 
-class SQLiteBackend(Backend):
+class SQLiteBackend(Backend[SQLiteOptions]):
     name: ClassVar[str] = "sqlite3"
     features_class = SQLiteFeatures
     schema_class = SQLiteSchema
@@ -140,7 +141,7 @@ class SQLiteBackend(Backend):
     def sort_key(self) -> str:
         return f"zodbsql:sqlite3:{self.path}"
 
-    def database_size(self, conn: DBConnection) -> int:
+    def database_size(self, conn: ConnectionRole) -> int:
         pages = conn.fetchone("PRAGMA page_count")
         size = conn.fetchone("PRAGMA page_size")
         return int(pages[0]) * int(size[0]) if pages and size else 0
