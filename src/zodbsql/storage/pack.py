@@ -209,7 +209,7 @@ class _Pack:
             if not keep:
                 return
             self._locked(lambda: packer.delete_old_revisions(conn, keep))
-            after = keep[-1][0]
+            after, _ = keep[-1]
             done += len(keep)
             self.progress("history", done)
 

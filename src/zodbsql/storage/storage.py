@@ -196,13 +196,13 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                     conn.begin_read()
                     self._read_txn = True
                 row = shared.backend.mover.load_at(conn, oid_int, snapshot)
-                if row is not None and row[0] > snapshot:
+                if row is not None and row.tid > snapshot:
                     raise POSException.ReadConflictError(
-                        oid=oid, serials=(p64(row[0]), p64(snapshot)))
-            if row is None or row[2] is None:
+                        oid=oid, serials=(p64(row.tid), p64(snapshot)))
+            if row is None or row.state is None:
                 raise POSException.POSKeyError(oid)
-            tid, stored_checksum, state = int(row[0]), row[1], bytes(row[2])
-            verified(oid_int, tid, stored_checksum, state)
+            tid, state = row.tid, row.state
+            verified(oid_int, tid, row.checksum, state)
             if snapshot is not None:
                 shared.cache.put_loaded(oid_int, tid, state, snapshot)
             return state, p64(tid)
@@ -238,9 +238,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 return cached
         with self._load_lock:
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
-        if row is None or row[2] is None:
+        if row is None or row.state is None:
             raise POSException.POSKeyError(oid)
-        return verified(oid_int, tid, row[1], bytes(row[2])) or b""
+        return verified(oid_int, tid, row.checksum, row.state) or b""
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
         oid_int = u64(oid)

@@ -248,7 +248,7 @@ class ConnectionRole(Protocol):
 
 class FeaturesRole(Protocol):
     """Capability flags: each a question with a conservative default, read by the core
-    or a role (``tests/backends/test_features.py`` fails on a flag nobody reads).
+    or a role (``tests/contract/test_features.py`` fails on a flag nobody reads).
     Values a backend learns only from its server live on the connection instead."""
 
     #: Are the staging tables empty at the start of every transaction (ON COMMIT DELETE

@@ -1,6 +1,6 @@
 """Capability flags: each a question with a conservative default; backends override.
 
-Every flag here is read by the core or a role (``tests/backends/test_features.py``
+Every flag here is read by the core or a role (``tests/contract/test_features.py``
 fails on one that nothing reads).  A value a backend learns from its server when it
 connects (MySQL's packet size, its spelling of a share lock) is not a flag: it lives
 on the connection (``DBConnection.max_state_size``, ``MySQLConnection``).
