@@ -5,19 +5,18 @@ batch is an index range scan); dangling references are found with one anti-join.
 """
 from __future__ import annotations
 
-from typing import Iterator
+import dataclasses
+from typing import ClassVar, Iterator
 
 from zodbsql.backends.base.contract import (BackendContract, CheckedState, ConnectionRole,
                                             DanglingReference)
+from zodbsql.backends.base.statements import for_mode
 
-HP_STATES = (
+# The same in both modes.
+STATES = (
     "SELECT zoid, tid, checksum, state FROM object_state"
     " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
-HF_STATES = (
-    "SELECT zoid, tid, checksum, state FROM object_state"
-    " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
-HP_COUNT_STATES = "SELECT COUNT(*) FROM object_state"
-HF_COUNT_STATES = "SELECT COUNT(*) FROM object_state"
+COUNT_STATES = "SELECT COUNT(*) FROM object_state"
 # References from current revisions to objects that are missing or deleted.
 HP_DANGLING = (
     "SELECT r.zoid, r.tid, r.to_zoid FROM object_ref r"
@@ -32,21 +31,34 @@ HF_DANGLING = (
     " WHERE t.zoid IS NULL ORDER BY r.zoid, r.to_zoid")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckerStatements:
+    """The checker's statements in one history mode."""
+
+    count_states: str = COUNT_STATES
+    states: str = STATES
+    dangling: str
+
+
 class Checker:
     """The reads of ``verify`` (a ``CheckerRole``)."""
+
+    HISTORY_PRESERVING: ClassVar[CheckerStatements] = CheckerStatements(dangling=HP_DANGLING)
+    HISTORY_FREE: ClassVar[CheckerStatements] = CheckerStatements(dangling=HF_DANGLING)
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
     def count_states(self, conn: ConnectionRole) -> int:
-        row = conn.fetchone(HP_COUNT_STATES if self.keep_history else HF_COUNT_STATES)
+        row = conn.fetchone(self.sql.count_states)
         return int(row[0]) if row else 0
 
     def iter_states(self, conn: ConnectionRole,
                     batch: int = 500) -> Iterator[list[CheckedState]]:
         """Batches of stored revisions in (oid, tid) order."""
-        sql = HP_STATES if self.keep_history else HF_STATES
+        sql = self.sql.states
         oid, tid = -1, -1
         while True:
             rows = [CheckedState(int(o), int(t), c, bytes(s) if s is not None else None)
@@ -59,4 +71,4 @@ class Checker:
     def dangling_references(self, conn: ConnectionRole) -> list[DanglingReference]:
         """Every reference from a current revision to a missing object."""
         return [DanglingReference(int(o), int(t), int(m))
-                for o, t, m in conn.fetchall(HP_DANGLING if self.keep_history else HF_DANGLING)]
+                for o, t, m in conn.fetchall(self.sql.dangling)]

@@ -7,7 +7,11 @@ one round trip.
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
+from zodbsql.backends.base.statements import for_mode
 
 LAST_TID = "SELECT last_tid FROM commit_row"
 # kind 0 is the marker row carrying the last tid; kind 1 rows are changed objects.
@@ -19,15 +23,27 @@ HF_POLL = (
     " UNION ALL SELECT 1, zoid, tid FROM object_state WHERE tid > %s")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PollerStatements:
+    """The poller's statements in one history mode."""
+
+    last_tid: str = LAST_TID
+    poll: str
+
+
 class Poller:
     """The portable poll: one UNION statement (a ``PollerRole``)."""
+
+    HISTORY_PRESERVING: ClassVar[PollerStatements] = PollerStatements(poll=HP_POLL)
+    HISTORY_FREE: ClassVar[PollerStatements] = PollerStatements(poll=HF_POLL)
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
     def last_tid(self, conn: ConnectionRole) -> int:
-        row = conn.fetchone(LAST_TID)
+        row = conn.fetchone(self.sql.last_tid)
         return int(row[0]) if row else 0
 
     def poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[Revision]]:
@@ -37,7 +53,7 @@ class Poller:
         """
         if since is None:
             return self.last_tid(conn), []
-        rows = conn.fetchall(HP_POLL if self.keep_history else HF_POLL, (since,))
+        rows = conn.fetchall(self.sql.poll, (since,))
         upto = 0
         changes: list[Revision] = []
         for kind, oid, tid in rows:

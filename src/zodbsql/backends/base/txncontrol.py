@@ -12,12 +12,14 @@ the old session can no longer change the answer (``settle_session``).
 """
 from __future__ import annotations
 
-from typing import Mapping
+import dataclasses
+from typing import ClassVar, Mapping
 
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
+from zodbsql.backends.base.statements import for_mode, in_list
 from zodbsql.errors import BlobContentVanished
 
 
@@ -41,11 +43,28 @@ HF_CURRENT_STATES = "SELECT zoid, tid, checksum FROM object_state WHERE zoid IN 
 PROBE_OIDS = 100
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OutcomeStatements:
+    """What ``commit_outcome`` reads, in one history mode ("": none in this mode)."""
+
+    #: Is the transaction recorded (history-preserving)?
+    has_transaction: str = ""
+    #: ``(oid, checksum)`` the transaction wrote to ``{oids}``; history-free
+    #: ``(oid, tid, checksum)`` of their current states.
+    written_states: str
+
+
 class TransactionControl:
     """The portable final step, one statement per step (a ``TransactionControlRole``)."""
 
+    HISTORY_PRESERVING: ClassVar[OutcomeStatements] = OutcomeStatements(
+        has_transaction=HP_HAS_TRANSACTION, written_states=HP_STATES_AT)
+    HISTORY_FREE: ClassVar[OutcomeStatements] = OutcomeStatements(
+        written_states=HF_CURRENT_STATES)
+
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
+        self.sql = for_mode(backend.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
     def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
@@ -96,11 +115,11 @@ class TransactionControl:
 
     def _outcome_with_history(self, conn: ConnectionRole, tid: int,
                               written: Mapping[int, int | None], probe: list[int]) -> bool:
-        if conn.fetchone(HP_HAS_TRANSACTION, (tid,)) is None:
+        if conn.fetchone(self.sql.has_transaction, (tid,)) is None:
             return False
         if not probe:
             return True
-        sql = HP_STATES_AT.format(oids=", ".join(["%s"] * len(probe)))
+        sql = self.sql.written_states.format(oids=in_list(len(probe)))
         found = {int(o): c for o, c in conn.fetchall(sql, [tid, *probe])}
         # A later commit could only have reused this tid if ours never happened; it
         # would have to have written the very same states to be mistaken for ours.
@@ -111,7 +130,7 @@ class TransactionControl:
                               probe: list[int]) -> bool | None:
         if not probe:
             return True  # an empty commit changes no data: nothing can be applied twice
-        sql = HF_CURRENT_STATES.format(oids=", ".join(["%s"] * len(probe)))
+        sql = self.sql.written_states.format(oids=in_list(len(probe)))
         current = {int(o): (int(t), c) for o, t, c in conn.fetchall(sql, probe)}
         older = 0
         for oid in probe:

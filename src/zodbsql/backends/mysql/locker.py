@@ -21,10 +21,13 @@ PostgreSQL's, see backends/postgresql/locker.py):
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ZODB.POSException import ReadConflictError
 
 from zodbsql.backends.base.contract import Conflict, ConnectionRole
 from zodbsql.backends.base.locker import Locker
+from zodbsql.backends.base.statements import in_list
 from zodbsql.backends.mysql.connections import MySQLConnection, prepare_for_writing
 from zodbsql.errors import CommitLockTimeout
 
@@ -51,15 +54,21 @@ CHUNK = 500
 
 
 class MySQLLocker(Locker):
+    HISTORY_PRESERVING = dataclasses.replace(
+        Locker.HISTORY_PRESERVING, find_conflicts=HP_LOCK_STAGED,
+        lock_read_current=HP_LOCK_READ_CURRENT, lock_for_pack=HP_LOCK_FOR_PACK)
+    HISTORY_FREE = dataclasses.replace(
+        Locker.HISTORY_FREE, find_conflicts=HF_LOCK_STAGED,
+        lock_read_current=HF_LOCK_READ_CURRENT, lock_for_pack=HF_LOCK_FOR_PACK)
+
     def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         prepare_for_writing(conn, timeout)  # no statement when already set
         conn.begin_write()
 
     def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
                      ) -> tuple[list[Conflict], list[Conflict]]:
-        sql = HP_LOCK_STAGED if self.keep_history else HF_LOCK_STAGED
         try:
-            rows = conn.fetchall(sql)
+            rows = conn.fetchall(self.sql.find_conflicts)
         except CommitLockTimeout as exc:
             seconds = getattr(conn, "lock_timeout", None) or "?"
             raise CommitLockTimeout(
@@ -78,13 +87,12 @@ class MySQLLocker(Locker):
         return conflicts, read_conflicts
 
     def _share_lock(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
-        template = HP_LOCK_READ_CURRENT if self.keep_history else HF_LOCK_READ_CURRENT
         assert isinstance(conn, MySQLConnection)
         lock = conn.share_lock_nowait
         current: dict[int, int] = {}
         for start in range(0, len(oids), CHUNK):
             chunk = oids[start:start + CHUNK]
-            query = template.format(oids=", ".join(["%s"] * len(chunk)), lock=lock)
+            query = self.sql.lock_read_current.format(oids=in_list(len(chunk)), lock=lock)
             try:
                 rows = conn.fetchall(query, chunk)
             except CommitLockTimeout as exc:
@@ -97,11 +105,10 @@ class MySQLLocker(Locker):
         return current
 
     def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
-        template = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
         locked: list[int] = []
         for start in range(0, len(oids), CHUNK):
             chunk = oids[start:start + CHUNK]
-            query = template.format(oids=", ".join(["%s"] * len(chunk)))
+            query = self.sql.lock_for_pack.format(oids=in_list(len(chunk)))
             locked.extend(int(row[0]) for row in conn.fetchall(query, chunk))
         return locked
 

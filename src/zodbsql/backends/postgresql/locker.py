@@ -27,6 +27,8 @@ Commits of disjoint objects never wait for each other.  Every wait is bounded by
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ZODB.POSException import ReadConflictError
 
 from zodbsql.backends.base.contract import Conflict, ConnectionRole
@@ -49,6 +51,9 @@ READ_CURRENT_LOCKED = "ZS003"
 
 
 class PostgreSQLLocker(Locker):
+    HISTORY_PRESERVING = dataclasses.replace(Locker.HISTORY_PRESERVING,
+                                             lock_for_pack=HP_LOCK_FOR_PACK)
+    HISTORY_FREE = dataclasses.replace(Locker.HISTORY_FREE, lock_for_pack=HF_LOCK_FOR_PACK)
     _row_wait = 0.0
 
     def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
@@ -83,8 +88,7 @@ class PostgreSQLLocker(Locker):
         return conflicts, read_conflicts
 
     def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
-        sql = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
-        return [int(row[0]) for row in conn.fetchall(sql, (oids,))]
+        return [int(row[0]) for row in conn.fetchall(self.sql.lock_for_pack, (oids,))]
 
     def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
         row = conn.fetchone(LOCK_COMMIT)
