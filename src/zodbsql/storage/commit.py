@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 RECONNECT_PAUSE = 0.2
 
 
-
 #: ZODB's conflict resolution: ``(oid, committed tid, old tid, new state, committed
 #: state) -> resolved state``, or ConflictError (``SQLStorage.resolve_conflict``).
 Resolver = Callable[[int, int, int, "bytes | None", bytes], bytes]

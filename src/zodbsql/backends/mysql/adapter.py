@@ -96,7 +96,7 @@ class MySQLBackend(Backend[MySQLOptions]):
             args["unix_socket"] = o.unix_socket
         return args
 
-    def connect(self) -> DBConnection:
+    def connect(self) -> MySQLConnection:
         where = self._where()
         try:
             if self.driver_name == "pymysql":
@@ -159,7 +159,7 @@ class MySQLBackend(Backend[MySQLOptions]):
         conn = self.connect()
         try:
             # Known before COMMIT, so that a lost COMMIT can tell a restarted server.
-            conn.server_started = server_started(conn)  # type: ignore[attr-defined]
+            conn.server_started = server_started(conn)
             prepare_for_writing(conn, lock_timeout)
             self.mover.prepare_connection(conn)
         except BaseException:

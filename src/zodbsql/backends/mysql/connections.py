@@ -96,6 +96,9 @@ class MySQLConnection(DBConnection):
         #: The clause of a locking read that share-locks without waiting, in this
         #: server's spelling (set at connect from its version).
         self.share_lock_nowait = "LOCK IN SHARE MODE NOWAIT"
+        #: When the server started (committing connections: read before COMMIT, so that
+        #: a lost COMMIT can tell a restarted server).
+        self.server_started: float | None = None
         self.connection_id = int(raw.thread_id())
         self.session_id = self.connection_id
 

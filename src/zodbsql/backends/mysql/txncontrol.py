@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.txncontrol import TransactionControl
-from zodbsql.backends.mysql.connections import error_number
+from zodbsql.backends.mysql.connections import MySQLConnection, error_number
 from zodbsql.errors import DatabaseError
 
 
@@ -31,7 +31,7 @@ class MySQLTransactionControl(TransactionControl):
         session = old.session_id
         if session is None:
             return False
-        started = getattr(old, "server_started", None)
+        started = old.server_started if isinstance(old, MySQLConnection) else None
         if started is None:
             return False
         if abs(server_started(conn) - started) > SAME_START:

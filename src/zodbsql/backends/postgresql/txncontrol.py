@@ -15,6 +15,7 @@ from ZODB.POSException import StorageTransactionError
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.txncontrol import TransactionControl, blob_vanished
+from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 from zodbsql.errors import DatabaseError
 
 
@@ -47,13 +48,13 @@ class PostgreSQLTransactionControl(TransactionControl):
                 raise StorageTransactionError(
                     f"{exc.__cause__} (restored transactions must come in order)") from exc
             raise
-        assert row is not None
-        conn.commit_xid = int(row[1])  # type: ignore[attr-defined]
+        assert row is not None and isinstance(conn, PostgreSQLConnection)
+        conn.commit_xid = int(row[1])
         return int(row[0])
 
     def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
                        written: Mapping[int, int | None], deadline: float) -> bool | None:
-        xid = getattr(old, "commit_xid", None)
+        xid = old.commit_xid if isinstance(old, PostgreSQLConnection) else None
         old.close()
         if xid is None:
             return super().commit_outcome(conn, old, tid, written, deadline)

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from typing import Any, Iterator
 
-from zodbsql.backends.base.contract import ConnectionRole
+from zodbsql.backends.base.contract import BackendOptions, ConnectionRole
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding, Inspector
 
 
@@ -55,7 +55,7 @@ class SQLiteInspector(Inspector):
         return findings + self.schema_findings(conn)
 
     @contextlib.contextmanager
-    def scratch(self) -> Iterator[Any]:
+    def scratch(self) -> Iterator[BackendOptions]:
         backend: Any = self.backend
         # Beside the real file, so the check runs on the same file system.
         directory = tempfile.mkdtemp(prefix=".zodbsql-doctor-", dir=os.path.dirname(backend.path))
