@@ -32,11 +32,11 @@ import ZODB.blob
 from ZODB.POSException import POSKeyError
 from ZODB.utils import p64
 
+from zodbsql.backends.base.contract import BlobsRole, ConnectionRole
 from zodbsql.storage.privatedir import NOFOLLOW, make_private_dir, no_links_below, real_dir
 from zodbsql.storage.staging import StagingArea
 
 if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
     from zodbsql.options import Options
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ class BlobFiles:
             os.makedirs(self.directory, exist_ok=True)
             self.fshelper = ZODB.blob.FilesystemHelper(self.directory, "bushy")
             self.fshelper.create()
-            self.temp_dir = self.fshelper.temp_dir
+            self.temp_dir: str = self.fshelper.temp_dir
         else:
             make_private_dir(self.directory)
             self.temp_dir = os.path.join(self.directory, "tmp")
@@ -335,7 +335,8 @@ class BlobFiles:
     # -- shared directory ---------------------------------------------------------------
     def revision_path(self, oid: int, tid: int) -> str:
         assert self.fshelper is not None
-        return self.fshelper.getBlobFilename(p64(oid), p64(tid))
+        path: str = self.fshelper.getBlobFilename(p64(oid), p64(tid))
+        return path
 
     def place(self, oid: int, tid: int, staged: str, same_as: tuple[int, int] | None) -> None:
         """Put a committed revision's file in place (shared directory), linking to a
@@ -378,7 +379,7 @@ class BlobFiles:
             raise POSKeyError(f"No blob file at {path}", p64(oid), p64(tid))
         return path
 
-    def collect_files(self, conn: "DBConnection", blobs: object, last_tid: int,
+    def collect_files(self, conn: ConnectionRole, blobs: BlobsRole, last_tid: int,
                       batch: int = 500) -> int:
         """Remove revision files no ``blob_ref`` row names (packed, deleted, replaced in
         history-free mode, or left by a crash between placing and committing), and empty
@@ -391,7 +392,7 @@ class BlobFiles:
             nonlocal removed
             if not found:
                 return
-            kept = blobs.revisions_of(conn, list(found))  # type: ignore[attr-defined]
+            kept = blobs.revisions_of(conn, list(found))
             for oid, files in found.items():
                 for tid, path in files:
                     if tid <= last_tid and (oid, tid) not in kept:

@@ -17,29 +17,34 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
-from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
+from zodbsql.backends.base.contract import (Conflict, ConnectionRole, ResolvedState,
+                                            Revision, StagedState)
 from zodbsql.errors import CommitOutcomeUnknown, ConnectionLost, DatabaseError
+from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
 from zodbsql.storage.records import checksum, references, verified
+from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
 
 #: Seconds between attempts to reach the database after a lost COMMIT.
 RECONNECT_PAUSE = 0.2
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
-    from zodbsql.storage.storage import SQLStorage
+
+#: ZODB's conflict resolution: ``(oid, committed tid, old tid, new state, committed
+#: state) -> resolved state``, or ConflictError (``SQLStorage.resolve_conflict``).
+Resolver = Callable[[int, int, int, "bytes | None", bytes], bytes]
 
 
 class PendingCommit:
-    def __init__(self, storage: "SQLStorage", transaction: Any, tid: bytes | None,
-                 status: str) -> None:
-        self.storage = storage
+    def __init__(self, shared: Shared, resolve: Resolver, transaction: Any,
+                 tid: bytes | None, status: str) -> None:
+        self.shared = shared
+        self.resolve = resolve
         self.transaction = transaction
         self.requested_tid = u64(tid) if tid is not None else None
         self.status = status
@@ -50,7 +55,7 @@ class PendingCommit:
         # oid -> tid whose state this one copies (undo, restore with a backpointer).
         self.data_tids: dict[int, int] = {}
         self.read_current: dict[int, int] = {}
-        self.conn: "DBConnection | None" = None
+        self.conn: "ConnectionRole | None" = None
         self.voted = False
         self.resolved: set[bytes] = set()
         self.tid: int | None = None
@@ -88,32 +93,31 @@ class PendingCommit:
 
     # -- vote -------------------------------------------------------------------------------
     def vote(self) -> set[bytes]:
-        shared = self.storage.shared
+        shared = self.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
-        self._check_sizes()  # before anything is sent, so nothing is half-written
+        self._check_sizes(conn)  # before anything is sent, so nothing is half-written
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         mover = backend.mover
         mover.clear_staged(conn)
-        rows = []
-        refs: list[tuple[int, int]] = []
+        rows: list[StagedState] = []
+        refs: list[Revision] = []
         for oid, (prev_tid, state) in self.states.items():
-            rows.append((oid, prev_tid, self.data_tids.get(oid), checksum(state),
-                         len(state) if state else 0, state))
+            rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state),
+                                    len(state) if state else 0, state))
             refs.extend((oid, ref) for ref in references(oid, state))
         mover.stage(conn, rows, refs)
         self._stage_blobs(conn)
         conflicts, read_conflicts = backend.locker.lock_objects(conn, self.read_current)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        self._resolve(conn, [c for c in conflicts if c[0] not in self.unchecked])
+        self._resolve(conn, [c for c in conflicts if c.oid not in self.unchecked])
         self.voted = True
         return self.resolved
 
-    def _stage_blobs(self, conn: "DBConnection") -> None:
-        storage = self.storage
-        files = storage.shared.blob_files
-        blobs = storage.shared.backend.blobs
+    def _stage_blobs(self, conn: ConnectionRole) -> None:
+        files = self.shared.blob_files
+        blobs = self.shared.backend.blobs
         if files is None:
             return
         rows = []
@@ -130,7 +134,7 @@ class PendingCommit:
                 pass  # stored already: nothing to upload
             else:
                 # A chunk must fit one statement (MySQL: below max_allowed_packet).
-                limit = storage.shared.backend.features.max_state_size
+                limit = conn.max_state_size
                 chunk = min(files.chunk_size, limit) if limit else files.chunk_size
                 blobs.upload(conn, content_hash, size, file_chunks(staged, chunk))
                 uploaded.add(content_hash)
@@ -142,22 +146,23 @@ class PendingCommit:
             if oid not in self.blob_files:
                 blobs.stage_copy(conn, oid, data_tid)
 
-    def _check_sizes(self) -> None:
-        """Refuse states larger than one statement may carry (``Features.max_state_size``)."""
-        backend = self.storage.shared.backend
-        limit = backend.features.max_state_size
+    def _check_sizes(self, conn: ConnectionRole) -> None:
+        """Refuse states larger than one statement may carry on ``conn``'s server
+        (``max_state_size``)."""
+        backend = self.shared.backend
+        limit = conn.max_state_size
         if limit is None:
             return
         for oid, (_, state) in self.states.items():
             if state is not None and len(state) > limit:
-                detail = backend.features.max_state_size_detail
+                detail = conn.max_state_size_detail
                 raise DatabaseError(
                     f"the state of oid 0x{oid:016x} is {len(state)} bytes, larger than the"
                     f" {limit} bytes {backend.describe()} accepts in one statement"
                     + (f" ({detail})" if detail else "")
                     + "; nothing of this transaction was written")
 
-    def _resolve(self, conn: "DBConnection", conflicts: list[tuple[int, int, int]]) -> None:
+    def _resolve(self, conn: ConnectionRole, conflicts: list[Conflict]) -> None:
         """Resolve write conflicts against the newest committed states, or raise.
 
         Runs with the row locks held, so its round trips are few whatever the number of
@@ -170,7 +175,7 @@ class PendingCommit:
             if self.states[oid][1] is None or actual == 0 or expected == 0:
                 # A deletion, a vanished object or a second creation can't be merged.
                 raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        shared = self.storage.shared
+        shared = self.shared
         committed: dict[int, bytes] = {}
         missing: dict[int, int] = {}
         for oid, _, actual in conflicts:
@@ -185,16 +190,16 @@ class PendingCommit:
                 conn, missing).items():
             if state is not None:
                 committed[oid] = verified(oid, missing[oid], stored_checksum, state) or b""
-        rows: list[tuple[int, int, int | None, int, bytes]] = []
-        refs: list[tuple[int, int]] = []
+        rows: list[ResolvedState] = []
+        refs: list[Revision] = []
         for oid, expected, actual in conflicts:
             if oid not in committed:
                 raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-            resolved = self.storage.resolve_conflict(
+            resolved = self.resolve(
                 oid, actual, expected, self.states[oid][1], committed[oid])
             self.states[oid] = (actual, resolved)
             self.data_tids.pop(oid, None)
-            rows.append((oid, actual, checksum(resolved), len(resolved), resolved))
+            rows.append(ResolvedState(oid, actual, checksum(resolved), len(resolved), resolved))
             refs.extend((oid, ref) for ref in references(oid, resolved))
             self.resolved.add(p64(oid))
         shared.backend.mover.restage_many(conn, rows, refs)
@@ -204,23 +209,23 @@ class PendingCommit:
         if not self.voted or self.conn is None:
             raise StorageTransactionError("tpc_finish called before tpc_vote")
         conn = self.conn
-        backend = self.storage.shared.backend
+        backend = self.shared.backend
         meta = self.transaction
         # The clock's tid; the backend takes one past the last tid if that is later.
         clock_tid = u64(newTid(None))
-        files = self.storage.shared.blob_files
+        files = self.shared.blob_files
         check_blobs = (files is not None and not files.shared
                        and bool(self.blob_staged or self.data_tids))
         tid = backend.txncontrol.finish(
             conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
             _as_bytes(meta.description), _extension_bytes(meta),
-            self.storage.shared.options.commit_lock_timeout, bool(self.states),
+            self.shared.options.commit_lock_timeout, bool(self.states),
             check_blobs=check_blobs, blobs=self._changes_blob_refs())
         if self.states:
             highest = max(self.states)
-            if highest > self.storage.shared.highest_oid_seen:
+            if highest > self.shared.highest_oid_seen:
                 backend.oids.ensure_above(conn, highest)
-                self.storage.shared.highest_oid_seen = highest
+                self.shared.highest_oid_seen = highest
         if files is not None and files.shared:
             # The files are in place before the commit makes the revisions visible; a
             # crash in between leaves only files no revision names (pack removes them).
@@ -255,7 +260,7 @@ class PendingCommit:
         a retryable ``ConnectionLost``), and the never-retryable ``CommitOutcomeUnknown``
         if the database can't tell or can't be reached within commit-lock-timeout.
         """
-        shared = self.storage.shared
+        shared = self.shared
         backend = shared.backend
         old = self.conn
         assert old is not None
@@ -312,7 +317,7 @@ class PendingCommit:
             remove_quietly(staged)
         self.blob_files.clear()
         if self.conn is not None:
-            self.storage.shared.pool.release(self.conn)
+            self.shared.pool.release(self.conn)
             self.conn = None
 
     def abort(self) -> None:
@@ -335,5 +340,6 @@ def _extension_bytes(meta: Any) -> bytes:
     if not extension:
         return b""
     from ZODB._compat import dumps
-    return dumps(extension, 3)
+    pickled: bytes = dumps(extension, 3)
+    return pickled
 

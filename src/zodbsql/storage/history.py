@@ -7,25 +7,28 @@ current tid, so vote's conflict check still protects against a concurrent commit
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ZODB import POSException
 from ZODB._compat import loads
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64, u64
 
-from zodbsql.storage.records import checksum, verified
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
+from zodbsql.storage.commit import PendingCommit
+from zodbsql.storage.records import as_int, checksum, verified
+from zodbsql.storage.shared import Shared
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
-    from zodbsql.storage.commit import PendingCommit
-    from zodbsql.storage.storage import SQLStorage
+#: ZODB's ``tryToResolveConflict(oid, committed serial, old serial, new state,
+#: committed state)``: the merged state, or ConflictError.
+ConflictResolver = Callable[[bytes, bytes, bytes, bytes, bytes], bytes]
 
 PACKED_TID = "packed_tid"
 
 
 def tid_time(tid: int) -> float:
-    return TimeStamp(p64(tid)).timeTime()
+    seconds: float = TimeStamp(p64(tid)).timeTime()
+    return seconds
 
 
 def decode_extension(data: bytes | None) -> dict[str, Any]:
@@ -42,9 +45,9 @@ def _text(value: bytes | None) -> bytes:
     return bytes(value) if value is not None else b""
 
 
-def object_history(storage: "SQLStorage", conn: "DBConnection", oid: bytes,
+def object_history(backend: BackendContract, conn: ConnectionRole, oid: bytes,
                    size: int) -> list[dict[str, Any]]:
-    rows = storage.backend.history.object_history(conn, u64(oid), max(1, size))
+    rows = backend.history.object_history(conn, u64(oid), max(1, size))
     if not rows:
         raise POSException.POSKeyError(oid)
     result = []
@@ -57,22 +60,22 @@ def object_history(storage: "SQLStorage", conn: "DBConnection", oid: bytes,
     return result
 
 
-def packed_tid(storage: "SQLStorage", conn: "DBConnection") -> int:
-    value = storage.backend.history.get_meta(conn, PACKED_TID)
+def packed_tid(backend: BackendContract, conn: ConnectionRole) -> int:
+    value = backend.history.get_meta(conn, PACKED_TID)
     return int(value) if value else 0
 
 
-def undo_log(storage: "SQLStorage", conn: "DBConnection", first: int, last: int,
+def undo_log(shared: Shared, conn: ConnectionRole, first: int, last: int,
              filter: Callable[[dict[str, Any]], bool] | None) -> list[dict[str, Any]]:
-    if not storage.options.keep_history:
+    if not shared.options.keep_history:
         return []
     if last < 0:
         last = first - last
-    after = packed_tid(storage, conn)
+    after = packed_tid(shared.backend, conn)
     found: list[dict[str, Any]] = []
     offset, batch = 0, max(20, last)
     while len(found) < last:
-        rows = storage.backend.history.undo_log(conn, after, offset, batch)
+        rows = shared.backend.history.undo_log(conn, after, offset, batch)
         if not rows:
             break
         offset += len(rows)
@@ -89,29 +92,29 @@ def _transaction_id(transaction_id: bytes | str) -> int:
     if isinstance(transaction_id, str):
         transaction_id = transaction_id.encode("ascii")
     if len(transaction_id) == 8:
-        return u64(transaction_id)
+        return as_int(transaction_id)
     try:
         decoded = base64.decodebytes(transaction_id + b"\n")
     except Exception:
         decoded = b""
     if len(decoded) != 8:
         raise POSException.UndoError(f"invalid transaction id {transaction_id!r}")
-    return u64(decoded)
+    return as_int(decoded)
 
 
-def undo(storage: "SQLStorage", conn: "DBConnection", pending: "PendingCommit",
-         transaction_id: bytes) -> tuple[bytes, list[bytes]]:
+def undo(shared: Shared, conn: ConnectionRole, pending: PendingCommit,
+         transaction_id: bytes, resolve: ConflictResolver) -> tuple[bytes, list[bytes]]:
     """Buffer the stores that undo ``transaction_id``; return ``(tid, oids)``."""
-    if not storage.options.keep_history:
+    if not shared.options.keep_history:
         raise POSException.UndoError("undo needs a history-preserving storage")
     tid = _transaction_id(transaction_id)
-    backend = storage.backend
-    if not backend.history.transaction_exists(conn, tid) or tid <= packed_tid(storage, conn):
+    backend = shared.backend
+    if not backend.history.transaction_exists(conn, tid) or tid <= packed_tid(backend, conn):
         raise POSException.UndoError("Invalid transaction id")
     oids = []
-    for oid, undone_checksum, undone_state in backend.history.transaction_states(conn, tid):
-        oid = int(oid)
-        state, data_tid = _undo_one(storage, conn, pending, oid, tid, undone_checksum)
+    for oid, undone_checksum, _ in backend.history.transaction_states(conn, tid):
+        state, data_tid = _undo_one(backend, conn, pending, oid, tid, undone_checksum,
+                                    resolve)
         current_tid = backend.mover.current_tid(conn, oid) or 0
         prev_tid = pending.states[oid][0] if oid in pending.states else current_tid
         pending.states[oid] = (prev_tid, state)
@@ -123,34 +126,32 @@ def undo(storage: "SQLStorage", conn: "DBConnection", pending: "PendingCommit",
     return p64(tid), oids
 
 
-def _undo_one(storage: "SQLStorage", conn: "DBConnection", pending: "PendingCommit",
-              oid: int, tid: int, undone_checksum: int | None,
+def _undo_one(backend: BackendContract, conn: ConnectionRole, pending: PendingCommit,
+              oid: int, tid: int, undone_checksum: int | None, resolve: ConflictResolver,
               ) -> tuple[bytes | None, int | None]:
     """The state that undoes ``tid``'s record of ``oid`` and the tid it copies, or UndoError."""
-    backend = storage.backend
     before = backend.history.state_before(conn, oid, tid)
-    restored = bytes(before[2]) if before is not None and before[2] is not None else None
-    before_tid = int(before[0]) if before is not None else None
+    restored = before.state if before is not None else None
+    before_tid = before.tid if before is not None else None
     row = backend.mover.load_current(conn, oid)
     if row is None:
         raise POSException.UndoError("the object no longer exists", p64(oid))
-    current_tid = int(row[0])
+    current_tid = row.tid
     if oid in pending.states:
         # Undone twice in one transaction: undo against what is already buffered.
         current_state = pending.states[oid][1]
         current_checksum = checksum(current_state)
         unchanged = current_checksum == undone_checksum
     else:
-        current_checksum = row[1]
-        current_state = verified(oid, current_tid, row[1], bytes(row[2])) if row[2] is not None else None
+        current_checksum = row.checksum
+        current_state = verified(oid, current_tid, row.checksum, row.state)
         unchanged = current_tid == tid or current_checksum == undone_checksum
     if unchanged:
         return restored, before_tid
     if restored is None or current_state is None:
         raise POSException.UndoError("Some data were modified by a later transaction", p64(oid))
     try:
-        resolved = storage.tryToResolveConflict(p64(oid), p64(current_tid), p64(tid), restored,
-                                                current_state)
+        resolved = resolve(p64(oid), p64(current_tid), p64(tid), restored, current_state)
     except POSException.ConflictError:
         raise POSException.UndoError("Some data were modified by a later transaction",
                                      p64(oid)) from None

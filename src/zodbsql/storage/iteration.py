@@ -5,20 +5,19 @@ long copy never holds one huge result in memory nor the load connection of the s
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from ZODB.BaseStorage import DataRecord, TransactionRecord
 from ZODB.utils import p64, u64
 
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.storage.history import decode_extension
-
-if TYPE_CHECKING:
-    from zodbsql.storage.storage import SQLStorage
+from zodbsql.storage.shared import Shared
 
 CURRENT_RECORDS_BATCH = 100
 
 
-class SQLTransactionRecord(TransactionRecord):
+class SQLTransactionRecord(TransactionRecord):  # type: ignore[misc]  # ZODB is untyped
     def __init__(self, tid: int, status: str, user: bytes, description: bytes,
                  extension: dict[str, Any], records: list[DataRecord]) -> None:
         super().__init__(p64(tid), status, user, description, extension)
@@ -29,12 +28,12 @@ class SQLTransactionRecord(TransactionRecord):
 
 
 class TransactionIterator:
-    def __init__(self, storage: "SQLStorage", start: bytes | None, stop: bytes | None) -> None:
-        self._conn = storage.shared.connect()
+    def __init__(self, shared: Shared, start: bytes | None, stop: bytes | None) -> None:
+        self._conn = shared.connect()
         # Transactions committed after the iterator was made are not part of it.
-        last = storage.backend.poller.last_tid(self._conn)
+        last = shared.backend.poller.last_tid(self._conn)
         upto = min(u64(stop), last) if stop else last
-        self._rows = storage.backend.history.iter_transactions(
+        self._rows = shared.backend.history.iter_transactions(
             self._conn, u64(start) if start else 0, upto)
         self._open = True
 
@@ -49,14 +48,11 @@ class TransactionIterator:
         except StopIteration:
             self.close()
             raise
-        tid = int(tid)
-        records = [DataRecord(p64(int(oid)), p64(tid),
-                              bytes(state) if state is not None else None,
-                              p64(int(data_tid)) if data_tid is not None else None)
+        records = [DataRecord(p64(oid), p64(tid), state,
+                              p64(data_tid) if data_tid is not None else None)
                    for oid, state, data_tid in states]
-        return SQLTransactionRecord(tid, "p" if packed else " ", bytes(user or b""),
-                                    bytes(description or b""), decode_extension(extension),
-                                    records)
+        return SQLTransactionRecord(tid, "p" if packed else " ", user, description,
+                                    decode_extension(extension), records)
 
     def close(self) -> None:
         if self._open:
@@ -64,12 +60,13 @@ class TransactionIterator:
             self._conn.close()
 
 
-def record_iternext(storage: "SQLStorage", next_oid: Any) -> tuple[bytes, bytes, bytes, Any]:
+def record_iternext(backend: BackendContract, conn: ConnectionRole,
+                    next_oid: Any) -> tuple[bytes, bytes, bytes, Any]:
     """One current record per call: ``(oid, tid, state, next)``; next is None at the end."""
     after = -1 if next_oid is None else u64(next_oid) - 1
-    rows = storage.backend.history.current_records(storage._conn(), after, 2)
+    rows = backend.history.current_records(conn, after, 2)
     if not rows:
         raise ValueError("no more records")
     oid, tid, state = rows[0]
-    following = p64(int(rows[1][0])) if len(rows) > 1 else None
-    return p64(int(oid)), p64(int(tid)), bytes(state), following
+    following = p64(rows[1].oid) if len(rows) > 1 else None
+    return p64(oid), p64(tid), state, following

@@ -21,27 +21,26 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ZODB import POSException
 from ZODB.TimeStamp import TimeStamp
-from ZODB.utils import u64
 
+from zodbsql.backends.base.contract import ConnectionRole
+from zodbsql.options import Options
 from zodbsql.storage.history import PACKED_TID, packed_tid
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
-    from zodbsql.options import Options
-    from zodbsql.storage.storage import SQLStorage
+from zodbsql.storage.records import as_int
+from zodbsql.storage.shared import HasShared, Shared
 
 Progress = Callable[[str, int], None]
 
 
 def time_to_tid(t: float) -> int:
-    return u64(TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw())
+    raw: bytes = TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw()
+    return as_int(raw)
 
 
-def pack(storage: "SQLStorage", t: float, gc: bool = True,
+def pack(storage: HasShared, t: float, gc: bool = True,
          progress: Progress | None = None, dry_run: bool = False,
          batch_size: int | None = None, duty_cycle: float | None = None) -> dict[str, int]:
     """Pack to time ``t``; return what was (with ``dry_run``: would be) removed.
@@ -50,15 +49,15 @@ def pack(storage: "SQLStorage", t: float, gc: bool = True,
     the references and deletes nothing.  ``batch_size`` and ``duty_cycle`` override the
     storage's options for this pack.
     """
-    options = storage.options.replace(
-        pack_batch_size=batch_size or storage.options.pack_batch_size,
-        pack_duty_cycle=duty_cycle or storage.options.pack_duty_cycle)
     shared = storage.shared
+    options = shared.options.replace(
+        pack_batch_size=batch_size or shared.options.pack_batch_size,
+        pack_duty_cycle=duty_cycle or shared.options.pack_duty_cycle)
     if not shared.pack_lock.acquire(blocking=False):
         raise POSException.StorageError("a pack of this storage is already running")
-    conn = storage.shared.connect()
+    conn = shared.connect()
     try:
-        counts = _Pack(storage, conn, gc, progress, dry_run, options).run(time_to_tid(t))
+        counts = _Pack(shared, conn, gc, progress, dry_run, options).run(time_to_tid(t))
         if shared.blob_files is not None:
             shared.blob_files.hashes.clear()  # the memo may name revisions the pack removed
             if not dry_run:
@@ -71,11 +70,11 @@ def pack(storage: "SQLStorage", t: float, gc: bool = True,
 
 
 class _Pack:
-    def __init__(self, storage: "SQLStorage", conn: "DBConnection", gc: bool,
-                 progress: Progress | None, dry_run: bool, options: "Options") -> None:
+    def __init__(self, shared: Shared, conn: ConnectionRole, gc: bool,
+                 progress: Progress | None, dry_run: bool, options: Options) -> None:
         self.dry_run = dry_run
-        self.storage = storage
-        self.backend = storage.backend
+        self.shared = shared
+        self.backend = shared.backend
         self.conn = conn
         self.gc = gc
         self.progress = progress or (lambda phase, done: None)
@@ -88,9 +87,9 @@ class _Pack:
         conn, backend = self.conn, self.backend
         last = backend.poller.last_tid(conn)
         pack_tid = min(pack_tid, last)
-        keep_history = self.storage.options.keep_history
+        keep_history = self.shared.options.keep_history
         nothing = {"garbage": 0, "old_revisions": 0}
-        if pack_tid <= 0 or (keep_history and pack_tid <= packed_tid(self.storage, conn)):
+        if pack_tid <= 0 or (keep_history and pack_tid <= packed_tid(self.backend, conn)):
             return nothing
         if not keep_history and not self.gc:
             if not self.dry_run:
@@ -129,7 +128,7 @@ class _Pack:
                 break
             done += len(freed)
             self.progress("blobs", done)
-        files = self.storage.shared.blob_files
+        files = self.shared.blob_files
         if files is not None and files.shared:
             last = self.backend.poller.last_tid(conn)
             files.collect_files(conn, blobs, last)
@@ -171,12 +170,12 @@ class _Pack:
             self._walk()
         self.checked = newest
 
-    def _still_garbage(self, conn: "DBConnection", oids: list[int]) -> list[int]:
+    def _still_garbage(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         self._rescue()
         return self.backend.packer.unreached(conn, oids)
 
-    def _delete_objects(self, candidates: Callable[["DBConnection", int, int], list[int]],
-                        recheck: Callable[["DBConnection", list[int]], list[int]],
+    def _delete_objects(self, candidates: Callable[[ConnectionRole, int, int], list[int]],
+                        recheck: Callable[[ConnectionRole, list[int]], list[int]],
                         phase: str) -> None:
         """Delete whole objects in batches.  Candidates are found without the commit
         lock; under it, each batch is only re-checked and deleted, so the time the lock
@@ -210,7 +209,7 @@ class _Pack:
             if not keep:
                 return
             self._locked(lambda: packer.delete_old_revisions(conn, keep))
-            after = keep[-1][0]
+            after, _ = keep[-1]
             done += len(keep)
             self.progress("history", done)
 

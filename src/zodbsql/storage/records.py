@@ -42,8 +42,10 @@ def references(oid: int, state: bytes | None) -> set[int]:
 
 
 def as_bytes(value: int) -> bytes:
-    return p64(value)
+    packed: bytes = p64(value)
+    return packed
 
 
 def as_int(value: bytes) -> int:
-    return u64(value)
+    number: int = u64(value)
+    return number

@@ -14,12 +14,12 @@ from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
 from ZODB.POSException import ConflictError
 
-from zodbsql.backends.base.inspector import ERROR, OK, Finding
+from zodbsql.backends.base.contract import ERROR, OK, BackendOptions, Finding
 from zodbsql.options import Options
 from zodbsql.storage.storage import SQLStorage
 
 
-def run_checks(backend_options: Any, options: Options) -> list[Finding]:
+def run_checks(backend_options: BackendOptions, options: Options) -> list[Finding]:
     backend = backend_options.create_backend(options.keep_history, options.commit_lock_timeout)
     db = ZODB.DB(SQLStorage(backend, options.replace(read_only=False, create_schema=True)))
     try:

@@ -25,65 +25,28 @@ from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
 from ZODB.utils import p64, u64
 
 from zodbsql.backends.base import oidalloc
-from zodbsql.backends.base.adapter import Backend
-from zodbsql.backends.base.connections import ConnectionPool, DBConnection, StatementTally
-from zodbsql.cache import StateCache
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.errors import SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import history, iteration, pack
 from zodbsql.storage.blobs import BlobFiles
 from zodbsql.storage.commit import PendingCommit
-from zodbsql.storage.records import verified
+from zodbsql.storage.records import as_bytes, verified
+from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
 
 #: The meta entry that records where blob data lives ("database" or "shared-directory").
 BLOB_LAYOUT = "blob_layout"
 
-#: Committing connections one storage keeps open at most.
-COMMIT_POOL_SIZE = 8
-
-
-class Shared:
-    """What every instance of one storage shares."""
-
-    def __init__(self, backend: Backend, options: Options) -> None:
-        self.backend = backend
-        self.options = options
-        self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
-        self.statements = StatementTally()
-        self.pool = ConnectionPool(
-            lambda: self.counted(backend.connect_for_commit(options.commit_lock_timeout)),
-            COMMIT_POOL_SIZE)
-        self.oid_lock = threading.Lock()
-        self.free_oids: list[int] = []
-        self.oid_block = oidalloc.BLOCK
-        self.last_allocation = 0.0
-        #: id() of the commit that allocated the last block (blocks grow within one
-        #: commit; an id, not the commit, so its states are not kept alive).
-        self.last_allocator = 0
-        self.highest_oid_seen = 0
-        self.pack_lock = threading.Lock()
-        self.closed = False
-        self.blob_files = BlobFiles(options) if options.blob_dir else None
-
-    def counted(self, conn: DBConnection) -> DBConnection:
-        """Add ``conn``'s statements from now on to this storage's running total."""
-        conn.tally = self.statements
-        return conn
-
-    def connect(self) -> DBConnection:
-        return self.counted(self.backend.connect())
-
-
 @zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
                             IStorageCurrentRecordIteration, IExternalGC)
-class SQLStorage(ConflictResolvingStorage):
+class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is untyped
     """A ZODB storage in a relational database."""
 
-    def __init__(self, backend: Backend, options: Options | None = None, *,
+    def __init__(self, backend: BackendContract, options: Options | None = None, *,
                  shared: Shared | None = None) -> None:
-        self._load: DBConnection | None = None
+        self._load: ConnectionRole | None = None
         if shared is None:
             options = options or Options(keep_history=backend.keep_history)
             shared = Shared(backend, options)
@@ -114,7 +77,7 @@ class SQLStorage(ConflictResolvingStorage):
         self._db: Any = None
 
     @staticmethod
-    def _open_checked(backend: Backend, options: Options) -> DBConnection:
+    def _open_checked(backend: BackendContract, options: Options) -> ConnectionRole:
         if not options.create_schema:
             backend.check_exists()
         conn = backend.connect()
@@ -126,7 +89,7 @@ class SQLStorage(ConflictResolvingStorage):
             raise
         return conn
 
-    def _check_blob_layout(self, backend: Backend, options: Options) -> None:
+    def _check_blob_layout(self, backend: BackendContract, options: Options) -> None:
         """The blob layout is recorded with the first storage that has a blob-dir; one
         opened with the other layout would not find the blobs, so it is refused."""
         assert self._load is not None
@@ -201,7 +164,7 @@ class SQLStorage(ConflictResolvingStorage):
                 self._load.rollback()
             self._read_txn = False
 
-    def _conn(self) -> DBConnection:
+    def _conn(self) -> ConnectionRole:
         if self._load is None or self._load.broken:
             self._check_open()
             if self._load is not None:
@@ -234,13 +197,13 @@ class SQLStorage(ConflictResolvingStorage):
                     conn.begin_read()
                     self._read_txn = True
                 row = shared.backend.mover.load_at(conn, oid_int, snapshot)
-                if row is not None and row[0] > snapshot:
+                if row is not None and row.tid > snapshot:
                     raise POSException.ReadConflictError(
-                        oid=oid, serials=(p64(row[0]), p64(snapshot)))
-            if row is None or row[2] is None:
+                        oid=oid, serials=(p64(row.tid), p64(snapshot)))
+            if row is None or row.state is None:
                 raise POSException.POSKeyError(oid)
-            tid, stored_checksum, state = int(row[0]), row[1], bytes(row[2])
-            verified(oid_int, tid, stored_checksum, state)
+            tid, state = row.tid, row.state
+            verified(oid_int, tid, row.checksum, state)
             if snapshot is not None:
                 shared.cache.put_loaded(oid_int, tid, state, snapshot)
             return state, p64(tid)
@@ -276,9 +239,9 @@ class SQLStorage(ConflictResolvingStorage):
                 return cached
         with self._load_lock:
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
-        if row is None or row[2] is None:
+        if row is None or row.state is None:
             raise POSException.POSKeyError(oid)
-        return verified(oid_int, tid, row[1], bytes(row[2])) or b""
+        return verified(oid_int, tid, row.checksum, row.state) or b""
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
         oid_int = u64(oid)
@@ -299,9 +262,9 @@ class SQLStorage(ConflictResolvingStorage):
         """The tid of the current revision; POSKeyError if the object doesn't exist."""
         with self._load_lock:
             row = self.shared.backend.mover.load_current(self._conn(), u64(oid))
-        if row is None or row[2] is None:
+        if row is None or row.state is None:
             raise POSException.POSKeyError(oid)
-        return p64(int(row[0]))
+        return as_bytes(row.tid)
 
     def referrers(self, oid: bytes) -> list[bytes]:
         """The oids of the objects whose current revision refers to ``oid`` (one query)."""
@@ -310,7 +273,7 @@ class SQLStorage(ConflictResolvingStorage):
 
     def history(self, oid: bytes, size: int = 1) -> list[dict[str, Any]]:
         with self._load_lock:
-            return history.object_history(self, self._conn(), oid, size)
+            return history.object_history(self.shared.backend, self._conn(), oid, size)
 
     # -- oids -------------------------------------------------------------------------------------------
     def new_oid(self) -> bytes:
@@ -341,7 +304,7 @@ class SQLStorage(ConflictResolvingStorage):
                         shared.pool.release(conn)
                 shared.highest_oid_seen = max(shared.highest_oid_seen, block[-1])
                 shared.free_oids = block[::-1]
-            return p64(shared.free_oids.pop())
+            return as_bytes(shared.free_oids.pop())
 
     # -- two-phase commit -------------------------------------------------------------------------
     def tpc_begin(self, transaction: Any, tid: bytes | None = None, status: str = " ") -> None:
@@ -353,7 +316,8 @@ class SQLStorage(ConflictResolvingStorage):
             raise POSException.StorageTransactionError(
                 "Duplicate tpc_begin calls for same transaction")
         self._tpc_lock.acquire()
-        self._pending = PendingCommit(self, transaction, tid, status)
+        self._pending = PendingCommit(self.shared, self.resolve_conflict, transaction, tid,
+                                      status)
 
     def _pending_for(self, transaction: Any) -> PendingCommit:
         pending = self._pending
@@ -399,7 +363,7 @@ class SQLStorage(ConflictResolvingStorage):
         pending = self._pending_for(transaction)
         try:
             tid = pending.finish()
-            tid_bytes = p64(tid)
+            tid_bytes = as_bytes(tid)
             self._own_tids.add(tid)
             self._last_commit = tid
             cache = self.shared.cache
@@ -514,12 +478,13 @@ class SQLStorage(ConflictResolvingStorage):
             raise POSException.ReadOnlyError()
         pending = self._pending_for(transaction)
         with self._load_lock:
-            return history.undo(self, self._conn(), pending, transaction_id)
+            return history.undo(self.shared, self._conn(), pending, transaction_id,
+                                self.tryToResolveConflict)
 
     def undoLog(self, first: int = 0, last: int = -20,
                 filter: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
         with self._load_lock:
-            return history.undo_log(self, self._conn(), first, last, filter)
+            return history.undo_log(self.shared, self._conn(), first, last, filter)
 
     def undoInfo(self, first: int = 0, last: int = -20,
                  specification: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -529,7 +494,7 @@ class SQLStorage(ConflictResolvingStorage):
 
     # -- iteration ---------------------------------------------------------------------------------
     def iterator(self, start: bytes | None = None, stop: bytes | None = None) -> Any:
-        return iteration.TransactionIterator(self, start, stop)
+        return iteration.TransactionIterator(self.shared, start, stop)
 
     def copyTransactionsFrom(self, other: Any, verbose: bool = False) -> None:
         """Copy every transaction of ``other`` (any iterable storage) into this one."""
@@ -542,7 +507,7 @@ class SQLStorage(ConflictResolvingStorage):
             ZODB.BaseStorage.copy(other, self, verbose)
 
     def record_iternext(self, next: Any = None) -> tuple[bytes, bytes, bytes, Any]:
-        return iteration.record_iternext(self, next)
+        return iteration.record_iternext(self.shared.backend, self._conn(), next)
 
     # -- pack ----------------------------------------------------------------------------------------
     def pack(self, t: float, referencesf: Any = None, gc: bool = True) -> None:
@@ -562,7 +527,7 @@ class SQLStorage(ConflictResolvingStorage):
         else:
             with self._load_lock:
                 last = self.shared.backend.poller.last_tid(self._conn())
-        return p64(last)
+        return as_bytes(last)
 
     def getName(self) -> str:
         return self.__name__
@@ -627,7 +592,7 @@ class SQLStorage(ConflictResolvingStorage):
         return self._options
 
     @property
-    def backend(self) -> Backend:
+    def backend(self) -> BackendContract:
         return self.shared.backend
 
     def __repr__(self) -> str:

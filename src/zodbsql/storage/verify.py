@@ -8,15 +8,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.storage.blobs import file_hash
-
 from zodbsql.storage.records import checksum
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
-    from zodbsql.storage.storage import SQLStorage
+from zodbsql.storage.shared import HasShared, Shared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +40,10 @@ class Report:
         return not self.problems
 
 
-def verify(storage: "SQLStorage", progress: Callable[[int, int], None] | None = None,
+def verify(storage: HasShared, progress: Callable[[int, int], None] | None = None,
            ) -> Report:
     """Check every stored state and reference; ``progress(done, total)`` per batch."""
-    backend = storage.backend
+    backend = storage.shared.backend
     checker = backend.checker
     report = Report()
     conn = backend.connect()
@@ -57,29 +54,28 @@ def verify(storage: "SQLStorage", progress: Callable[[int, int], None] | None = 
                 report.states += 1
                 if state is None:
                     continue
-                state = bytes(state)
                 report.bytes += len(state)
                 if stored is not None and checksum(state) != stored:
                     report.problems.append(Problem(
-                        "checksum", int(oid), int(tid),
+                        "checksum", oid, tid,
                         f"state of {len(state)} bytes does not match its checksum"))
             if progress is not None:
                 progress(report.states, total)
         for oid, tid, missing in checker.dangling_references(conn):
             report.problems.append(Problem(
-                "dangling-reference", int(oid), int(tid),
-                f"refers to oid 0x{int(missing):016x}, which does not exist"))
-        _verify_blobs(storage, conn, report)
+                "dangling-reference", oid, tid,
+                f"refers to oid 0x{missing:016x}, which does not exist"))
+        _verify_blobs(storage.shared, conn, report)
     finally:
         conn.close()
     return report
 
 
-def _verify_blobs(storage: "SQLStorage", conn: "DBConnection", report: Report) -> None:
+def _verify_blobs(shared: Shared, conn: ConnectionRole, report: Report) -> None:
     """Blob references against their contents: in the database (chunks hashed and
     measured) or, with a shared blob directory, the revision files."""
-    blobs = storage.backend.blobs
-    files = storage.shared.blob_files
+    blobs = shared.backend.blobs
+    files = shared.blob_files
     if files is not None and files.shared:
         for oid, tid, content_hash in blobs.iter_refs(conn):
             report.blobs += 1

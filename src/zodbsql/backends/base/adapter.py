@@ -1,15 +1,19 @@
 """The backend: one database, its parts declared as classes.
 
 A reader sees a whole backend in the ``*_class`` attributes of its subclass; the storage
-core talks only to the instances made from them.
+core talks only to the instances made from them, through the Protocols of
+:mod:`zodbsql.backends.base.contract` (a ``Backend`` is a ``BackendContract``).  The roles
+are made with the backend and see it through that Protocol too, so no role module
+imports this one.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from zodbsql.backends.base.blobs import Blobs
 from zodbsql.backends.base.checker import Checker
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendOptions, ConnectionRole
 from zodbsql.backends.base.features import Features
 from zodbsql.backends.base.history import History
 from zodbsql.backends.base.inspector import Inspector
@@ -21,8 +25,11 @@ from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.base.schema import Schema
 from zodbsql.backends.base.txncontrol import TransactionControl
 
+#: The type of a backend's own options (``SQLiteOptions``, ...).
+OptionsT = TypeVar("OptionsT", bound=BackendOptions)
 
-class Backend:
+
+class Backend(Generic[OptionsT]):
     """Base class of every backend.
 
     Subclasses implement :meth:`connect` (a new :class:`DBConnection`),
@@ -44,7 +51,7 @@ class Backend:
     inspector_class: ClassVar[type[Inspector]] = Inspector
     blobs_class: ClassVar[type[Blobs]] = Blobs
 
-    def __init__(self, options: Any, keep_history: bool, lock_timeout: float,
+    def __init__(self, options: OptionsT, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:
         #: The backend's own options object (SQLiteOptions, PostgreSQLOptions, ...).
         self.options = options
@@ -86,7 +93,7 @@ class Backend:
         """A key that is the same for every storage on the same database."""
         raise NotImplementedError
 
-    def database_size(self, conn: DBConnection) -> int:
+    def database_size(self, conn: ConnectionRole) -> int:
         """Approximate size of the stored data in bytes."""
         return 0
 

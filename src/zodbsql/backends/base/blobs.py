@@ -13,11 +13,12 @@ is used.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+import dataclasses
+from typing import Callable, ClassVar, Iterator, Sequence
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import (BackendContract, BlobContent, BlobRef,
+                                            ConnectionRole, Revision)
+from zodbsql.backends.base.statements import in_list
 
 CLEAR_TEMP_BLOB = "DELETE FROM temp_blob"
 STAGE_BLOB = "INSERT INTO temp_blob (zoid, content_hash) VALUES (%s, %s)"
@@ -60,120 +61,143 @@ CONTENTS_AFTER = ("SELECT content_hash, size, chunks FROM blob_content WHERE con
                   " ORDER BY content_hash LIMIT %s")
 REFS_AFTER = ("SELECT zoid, tid, content_hash FROM blob_ref"
               " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
-COUNT_REFS = "SELECT COUNT(*) FROM blob_ref"
 
 
-def _marks(n: int) -> str:
-    return ", ".join(["%s"] * n)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BlobStatements:
+    """The blob role's statements (the same in both history modes)."""
+
+    clear_staged: str = CLEAR_TEMP_BLOB
+    stage: str = STAGE_BLOB
+    stage_copy: str = STAGE_BLOB_COPY
+    unstage: str = UNSTAGE_BLOB
+    content_exists: str = CONTENT_EXISTS
+    #: Insert-if-absent, in the backend's dialect.
+    insert_chunk: str = INSERT_CHUNK
+    insert_content: str = INSERT_CONTENT
+    find_ref: str = FIND_REF
+    content: str = CONTENT
+    chunk: str = CHUNK
+    revision_with_content: str = REVISION_WITH_CONTENT
+    staged_missing: str = STAGED_MISSING
+    delete_refs_of_objects: str = DELETE_REFS_OF_OBJECTS
+    delete_old_refs: str = DELETE_OLD_REFS
+    unused_contents: str = UNUSED_CONTENTS
+    delete_chunks: str = DELETE_CHUNKS
+    delete_contents: str = DELETE_CONTENTS
+    refs_in: str = REFS_IN
+    refs_without_content: str = REFS_WITHOUT_CONTENT
+    contents_after: str = CONTENTS_AFTER
+    refs_after: str = REFS_AFTER
 
 
 class Blobs:
-    """Blob rows in and out of the database."""
+    """Blob rows in and out of the database (a ``BlobsRole``)."""
 
-    INSERT_CHUNK = INSERT_CHUNK
-    INSERT_CONTENT = INSERT_CONTENT
+    STATEMENTS: ClassVar[BlobStatements] = BlobStatements()
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = self.STATEMENTS
 
     # -- committing ---------------------------------------------------------------------
-    def clear_staged(self, conn: "DBConnection") -> None:
+    def clear_staged(self, conn: ConnectionRole) -> None:
         if not self.backend.features.staging_emptied_by_transaction_end:
-            conn.execute(CLEAR_TEMP_BLOB)
+            conn.execute(self.sql.clear_staged)
 
-    def stage(self, conn: "DBConnection", rows: Sequence[tuple[int, bytes]]) -> None:
+    def stage(self, conn: ConnectionRole, rows: Sequence[tuple[int, bytes]]) -> None:
         if rows:
-            conn.executemany(STAGE_BLOB, rows)
+            conn.executemany(self.sql.stage, rows)
 
-    def stage_copy(self, conn: "DBConnection", oid: int, from_tid: int) -> None:
-        conn.execute(STAGE_BLOB_COPY, (oid, from_tid))
+    def stage_copy(self, conn: ConnectionRole, oid: int, from_tid: int) -> None:
+        conn.execute(self.sql.stage_copy, (oid, from_tid))
 
-    def unstage(self, conn: "DBConnection", oid: int) -> None:
-        conn.execute(UNSTAGE_BLOB, (oid,))
+    def unstage(self, conn: ConnectionRole, oid: int) -> None:
+        conn.execute(self.sql.unstage, (oid,))
 
-    def has_content(self, conn: "DBConnection", content_hash: bytes) -> bool:
-        return conn.fetchone(CONTENT_EXISTS, (content_hash,)) is not None
+    def has_content(self, conn: ConnectionRole, content_hash: bytes) -> bool:
+        return conn.fetchone(self.sql.content_exists, (content_hash,)) is not None
 
-    def upload(self, conn: "DBConnection", content_hash: bytes, size: int,
+    def upload(self, conn: ConnectionRole, content_hash: bytes, size: int,
                chunks: Iterator[bytes]) -> int:
         """Insert the chunks, then the content row; return the number of chunks."""
         count = 0
         for data in chunks:
-            conn.execute(self.INSERT_CHUNK, (content_hash, count, data))
+            conn.execute(self.sql.insert_chunk, (content_hash, count, data))
             count += 1
-        conn.execute(self.INSERT_CONTENT, (content_hash, size, count))
+        conn.execute(self.sql.insert_content, (content_hash, size, count))
         return count
 
-    def staged_missing(self, conn: "DBConnection") -> int | None:
+    def staged_missing(self, conn: ConnectionRole) -> int | None:
         """An oid whose staged content is gone or incomplete, or None (commit lock held)."""
-        row = conn.fetchone(STAGED_MISSING)
+        row = conn.fetchone(self.sql.staged_missing)
         return int(row[0]) if row else None
 
-    def revision_with_content(self, conn: "DBConnection",
-                              content_hash: bytes) -> tuple[int, int] | None:
-        row = conn.fetchone(REVISION_WITH_CONTENT, (content_hash,))
+    def revision_with_content(self, conn: ConnectionRole,
+                              content_hash: bytes) -> Revision | None:
+        row = conn.fetchone(self.sql.revision_with_content, (content_hash,))
         return (int(row[0]), int(row[1])) if row else None
 
     # -- loading ------------------------------------------------------------------------
-    def content_hash(self, conn: "DBConnection", oid: int, tid: int) -> bytes | None:
-        row = conn.fetchone(FIND_REF, (oid, tid))
+    def content_hash(self, conn: ConnectionRole, oid: int, tid: int) -> bytes | None:
+        row = conn.fetchone(self.sql.find_ref, (oid, tid))
         return bytes(row[0]) if row else None
 
-    def content(self, conn: "DBConnection", content_hash: bytes) -> tuple[int, int] | None:
-        row = conn.fetchone(CONTENT, (content_hash,))
+    def content(self, conn: ConnectionRole, content_hash: bytes) -> tuple[int, int] | None:
+        row = conn.fetchone(self.sql.content, (content_hash,))
         return (int(row[0]), int(row[1])) if row else None
 
-    def download(self, conn: "DBConnection", content_hash: bytes, chunks: int,
+    def download(self, conn: ConnectionRole, content_hash: bytes, chunks: int,
                  write: Callable[[bytes], object]) -> None:
         """Pass each chunk to ``write`` in order, one query per chunk."""
         for num in range(chunks):
-            row = conn.fetchone(CHUNK, (content_hash, num))
+            row = conn.fetchone(self.sql.chunk, (content_hash, num))
             if row is None:
                 raise KeyError(num)
             write(bytes(row[0]))
 
     # -- pack ---------------------------------------------------------------------------
-    def delete_refs_of_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
-        conn.execute(DELETE_REFS_OF_OBJECTS.format(oids=_marks(len(oids))), list(oids))
+    def delete_refs_of_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
+        sql = self.sql.delete_refs_of_objects.format(oids=in_list(len(oids)))
+        conn.execute(sql, list(oids))
 
-    def delete_old_refs(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
-        conn.executemany(DELETE_OLD_REFS, keep)
+    def delete_old_refs(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
+        conn.executemany(self.sql.delete_old_refs, keep)
 
-    def unused_contents(self, conn: "DBConnection", limit: int) -> list[bytes]:
-        return [bytes(row[0]) for row in conn.fetchall(UNUSED_CONTENTS, (limit,))]
+    def unused_contents(self, conn: ConnectionRole, limit: int) -> list[bytes]:
+        return [bytes(row[0]) for row in conn.fetchall(self.sql.unused_contents, (limit,))]
 
-    def delete_contents(self, conn: "DBConnection", hashes: Sequence[bytes]) -> None:
-        marks = _marks(len(hashes))
-        conn.execute(DELETE_CHUNKS.format(hashes=marks), list(hashes))
-        conn.execute(DELETE_CONTENTS.format(hashes=marks), list(hashes))
+    def delete_contents(self, conn: ConnectionRole, hashes: Sequence[bytes]) -> None:
+        marks = in_list(len(hashes))
+        conn.execute(self.sql.delete_chunks.format(hashes=marks), list(hashes))
+        conn.execute(self.sql.delete_contents.format(hashes=marks), list(hashes))
 
-    def revisions_of(self, conn: "DBConnection", oids: Sequence[int]) -> set[tuple[int, int]]:
-        rows = conn.fetchall(REFS_IN.format(oids=_marks(len(oids))), list(oids))
+    def revisions_of(self, conn: ConnectionRole, oids: Sequence[int]) -> set[Revision]:
+        rows = conn.fetchall(self.sql.refs_in.format(oids=in_list(len(oids))), list(oids))
         return {(int(o), int(t)) for o, t in rows}
 
     # -- verify -------------------------------------------------------------------------
-    def refs_without_content(self, conn: "DBConnection") -> list[tuple[int, int, bytes]]:
-        return [(int(o), int(t), bytes(h)) for o, t, h in conn.fetchall(REFS_WITHOUT_CONTENT)]
+    def refs_without_content(self, conn: ConnectionRole) -> list[BlobRef]:
+        return [BlobRef(int(o), int(t), bytes(h))
+                for o, t, h in conn.fetchall(self.sql.refs_without_content)]
 
-    def iter_contents(self, conn: "DBConnection",
-                      batch: int = 500) -> Iterator[tuple[bytes, int, int]]:
+    def iter_contents(self, conn: ConnectionRole, batch: int = 500) -> Iterator[BlobContent]:
         after = b""
         while True:
-            rows = conn.fetchall(CONTENTS_AFTER, (after, batch))
+            rows = conn.fetchall(self.sql.contents_after, (after, batch))
             if not rows:
                 return
             for content_hash, size, chunks in rows:
-                yield bytes(content_hash), int(size), int(chunks)
+                yield BlobContent(bytes(content_hash), int(size), int(chunks))
             after = bytes(rows[-1][0])
 
-    def iter_refs(self, conn: "DBConnection",
-                  batch: int = 500) -> Iterator[tuple[int, int, bytes]]:
+    def iter_refs(self, conn: ConnectionRole, batch: int = 500) -> Iterator[BlobRef]:
         oid, tid = -1, -1
         while True:
-            rows = conn.fetchall(REFS_AFTER, (oid, oid, tid, batch))
+            rows = conn.fetchall(self.sql.refs_after, (oid, oid, tid, batch))
             if not rows:
                 return
             for o, t, h in rows:
-                yield int(o), int(t), bytes(h)
+                yield BlobRef(int(o), int(t), bytes(h))
             oid, tid = int(rows[-1][0]), int(rows[-1][1])

@@ -5,20 +5,18 @@ batch is an index range scan); dangling references are found with one anti-join.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+import dataclasses
+from typing import ClassVar, Iterator
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection, Row
+from zodbsql.backends.base.contract import (BackendContract, CheckedState, ConnectionRole,
+                                            DanglingReference)
+from zodbsql.backends.base.statements import for_mode
 
-HP_STATES = (
+# The same in both modes.
+STATES = (
     "SELECT zoid, tid, checksum, state FROM object_state"
     " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
-HF_STATES = (
-    "SELECT zoid, tid, checksum, state FROM object_state"
-    " WHERE zoid > %s OR (zoid = %s AND tid > %s) ORDER BY zoid, tid LIMIT %s")
-HP_COUNT_STATES = "SELECT COUNT(*) FROM object_state"
-HF_COUNT_STATES = "SELECT COUNT(*) FROM object_state"
+COUNT_STATES = "SELECT COUNT(*) FROM object_state"
 # References from current revisions to objects that are missing or deleted.
 HP_DANGLING = (
     "SELECT r.zoid, r.tid, r.to_zoid FROM object_ref r"
@@ -33,26 +31,44 @@ HF_DANGLING = (
     " WHERE t.zoid IS NULL ORDER BY r.zoid, r.to_zoid")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckerStatements:
+    """The checker's statements in one history mode."""
+
+    count_states: str = COUNT_STATES
+    states: str = STATES
+    dangling: str
+
+
 class Checker:
-    def __init__(self, backend: "Backend") -> None:
+    """The reads of ``verify`` (a ``CheckerRole``)."""
+
+    HISTORY_PRESERVING: ClassVar[CheckerStatements] = CheckerStatements(dangling=HP_DANGLING)
+    HISTORY_FREE: ClassVar[CheckerStatements] = CheckerStatements(dangling=HF_DANGLING)
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
-    def count_states(self, conn: "DBConnection") -> int:
-        row = conn.fetchone(HP_COUNT_STATES if self.keep_history else HF_COUNT_STATES)
+    def count_states(self, conn: ConnectionRole) -> int:
+        row = conn.fetchone(self.sql.count_states)
         return int(row[0]) if row else 0
 
-    def iter_states(self, conn: "DBConnection", batch: int = 500) -> Iterator[list["Row"]]:
-        """Batches of ``(oid, tid, checksum, state)`` in (oid, tid) order."""
-        sql = HP_STATES if self.keep_history else HF_STATES
+    def iter_states(self, conn: ConnectionRole,
+                    batch: int = 500) -> Iterator[list[CheckedState]]:
+        """Batches of stored revisions in (oid, tid) order."""
+        sql = self.sql.states
         oid, tid = -1, -1
         while True:
-            rows = conn.fetchall(sql, (oid, oid, tid, batch))
+            rows = [CheckedState(int(o), int(t), c, bytes(s) if s is not None else None)
+                    for o, t, c, s in conn.fetchall(sql, (oid, oid, tid, batch))]
             if not rows:
                 return
             yield rows
-            oid, tid = int(rows[-1][0]), int(rows[-1][1])
+            oid, tid = rows[-1].oid, rows[-1].tid
 
-    def dangling_references(self, conn: "DBConnection") -> list["Row"]:
-        """``(oid, tid, missing oid)`` for every reference to a missing object."""
-        return conn.fetchall(HP_DANGLING if self.keep_history else HF_DANGLING)
+    def dangling_references(self, conn: ConnectionRole) -> list[DanglingReference]:
+        """Every reference from a current revision to a missing object."""
+        return [DanglingReference(int(o), int(t), int(m))
+                for o, t, m in conn.fetchall(self.sql.dangling)]

@@ -12,8 +12,11 @@ import queue
 import threading
 from typing import Any, Callable, Iterable, Sequence
 
+from zodbsql.backends.base.contract import ConnectionRole, StatementCounter
 from zodbsql.errors import ConnectionLost, DatabaseError
 
+#: A row as the driver returns it; the roles turn rows into the named rows of
+#: :mod:`zodbsql.backends.base.contract`.
 Row = tuple[Any, ...]
 
 
@@ -40,10 +43,16 @@ class DBConnection:
 
     driver_name = "dbapi"
     #: Where counted statements are also added (set by the storage that owns this).
-    tally: StatementTally | None = None
+    tally: StatementCounter | None = None
     #: The server's id of this session (PostgreSQL backend pid, MySQL connection id),
     #: so that another connection can find it and end it after a lost COMMIT.
     session_id: int | None = None
+    #: The largest state one statement may carry, in bytes (None: no limit known), and
+    #: what sets it and how to raise it, for the error message.  A driver's subclass
+    #: sets the database's fixed limit; a backend that learns it from the server at
+    #: connect (MySQL's max_allowed_packet) sets it on the connection.
+    max_state_size: int | None = None
+    max_state_size_detail: str | None = None
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -174,13 +183,13 @@ class ConnectionPool:
     many ZODB connections holds at most ``max_size`` committing server connections.
     """
 
-    def __init__(self, open_connection: Callable[[], DBConnection], max_size: int) -> None:
+    def __init__(self, open_connection: Callable[[], ConnectionRole], max_size: int) -> None:
         self._open = open_connection
-        self._idle: queue.LifoQueue[DBConnection] = queue.LifoQueue()
+        self._idle: queue.LifoQueue[ConnectionRole] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(max_size)
         self.max_size = max_size
 
-    def acquire(self, timeout: float | None = None) -> DBConnection:
+    def acquire(self, timeout: float | None = None) -> ConnectionRole:
         if not self._slots.acquire(timeout=timeout if timeout is not None else -1):
             raise DatabaseError(
                 f"all {self.max_size} pooled connections stayed busy for {timeout}s"
@@ -196,7 +205,7 @@ class ConnectionPool:
             raise
         return conn
 
-    def release(self, conn: DBConnection) -> None:
+    def release(self, conn: ConnectionRole) -> None:
         conn.rollback()
         if conn.broken:
             conn.close()

@@ -1,24 +1,16 @@
-"""Capability flags: each a question with a conservative default; backends override."""
+"""Capability flags: each a question with a conservative default; backends override.
+
+Every flag here is read by the core or a role (``tests/contract/test_features.py``
+fails on one that nothing reads).  A value a backend learns from its server when it
+connects (MySQL's packet size, its spelling of a share lock) is not a flag: it lives
+on the connection (``DBConnection.max_state_size``, ``MySQLConnection``).
+"""
 from __future__ import annotations
 
 
 class Features:
-    #: Can two processes commit disjoint objects at the same time?  (SQLite: no, one writer.)
-    supports_parallel_commit = False
-    #: Does ``SELECT ... FOR UPDATE`` lock rows?  When False the whole commit is serialised.
-    supports_row_locks = False
-    #: Can one statement insert-or-replace a row (upsert)?
-    has_native_upsert = True
-    #: Are several processes on several machines expected to share the database?
-    is_networked = False
-    #: Does the database keep one file whose size getSize() can report?
-    is_single_file = False
-    #: The largest state one statement may carry, in bytes (None: no limit known).
-    max_state_size: int | None = None
-    #: What sets ``max_state_size`` and how to raise it, for the error message.
-    max_state_size_detail: str | None = None
-    #: Statements the connection must run at most once per commit may be batched into one.
-    supports_multiple_statements = False
+    """The portable answers; a ``FeaturesRole``."""
+
     #: Are the staging tables empty at the start of every transaction (ON COMMIT DELETE
     #: ROWS)?  Then a commit does not clear them first.
     staging_emptied_by_transaction_end = False

@@ -5,11 +5,14 @@ iteration groups the current states by the tid that wrote them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+import dataclasses
+from typing import Any, ClassVar, Iterator
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection, Row
+from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, CurrentRecord,
+                                            HistoryEntry, IteratedRecord, StateRow,
+                                            TransactionHeader, UndoEntry, WrittenState)
+from zodbsql.backends.base.mover import state_row
+from zodbsql.backends.base.statements import for_mode
 
 SET_COMMIT_ROW = "UPDATE commit_row SET last_tid = %s"
 INSERT_TRANSACTION = (
@@ -53,71 +56,133 @@ META_INSERT = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
 MAX_TID = (1 << 63) - 1
 
 
+def _bytes(value: Any) -> bytes:
+    return bytes(value) if value is not None else b""
+
+
+def _state(value: Any) -> bytes | None:
+    return bytes(value) if value is not None else None
+
+
+def _header(row: tuple[Any, ...]) -> TransactionHeader:
+    tid, packed, user, description, extension = row
+    return TransactionHeader(int(tid), bool(packed), _bytes(user), _bytes(description),
+                             _bytes(extension))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HistoryStatements:
+    """The history role's statements in one history mode ("": none in this mode)."""
+
+    set_commit_row: str = SET_COMMIT_ROW
+    meta_get: str = META_GET
+    meta_delete: str = META_DELETE
+    meta_insert: str = META_INSERT
+    #: The transactions table (history-preserving only).
+    insert_transaction: str = ""
+    undo_log: str = ""
+    transaction_info: str = ""
+    transaction_states: str = ""
+    state_before: str = ""
+    #: ``(tid, size, user, description, extension)``; history-free ``(tid, size)``.
+    object_history: str
+    current_records: str
+    referrers: str
+    #: The transactions in a tid range; history-free: the tids of the current states.
+    iter_transactions: str
+    iter_records: str
+
+
 class History:
-    def __init__(self, backend: "Backend") -> None:
+    """Transaction metadata and the reads of history, undo and iteration (a
+    ``HistoryRole``)."""
+
+    HISTORY_PRESERVING: ClassVar[HistoryStatements] = HistoryStatements(
+        insert_transaction=INSERT_TRANSACTION, undo_log=UNDO_LOG,
+        transaction_info=TRANSACTION_INFO, transaction_states=TRANSACTION_STATES,
+        state_before=STATE_BEFORE, object_history=OBJECT_HISTORY,
+        current_records=HP_CURRENT_RECORDS, referrers=HP_REFERRERS,
+        iter_transactions=ITER_TRANSACTIONS, iter_records=HP_ITER_RECORDS)
+    HISTORY_FREE: ClassVar[HistoryStatements] = HistoryStatements(
+        object_history=HF_OBJECT_HISTORY, current_records=HF_CURRENT_RECORDS,
+        referrers=HF_REFERRERS, iter_transactions=HF_ITER_TIDS, iter_records=HF_ITER_RECORDS)
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
     # -- the commit row: the tid clock (read by the poller) ------------------------------------
-    def record_commit(self, conn: "DBConnection", tid: int, user: bytes, description: bytes,
+    def record_commit(self, conn: ConnectionRole, tid: int, user: bytes, description: bytes,
                       extension: bytes) -> None:
-        conn.execute(SET_COMMIT_ROW, (tid,))
+        conn.execute(self.sql.set_commit_row, (tid,))
         if self.keep_history:
-            conn.execute(INSERT_TRANSACTION, (tid, 0, user, description, extension))
+            conn.execute(self.sql.insert_transaction, (tid, 0, user, description, extension))
 
     # -- meta values (pack time) ---------------------------------------------------------------
-    def get_meta(self, conn: "DBConnection", name: str) -> str | None:
-        row = conn.fetchone(META_GET, (name,))
+    def get_meta(self, conn: ConnectionRole, name: str) -> str | None:
+        row = conn.fetchone(self.sql.meta_get, (name,))
         return str(row[0]) if row else None
 
-    def set_meta(self, conn: "DBConnection", name: str, value: str) -> None:
-        conn.execute(META_DELETE, (name,))
-        conn.execute(META_INSERT, (name, value))
+    def set_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
+        conn.execute(self.sql.meta_delete, (name,))
+        conn.execute(self.sql.meta_insert, (name, value))
 
     # -- reading ------------------------------------------------------------------------------------
-    def object_history(self, conn: "DBConnection", oid: int, size: int) -> list["Row"]:
-        """Rows ``(tid, size, user, description, extension)``, newest first."""
+    def object_history(self, conn: ConnectionRole, oid: int, size: int) -> list[HistoryEntry]:
+        """Revisions of ``oid``, newest first."""
+        sql = self.sql.object_history
         if self.keep_history:
-            return conn.fetchall(OBJECT_HISTORY, (oid, size))
-        return [(tid, sz, b"", b"", b"") for tid, sz in conn.fetchall(HF_OBJECT_HISTORY, (oid,))]
+            return [HistoryEntry(int(tid), int(sz), _bytes(user), _bytes(desc), _bytes(ext))
+                    for tid, sz, user, desc, ext in conn.fetchall(sql, (oid, size))]
+        return [HistoryEntry(int(tid), int(sz), b"", b"", b"")
+                for tid, sz in conn.fetchall(sql, (oid,))]
 
-    def undo_log(self, conn: "DBConnection", after_tid: int, offset: int,
-                 limit: int) -> list["Row"]:
-        """Undoable transactions newer than ``after_tid``: ``(tid, user, desc, ext)``."""
-        return conn.fetchall(UNDO_LOG, (after_tid, limit, offset))
+    def undo_log(self, conn: ConnectionRole, after_tid: int, offset: int,
+                 limit: int) -> list[UndoEntry]:
+        """Undoable transactions newer than ``after_tid``, newest first."""
+        return [UndoEntry(int(tid), _bytes(user), _bytes(desc), _bytes(ext))
+                for tid, user, desc, ext in conn.fetchall(self.sql.undo_log,
+                                                          (after_tid, limit, offset))]
 
-    def transaction_exists(self, conn: "DBConnection", tid: int) -> bool:
-        return conn.fetchone(TRANSACTION_INFO, (tid,)) is not None
+    def transaction_exists(self, conn: ConnectionRole, tid: int) -> bool:
+        return conn.fetchone(self.sql.transaction_info, (tid,)) is not None
 
-    def transaction_states(self, conn: "DBConnection", tid: int) -> list["Row"]:
-        """``(oid, checksum, state)`` of every record ``tid`` wrote."""
-        return conn.fetchall(TRANSACTION_STATES, (tid,))
+    def transaction_states(self, conn: ConnectionRole, tid: int) -> list[WrittenState]:
+        """Every record ``tid`` wrote."""
+        return [WrittenState(int(oid), stored_checksum, _state(state))
+                for oid, stored_checksum, state in conn.fetchall(self.sql.transaction_states,
+                                                                 (tid,))]
 
-    def state_before(self, conn: "DBConnection", oid: int, tid: int) -> "Row | None":
-        return conn.fetchone(STATE_BEFORE, (oid, tid))
+    def state_before(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
+        return state_row(conn.fetchone(self.sql.state_before, (oid, tid)))
 
-    def current_records(self, conn: "DBConnection", after_oid: int, limit: int) -> list["Row"]:
-        """``(oid, tid, state)`` of current, non-deleted objects with oid > after_oid."""
-        sql = HP_CURRENT_RECORDS if self.keep_history else HF_CURRENT_RECORDS
-        return conn.fetchall(sql, (after_oid, limit))
+    def current_records(self, conn: ConnectionRole, after_oid: int,
+                        limit: int) -> list[CurrentRecord]:
+        """Current, non-deleted objects with oid > after_oid."""
+        return [CurrentRecord(int(oid), int(tid), bytes(state))
+                for oid, tid, state in conn.fetchall(self.sql.current_records,
+                                                     (after_oid, limit))]
 
-    def referrers(self, conn: "DBConnection", oid: int) -> list[int]:
+    def referrers(self, conn: ConnectionRole, oid: int) -> list[int]:
         """Oids of the objects whose current revision refers to ``oid``."""
-        sql = HP_REFERRERS if self.keep_history else HF_REFERRERS
-        return [int(row[0]) for row in conn.fetchall(sql, (oid,))]
+        return [int(row[0]) for row in conn.fetchall(self.sql.referrers, (oid,))]
 
-    def iter_transactions(self, conn: "DBConnection", start: int, stop: int,
-                          batch: int = 100) -> Iterator[tuple["Row", list["Row"]]]:
-        """Yield ``((tid, packed, user, desc, ext), [(oid, state, data_tid), ...])``."""
+    def iter_transactions(self, conn: ConnectionRole, start: int, stop: int, batch: int = 100,
+                          ) -> Iterator[tuple[TransactionHeader, list[IteratedRecord]]]:
+        """Each transaction in ``[start, stop]`` with the records it wrote."""
+        sql = self.sql
         while start <= stop:
+            found = conn.fetchall(sql.iter_transactions, (start, stop, batch))
             if self.keep_history:
-                rows = conn.fetchall(ITER_TRANSACTIONS, (start, stop, batch))
+                rows = [_header(row) for row in found]
             else:
-                rows = [(tid, 0, b"", b"", b"")
-                        for (tid,) in conn.fetchall(HF_ITER_TIDS, (start, stop, batch))]
+                rows = [TransactionHeader(int(tid), False, b"", b"", b"") for (tid,) in found]
             if not rows:
                 return
             for row in rows:
-                sql = HP_ITER_RECORDS if self.keep_history else HF_ITER_RECORDS
-                yield row, conn.fetchall(sql, (row[0],))
-            start = int(rows[-1][0]) + 1
+                yield row, [IteratedRecord(int(oid), _state(state),
+                                           int(data_tid) if data_tid is not None else None)
+                            for oid, state, data_tid in conn.fetchall(sql.iter_records,
+                                                                      (row.tid,))]
+            start = rows[-1].tid + 1

@@ -10,38 +10,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Iterator
 
+from zodbsql.backends.base.contract import (ERROR, OK, WARNING, BackendContract,
+                                            BackendOptions, ConnectionRole, Finding)
 from zodbsql.backends.base.schema import SCHEMA_VERSION
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
-
-OK, WARNING, ERROR = "ok", "warning", "error"
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    level: str      # ok, warning or error
-    name: str       # what was checked
-    found: str      # what was found
-    fix: str = ""   # what to do about it (warnings and errors)
-
-    def as_dict(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
+__all__ = ["ERROR", "OK", "WARNING", "Finding", "Inspector"]
 
 
 class Inspector:
-    def __init__(self, backend: "Backend") -> None:
+    """The schema's findings and a scratch database (an ``InspectorRole``)."""
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
 
-    def inspect(self, conn: "DBConnection", clients: int) -> list[Finding]:
+    def inspect(self, conn: ConnectionRole, clients: int) -> list[Finding]:
         """Findings about the server and the schema; ``clients`` is the expected
         number of processes using the database."""
         return self.schema_findings(conn)
 
-    def schema_findings(self, conn: "DBConnection") -> list[Finding]:
+    def schema_findings(self, conn: ConnectionRole) -> list[Finding]:
         meta = self.backend.schema.read_meta(conn)
         if meta is None:
             return [Finding(WARNING, "schema", "no zodbsql schema yet",
@@ -60,14 +49,13 @@ class Inspector:
     SCRATCH_FIELD = ""
 
     @contextlib.contextmanager
-    def scratch(self) -> Iterator[Any]:
+    def scratch(self) -> Iterator[BackendOptions]:
         """Backend options for a scratch database beside this one, removed afterwards."""
-        backend: Any = self.backend
         name = f"zodbsql_doctor_{uuid.uuid4().hex[:12]}"
-        conn = backend.connect()
+        conn = self.backend.connect()
         try:
             conn.execute(self.CREATE_SCRATCH.format(name=name))
-            yield dataclasses.replace(backend.options, **{self.SCRATCH_FIELD: name})
+            yield dataclasses.replace(self.backend.options, **{self.SCRATCH_FIELD: name})
         finally:
             conn.execute(self.DROP_SCRATCH.format(name=name))
             conn.close()

@@ -10,11 +10,11 @@ backend without row locks (SQLite) takes the database write lock already in vote
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, Conflict, ConnectionRole
+from zodbsql.backends.base.statements import for_mode, in_list
 
 # Staged states whose expected previous tid is not the current one: (oid, expected, actual).
 HP_FIND_CONFLICTS = (
@@ -29,45 +29,65 @@ HP_CURRENT_TIDS = "SELECT zoid, tid FROM current_object WHERE zoid IN ({oids})"
 HF_CURRENT_TIDS = "SELECT zoid, tid FROM object_state WHERE zoid IN ({oids})"
 
 
-class Locker:
-    """Commit and row locking with conflict detection."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LockerStatements:
+    """The locker's statements in one history mode ("": none in this mode)."""
 
-    def __init__(self, backend: "Backend") -> None:
+    #: ``(oid, expected tid, current tid)`` of the staged states that conflict (a
+    #: backend with row locks may lock and return every staged row instead).
+    find_conflicts: str
+    #: ``(oid, current tid)`` of ``{oids}``.
+    current_tids: str
+    #: The same, share-locking the rows without waiting (backends with row locks).
+    lock_read_current: str = ""
+    #: Lock ``{oids}`` that no commit holds, skipping the others (backends with row locks).
+    lock_for_pack: str = ""
+
+
+class Locker:
+    """Commit and row locking with conflict detection (a ``LockerRole``)."""
+
+    HISTORY_PRESERVING: ClassVar[LockerStatements] = LockerStatements(
+        find_conflicts=HP_FIND_CONFLICTS, current_tids=HP_CURRENT_TIDS)
+    HISTORY_FREE: ClassVar[LockerStatements] = LockerStatements(
+        find_conflicts=HF_FIND_CONFLICTS, current_tids=HF_CURRENT_TIDS)
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
-    def begin_commit(self, conn: "DBConnection", timeout: float) -> None:
+    def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         """Start the transaction a commit writes in (vote)."""
         conn.begin_write()
 
-    def lock_objects(self, conn: "DBConnection", read_current: dict[int, int],
-                     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
+                     ) -> tuple[list[Conflict], list[Conflict]]:
         """Lock staged and read-current rows; return (write conflicts, read conflicts).
 
-        Each conflict is ``(oid, expected tid, current tid)``; a missing object has
-        current tid 0.
+        A missing object has current tid 0.  Without row locks the write transaction
+        (``begin_commit``) already excludes other committers.
         """
-        sql = HP_FIND_CONFLICTS if self.keep_history else HF_FIND_CONFLICTS
-        conflicts = [(int(o), int(e), int(a)) for o, e, a in conn.fetchall(sql)]
-        read_conflicts: list[tuple[int, int, int]] = []
+        rows = conn.fetchall(self.sql.find_conflicts)
+        conflicts = [Conflict(int(o), int(e), int(a)) for o, e, a in rows]
+        read_conflicts: list[Conflict] = []
         if read_current:
             current = self.current_tids(conn, sorted(read_current))
             for oid, expected in read_current.items():
                 actual = current.get(oid, 0)
                 if actual != expected:
-                    read_conflicts.append((oid, expected, actual))
+                    read_conflicts.append(Conflict(oid, expected, actual))
         return conflicts, read_conflicts
 
-    def current_tids(self, conn: "DBConnection", oids: list[int]) -> dict[int, int]:
-        template = HP_CURRENT_TIDS if self.keep_history else HF_CURRENT_TIDS
+    def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
         result: dict[int, int] = {}
         for start in range(0, len(oids), 500):
             chunk = oids[start:start + 500]
-            sql = template.format(oids=", ".join(["%s"] * len(chunk)))
+            sql = self.sql.current_tids.format(oids=in_list(len(chunk)))
             result.update((int(o), int(t)) for o, t in conn.fetchall(sql, chunk))
         return result
 
-    def lock_for_pack(self, conn: "DBConnection", oids: list[int]) -> list[int]:
+    def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         """Lock the rows of objects a pack batch may delete, before the commit lock.
 
         Never waits: rows a commit in progress holds are skipped (that commit may make
@@ -76,7 +96,7 @@ class Locker:
         """
         return oids
 
-    def lock_commit(self, conn: "DBConnection", timeout: float) -> int | None:
+    def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
         """Take the database-wide lock for tid allocation (finish).
 
         Returns the last committed tid when taking the lock read it (saving finish a

@@ -9,11 +9,12 @@ Loaded rows are ``(tid, checksum, state)``; ``state`` is None for a deleted obje
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+import dataclasses
+from typing import Any, ClassVar, Iterable, Sequence
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection, Row
+from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, ResolvedState,
+                                            Revision, StagedState, StateRow)
+from zodbsql.backends.base.statements import for_mode, in_list
 
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
@@ -75,87 +76,136 @@ HF_MOVE_BLOBS = (
 HF_COUNT_OBJECTS = "SELECT COUNT(*) FROM object_state"
 
 
+def state_row(row: tuple[Any, ...] | None) -> StateRow | None:
+    """A loaded ``(tid, checksum, state)`` row as a :class:`StateRow`."""
+    if row is None:
+        return None
+    tid, stored_checksum, state = row
+    return StateRow(int(tid), stored_checksum, bytes(state) if state is not None else None)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MoverStatements:
+    """The mover's statements in one history mode ("": none in this mode)."""
+
+    clear_store: str = CLEAR_TEMP_STORE
+    clear_ref: str = CLEAR_TEMP_REF
+    clear_blob: str = CLEAR_TEMP_BLOB
+    stage_state: str = STAGE_STATE
+    stage_ref: str = STAGE_REF
+    restage_state: str = RESTAGE_STATE
+    unstage_refs_of: str = UNSTAGE_REFS_OF
+    max_staged_oid: str = MAX_STAGED_OID
+    load_current: str
+    #: The revision current at a snapshot tid (history-free: the current one).
+    load_at: str
+    #: One exact revision (history-free: the current one, compared in Python).
+    load_serial: str
+    load_before: str
+    next_tid: str = ""
+    exists: str
+    current_tid: str
+    count_objects: str
+    #: Exact revisions: ``{pairs}`` of (oid, tid); history-free ``{oids}``.
+    load_revisions: str
+    move_states: str
+    move_refs: str
+    move_blobs: str
+    set_current: str = ""
+    delete_removed: str = ""
+    delete_old_refs: str = ""
+    delete_old_blobs: str = ""
+
+
 class Mover:
-    """Moves states between Python and the database for one history mode."""
+    """Moves states between Python and the database for one history mode (a
+    ``MoverRole``)."""
 
     #: Statements that create the per-connection temporary tables.
     CREATE_TEMP_TABLES: tuple[str, ...] = ()
-    #: The statements whose dialect differs (upserts, deletes driven by temp_store).
-    HP_SET_CURRENT = HP_SET_CURRENT
-    HF_MOVE_STATES = HF_MOVE_STATES
-    HF_DELETE_REMOVED = HF_DELETE_REMOVED
-    HF_DELETE_OLD_REFS = HF_DELETE_OLD_REFS
-    HF_DELETE_OLD_BLOBS = HF_DELETE_OLD_BLOBS
+    HISTORY_PRESERVING: ClassVar[MoverStatements] = MoverStatements(
+        load_current=HP_LOAD_CURRENT, load_at=HP_LOAD_AT, load_serial=HP_LOAD_SERIAL,
+        load_before=HP_LOAD_BEFORE, next_tid=HP_NEXT_TID, exists=HP_EXISTS,
+        current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
+        load_revisions=HP_LOAD_REVISIONS, move_states=HP_MOVE_STATES, move_refs=HP_MOVE_REFS,
+        move_blobs=HP_MOVE_BLOBS, set_current=HP_SET_CURRENT)
+    HISTORY_FREE: ClassVar[MoverStatements] = MoverStatements(
+        load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
+        load_before=HF_LOAD_CURRENT, exists=HF_CURRENT_TID, current_tid=HF_CURRENT_TID,
+        count_objects=HF_COUNT_OBJECTS, load_revisions=HF_LOAD_REVISIONS,
+        move_states=HF_MOVE_STATES, move_refs=HF_MOVE_REFS, move_blobs=HF_MOVE_BLOBS,
+        delete_removed=HF_DELETE_REMOVED, delete_old_refs=HF_DELETE_OLD_REFS,
+        delete_old_blobs=HF_DELETE_OLD_BLOBS)
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
-    def prepare_connection(self, conn: "DBConnection") -> None:
+    def prepare_connection(self, conn: ConnectionRole) -> None:
         """Create the temporary tables a committing connection stages into."""
         for statement in self.CREATE_TEMP_TABLES:
             conn.execute(statement)
 
     # -- loading --------------------------------------------------------------------------
-    def load_current(self, conn: "DBConnection", oid: int) -> "Row | None":
-        sql = HP_LOAD_CURRENT if self.keep_history else HF_LOAD_CURRENT
-        return conn.fetchone(sql, (oid,))
+    def load_current(self, conn: ConnectionRole, oid: int) -> StateRow | None:
+        return state_row(conn.fetchone(self.sql.load_current, (oid,)))
 
-    def load_at(self, conn: "DBConnection", oid: int, snapshot_tid: int) -> "Row | None":
+    def load_at(self, conn: ConnectionRole, oid: int, snapshot_tid: int) -> StateRow | None:
         """The revision current as of ``snapshot_tid`` (HP); the current one (HF)."""
         if self.keep_history:
-            return conn.fetchone(HP_LOAD_AT, (oid, snapshot_tid))
-        return conn.fetchone(HF_LOAD_CURRENT, (oid,))
+            return state_row(conn.fetchone(self.sql.load_at, (oid, snapshot_tid)))
+        return state_row(conn.fetchone(self.sql.load_at, (oid,)))
 
-    def load_serial(self, conn: "DBConnection", oid: int, tid: int) -> "Row | None":
+    def load_serial(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
         if self.keep_history:
-            return conn.fetchone(HP_LOAD_SERIAL, (oid, tid))
-        row = conn.fetchone(HF_LOAD_CURRENT, (oid,))
-        return row if row is not None and row[0] == tid else None
+            return state_row(conn.fetchone(self.sql.load_serial, (oid, tid)))
+        row = state_row(conn.fetchone(self.sql.load_serial, (oid,)))
+        return row if row is not None and row.tid == tid else None
 
-    def load_before(self, conn: "DBConnection", oid: int,
-                    before_tid: int) -> "tuple[Row, int | None] | None":
+    def load_before(self, conn: ConnectionRole, oid: int,
+                    before_tid: int) -> tuple[StateRow, int | None] | None:
         """The revision before ``before_tid`` and the tid that replaced it (or None)."""
         if not self.keep_history:
-            row = conn.fetchone(HF_LOAD_CURRENT, (oid,))
-            return (row, None) if row is not None and row[0] < before_tid else None
-        row = conn.fetchone(HP_LOAD_BEFORE, (oid, before_tid))
+            row = state_row(conn.fetchone(self.sql.load_before, (oid,)))
+            return (row, None) if row is not None and row.tid < before_tid else None
+        row = state_row(conn.fetchone(self.sql.load_before, (oid, before_tid)))
         if row is None:
             return None
-        following = conn.fetchone(HP_NEXT_TID, (oid, row[0]))
-        return row, (following[0] if following else None)
+        following = conn.fetchone(self.sql.next_tid, (oid, row.tid))
+        end = following[0] if following else None
+        return row, (int(end) if end is not None else None)
 
-    def exists(self, conn: "DBConnection", oid: int) -> bool:
-        sql = HP_EXISTS if self.keep_history else HF_CURRENT_TID
-        return conn.fetchone(sql, (oid,)) is not None
+    def exists(self, conn: ConnectionRole, oid: int) -> bool:
+        return conn.fetchone(self.sql.exists, (oid,)) is not None
 
-    def current_tid(self, conn: "DBConnection", oid: int) -> int | None:
-        row = conn.fetchone(HP_CURRENT_TID if self.keep_history else HF_CURRENT_TID, (oid,))
+    def current_tid(self, conn: ConnectionRole, oid: int) -> int | None:
+        row = conn.fetchone(self.sql.current_tid, (oid,))
         return int(row[0]) if row else None
 
-    def count_objects(self, conn: "DBConnection") -> int:
-        row = conn.fetchone(HP_COUNT_OBJECTS if self.keep_history else HF_COUNT_OBJECTS)
+    def count_objects(self, conn: ConnectionRole) -> int:
+        row = conn.fetchone(self.sql.count_objects)
         return int(row[0]) if row else 0
 
     # -- committing -----------------------------------------------------------------------
-    def clear_staged(self, conn: "DBConnection") -> None:
+    def clear_staged(self, conn: ConnectionRole) -> None:
         if self.backend.features.staging_emptied_by_transaction_end:
             return
-        conn.execute(CLEAR_TEMP_STORE)
-        conn.execute(CLEAR_TEMP_REF)
+        conn.execute(self.sql.clear_store)
+        conn.execute(self.sql.clear_ref)
         # temp_blob is emptied by move_staged after use (and by rollback), so a commit
         # without blobs spends no statement on it.
 
-    def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
-              refs: Iterable[tuple[int, int]]) -> None:
-        """Stage ``(oid, prev_tid, data_tid, checksum, size, state)`` rows and ``(oid, to_oid)`` refs."""
+    def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
+              refs: Iterable[Revision]) -> None:
+        """Stage states and ``(oid, to_oid)`` refs."""
         if states:
-            conn.executemany(STAGE_STATE, states)
+            conn.executemany(self.sql.stage_state, states)
         refs = list(refs)
         if refs:
-            conn.executemany(STAGE_REF, refs)
+            conn.executemany(self.sql.stage_ref, refs)
 
-    def load_revisions(self, conn: "DBConnection", wanted: dict[int, int],
+    def load_revisions(self, conn: ConnectionRole, wanted: dict[int, int],
                        ) -> dict[int, tuple[int | None, bytes | None]]:
         """``{oid: (checksum, state)}`` of the revisions ``{oid: tid}`` that exist, in one
         statement (history-free: only where the current revision is the one wanted)."""
@@ -163,10 +213,10 @@ class Mover:
             return {}
         oids = sorted(wanted)
         if self.keep_history:
-            sql = HP_LOAD_REVISIONS.format(pairs=", ".join(["(%s, %s)"] * len(oids)))
+            sql = self.sql.load_revisions.format(pairs=in_list(len(oids), 2))
             params = [value for oid in oids for value in (oid, wanted[oid])]
         else:
-            sql = HF_LOAD_REVISIONS.format(oids=", ".join(["%s"] * len(oids)))
+            sql = self.sql.load_revisions.format(oids=in_list(len(oids)))
             params = oids
         found: dict[int, tuple[int | None, bytes | None]] = {}
         for oid, tid, stored_checksum, state in conn.fetchall(sql, params):
@@ -174,41 +224,41 @@ class Mover:
                 found[int(oid)] = (stored_checksum, bytes(state) if state is not None else None)
         return found
 
-    def restage_many(self, conn: "DBConnection",
-                     rows: list[tuple[int, int, int | None, int, bytes]],
-                     refs: list[tuple[int, int]]) -> None:
+    def restage_many(self, conn: ConnectionRole,
+                     rows: list[ResolvedState], refs: list[Revision]) -> None:
         """Replace staged states after conflict resolution, whatever their number, in
-        three statements: ``rows`` are (oid, prev_tid, checksum, size, state)."""
-        conn.executemany(RESTAGE_STATE, [(prev, check, size, state, oid)
-                                         for oid, prev, check, size, state in rows])
-        oids = [row[0] for row in rows]
-        conn.execute(UNSTAGE_REFS_OF.format(oids=", ".join(["%s"] * len(oids))), oids)
+        three statements."""
+        conn.executemany(self.sql.restage_state, [(prev, check, size, state, oid)
+                                                  for oid, prev, check, size, state in rows])
+        oids = [row.oid for row in rows]
+        conn.execute(self.sql.unstage_refs_of.format(oids=in_list(len(oids))), oids)
         if refs:
-            conn.executemany(STAGE_REF, refs)
+            conn.executemany(self.sql.stage_ref, refs)
 
-    def max_staged_oid(self, conn: "DBConnection") -> int | None:
-        row = conn.fetchone(MAX_STAGED_OID)
+    def max_staged_oid(self, conn: ConnectionRole) -> int | None:
+        row = conn.fetchone(self.sql.max_staged_oid)
         return int(row[0]) if row and row[0] is not None else None
 
-    def move_staged(self, conn: "DBConnection", tid: int, blobs: bool = True) -> None:
+    def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool = True) -> None:
         """Make the staged states the revisions of ``tid``.
 
         ``blobs``: the commit may change blob references (it staged blobs, copies
         revisions, deletes or restores objects); otherwise the blob steps are skipped.
         """
+        sql = self.sql
         if self.keep_history:
-            conn.execute(HP_MOVE_STATES, (tid,))
-            conn.execute(self.HP_SET_CURRENT, (tid,))
-            conn.execute(HP_MOVE_REFS, (tid,))
+            conn.execute(sql.move_states, (tid,))
+            conn.execute(sql.set_current, (tid,))
+            conn.execute(sql.move_refs, (tid,))
             if blobs:
-                conn.execute(HP_MOVE_BLOBS, (tid,))
+                conn.execute(sql.move_blobs, (tid,))
         else:
-            conn.execute(self.HF_MOVE_STATES, (tid,))
-            conn.execute(self.HF_DELETE_REMOVED)
-            conn.execute(self.HF_DELETE_OLD_REFS)
-            conn.execute(HF_MOVE_REFS)
+            conn.execute(sql.move_states, (tid,))
+            conn.execute(sql.delete_removed)
+            conn.execute(sql.delete_old_refs)
+            conn.execute(sql.move_refs)
             if blobs:
-                conn.execute(self.HF_DELETE_OLD_BLOBS)
-                conn.execute(HF_MOVE_BLOBS, (tid,))
+                conn.execute(sql.delete_old_blobs)
+                conn.execute(sql.move_blobs, (tid,))
         if blobs and not self.backend.features.staging_emptied_by_transaction_end:
-            conn.execute(CLEAR_TEMP_BLOB)
+            conn.execute(sql.clear_blob)

@@ -6,11 +6,7 @@ allocating many oids at once, so a 10,000-object commit costs a handful of alloc
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 
 BLOCK = 16
 MAX_BLOCK = 4096
@@ -20,10 +16,12 @@ RAISE_TO = "UPDATE oid_counter SET last_oid = %s WHERE last_oid < %s"
 
 
 class OidAllocator:
-    def __init__(self, backend: "Backend") -> None:
+    """Oid blocks from a one-row counter table (an ``OidAllocatorRole``)."""
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
 
-    def allocate(self, conn: "DBConnection", count: int = BLOCK) -> list[int]:
+    def allocate(self, conn: ConnectionRole, count: int = BLOCK) -> list[int]:
         """Reserve ``count`` new oids; runs in (and commits) its own transaction.
 
         When ``conn`` is already in a write transaction, the block is reserved inside it.
@@ -43,6 +41,6 @@ class OidAllocator:
         last = int(row[0]) if row else count
         return list(range(last - count + 1, last + 1))
 
-    def ensure_above(self, conn: "DBConnection", oid: int) -> None:
+    def ensure_above(self, conn: ConnectionRole, oid: int) -> None:
         """Make sure no oid up to ``oid`` is handed out again (copies bring their own)."""
         conn.execute(RAISE_TO, (oid, oid))

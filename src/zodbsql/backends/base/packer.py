@@ -15,11 +15,11 @@ edges of each object's ``keep_tid`` revision and of every revision after the pac
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import dataclasses
+from typing import ClassVar, Sequence
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
+from zodbsql.backends.base.statements import for_mode, in_list
 
 CLEAR_PACK_OBJECT = "DELETE FROM pack_object"
 CLEAR_PACK_REACH = "DELETE FROM pack_reach"
@@ -115,86 +115,127 @@ DELETE_EMPTY_TRANSACTIONS = (
     " AND NOT EXISTS (SELECT 1 FROM object_state s WHERE s.tid = transactions.tid)")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PackerStatements:
+    """The packer's statements in one history mode ("": none in this mode)."""
+
+    clear_pack_object: str = CLEAR_PACK_OBJECT
+    clear_pack_reach: str = CLEAR_PACK_REACH
+    fill_pack_object: str
+    add_root: str = ADD_ROOT
+    add_newer: str
+    #: One generation of the walk: ``(next gen, gen, pack tid)``; history-free
+    #: ``(next gen, gen)``.
+    walk_step: str
+    new_targets: str
+    add_reached: str = ADD_REACHED
+    next_garbage: str = NEXT_GARBAGE
+    unreached: str = UNREACHED
+    next_deleted: str = ""
+    still_deleted: str = ""
+    #: Run in order to delete whole objects (``{oids}``).
+    delete_objects: tuple[str, ...]
+    next_with_old_revisions: str = NEXT_WITH_OLD_REVISIONS
+    delete_old_states: str = DELETE_OLD_STATES
+    delete_old_refs: str = DELETE_OLD_REFS
+    delete_old_blob_refs: str = DELETE_OLD_BLOB_REFS
+    count_garbage: str = COUNT_GARBAGE
+    count_old_revisions: str = ""
+    mark_packed: str = ""
+    delete_empty_transactions: str = ""
+
+
 class Packer:
-    """The SQL steps of a pack; :mod:`zodbsql.storage.pack` drives them."""
+    """The SQL steps of a pack; :mod:`zodbsql.storage.pack` drives them (a
+    ``PackerRole``)."""
 
     #: Statements creating the work tables (temporary where the backend allows).
     CREATE_WORK_TABLES: tuple[str, ...] = ()
+    HISTORY_PRESERVING: ClassVar[PackerStatements] = PackerStatements(
+        fill_pack_object=HP_FILL_PACK_OBJECT, add_newer=HP_ADD_NEWER, walk_step=HP_WALK_STEP,
+        new_targets=HP_NEW_TARGETS, next_deleted=HP_NEXT_DELETED,
+        still_deleted=HP_STILL_DELETED, delete_objects=HP_DELETE_OBJECTS,
+        count_old_revisions=COUNT_OLD_REVISIONS, mark_packed=MARK_PACKED,
+        delete_empty_transactions=DELETE_EMPTY_TRANSACTIONS)
+    HISTORY_FREE: ClassVar[PackerStatements] = PackerStatements(
+        fill_pack_object=HF_FILL_PACK_OBJECT, add_newer=HF_ADD_NEWER, walk_step=HF_WALK_STEP,
+        new_targets=HF_NEW_TARGETS, delete_objects=HF_DELETE_OBJECTS)
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
-    def prepare(self, conn: "DBConnection", pack_tid: int, gc: bool) -> None:
+    def prepare(self, conn: ConnectionRole, pack_tid: int, gc: bool) -> None:
         """Fill ``pack_object`` and seed ``pack_reach`` with the walk's roots."""
         for statement in self.CREATE_WORK_TABLES:
             conn.execute(statement)
-        conn.execute(CLEAR_PACK_OBJECT)
-        conn.execute(CLEAR_PACK_REACH)
-        hp = self.keep_history
-        conn.execute(HP_FILL_PACK_OBJECT if hp else HF_FILL_PACK_OBJECT, (pack_tid,))
+        sql = self.sql
+        conn.execute(sql.clear_pack_object)
+        conn.execute(sql.clear_pack_reach)
+        conn.execute(sql.fill_pack_object, (pack_tid,))
         if gc:
-            conn.execute(ADD_ROOT)
-            conn.execute(HP_ADD_NEWER if hp else HF_ADD_NEWER, (pack_tid,))
+            conn.execute(sql.add_root)
+            conn.execute(sql.add_newer, (pack_tid,))
 
-    def walk_step(self, conn: "DBConnection", generation: int, pack_tid: int) -> int:
+    def walk_step(self, conn: ConnectionRole, generation: int, pack_tid: int) -> int:
         """Add generation ``generation + 1``; return how many objects it added."""
         if self.keep_history:
-            return conn.execute(HP_WALK_STEP, (generation + 1, generation, pack_tid))
-        return conn.execute(HF_WALK_STEP, (generation + 1, generation))
+            return conn.execute(self.sql.walk_step, (generation + 1, generation, pack_tid))
+        return conn.execute(self.sql.walk_step, (generation + 1, generation))
 
-    def new_targets(self, conn: "DBConnection", since_tid: int) -> list[int]:
+    def new_targets(self, conn: ConnectionRole, since_tid: int) -> list[int]:
         """Oids written after ``since_tid`` and the targets of their references, not
         reached yet."""
-        sql = HP_NEW_TARGETS if self.keep_history else HF_NEW_TARGETS
-        return [int(row[0]) for row in conn.fetchall(sql, (since_tid, since_tid))]
+        rows = conn.fetchall(self.sql.new_targets, (since_tid, since_tid))
+        return [int(row[0]) for row in rows]
 
-    def add_reached(self, conn: "DBConnection", oids: Sequence[int], generation: int) -> None:
-        conn.executemany(ADD_REACHED, [(oid, generation) for oid in oids])
+    def add_reached(self, conn: ConnectionRole, oids: Sequence[int], generation: int) -> None:
+        conn.executemany(self.sql.add_reached, [(oid, generation) for oid in oids])
 
-    def next_garbage(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+    def next_garbage(self, conn: ConnectionRole, after: int, limit: int) -> list[int]:
         """Candidates: unreached objects with oid > after (read without the lock)."""
-        return [int(row[0]) for row in conn.fetchall(NEXT_GARBAGE, (after, limit))]
+        return [int(row[0]) for row in conn.fetchall(self.sql.next_garbage, (after, limit))]
 
-    def unreached(self, conn: "DBConnection", oids: Sequence[int]) -> list[int]:
+    def unreached(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
         """Those of ``oids`` still unreached (after a rescue; commit lock held)."""
-        sql = UNREACHED.format(oids=", ".join(["%s"] * len(oids)))
+        sql = self.sql.unreached.format(oids=in_list(len(oids)))
         return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
 
-    def next_deleted(self, conn: "DBConnection", after: int, limit: int) -> list[int]:
+    def next_deleted(self, conn: ConnectionRole, after: int, limit: int) -> list[int]:
         """Candidates: objects left with nothing but a deletion (read without the lock)."""
-        return [int(row[0]) for row in conn.fetchall(HP_NEXT_DELETED, (after, limit))]
+        return [int(row[0]) for row in conn.fetchall(self.sql.next_deleted, (after, limit))]
 
-    def still_deleted(self, conn: "DBConnection", oids: Sequence[int]) -> list[int]:
+    def still_deleted(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
         """Those of ``oids`` that nothing recreated meanwhile (commit lock held)."""
-        sql = HP_STILL_DELETED.format(oids=", ".join(["%s"] * len(oids)))
+        sql = self.sql.still_deleted.format(oids=in_list(len(oids)))
         return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
 
-    def delete_objects(self, conn: "DBConnection", oids: Sequence[int]) -> None:
-        marks = ", ".join(["%s"] * len(oids))
-        for template in (HP_DELETE_OBJECTS if self.keep_history else HF_DELETE_OBJECTS):
+    def delete_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
+        marks = in_list(len(oids))
+        for template in self.sql.delete_objects:
             conn.execute(template.format(oids=marks), list(oids))
 
-    def next_with_old_revisions(self, conn: "DBConnection", after: int,
-                                limit: int) -> list[tuple[int, int]]:
-        return [(int(o), int(t)) for o, t in conn.fetchall(NEXT_WITH_OLD_REVISIONS,
+    def next_with_old_revisions(self, conn: ConnectionRole, after: int,
+                                limit: int) -> list[Revision]:
+        return [(int(o), int(t)) for o, t in conn.fetchall(self.sql.next_with_old_revisions,
                                                             (after, limit))]
 
-    def delete_old_revisions(self, conn: "DBConnection", keep: Sequence[tuple[int, int]]) -> None:
-        conn.executemany(DELETE_OLD_STATES, keep)
-        conn.executemany(DELETE_OLD_REFS, keep)
-        conn.executemany(DELETE_OLD_BLOB_REFS, keep)
+    def delete_old_revisions(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
+        conn.executemany(self.sql.delete_old_states, keep)
+        conn.executemany(self.sql.delete_old_refs, keep)
+        conn.executemany(self.sql.delete_old_blob_refs, keep)
 
-    def count(self, conn: "DBConnection", gc: bool) -> dict[str, int]:
+    def count(self, conn: ConnectionRole, gc: bool) -> dict[str, int]:
         """What the prepared pack would remove: garbage objects and old revisions."""
-        garbage = conn.fetchone(COUNT_GARBAGE) if gc else None
-        old = conn.fetchone(COUNT_OLD_REVISIONS) if self.keep_history else None
+        garbage = conn.fetchone(self.sql.count_garbage) if gc else None
+        old = conn.fetchone(self.sql.count_old_revisions) if self.keep_history else None
         return {"garbage": int(garbage[0]) if garbage else 0,
                 "old_revisions": int(old[0]) if old else 0}
 
-    def finish(self, conn: "DBConnection", pack_tid: int) -> None:
+    def finish(self, conn: ConnectionRole, pack_tid: int) -> None:
         if self.keep_history:
-            conn.execute(MARK_PACKED, (pack_tid,))
-            conn.execute(DELETE_EMPTY_TRANSACTIONS, (pack_tid,))
-        conn.execute(CLEAR_PACK_OBJECT)
-        conn.execute(CLEAR_PACK_REACH)
+            conn.execute(self.sql.mark_packed, (pack_tid,))
+            conn.execute(self.sql.delete_empty_transactions, (pack_tid,))
+        conn.execute(self.sql.clear_pack_object)
+        conn.execute(self.sql.clear_pack_reach)

@@ -7,11 +7,11 @@ one round trip.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
+from zodbsql.backends.base.statements import for_mode
 
 LAST_TID = "SELECT last_tid FROM commit_row"
 # kind 0 is the marker row carrying the last tid; kind 1 rows are changed objects.
@@ -23,25 +23,39 @@ HF_POLL = (
     " UNION ALL SELECT 1, zoid, tid FROM object_state WHERE tid > %s")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PollerStatements:
+    """The poller's statements in one history mode."""
+
+    last_tid: str = LAST_TID
+    poll: str
+
+
 class Poller:
-    def __init__(self, backend: "Backend") -> None:
+    """The portable poll: one UNION statement (a ``PollerRole``)."""
+
+    HISTORY_PRESERVING: ClassVar[PollerStatements] = PollerStatements(poll=HP_POLL)
+    HISTORY_FREE: ClassVar[PollerStatements] = PollerStatements(poll=HF_POLL)
+
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
+        self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
-    def last_tid(self, conn: "DBConnection") -> int:
-        row = conn.fetchone(LAST_TID)
+    def last_tid(self, conn: ConnectionRole) -> int:
+        row = conn.fetchone(self.sql.last_tid)
         return int(row[0]) if row else 0
 
-    def poll(self, conn: "DBConnection", since: int | None) -> tuple[int, list[tuple[int, int]]]:
+    def poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[Revision]]:
         """``(snapshot tid, [(oid, tid), ...])``: objects changed after ``since``.
 
         With ``since`` None only the snapshot tid is read.
         """
         if since is None:
             return self.last_tid(conn), []
-        rows = conn.fetchall(HP_POLL if self.keep_history else HF_POLL, (since,))
+        rows = conn.fetchall(self.sql.poll, (since,))
         upto = 0
-        changes = []
+        changes: list[Revision] = []
         for kind, oid, tid in rows:
             if kind == 0:
                 upto = int(tid)

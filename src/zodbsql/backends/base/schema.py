@@ -7,13 +7,8 @@ the database exactly as it was.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.errors import SchemaError
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
 
 SCHEMA_VERSION = 1
 
@@ -26,7 +21,8 @@ INSERT_META = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
 
 
 class Schema:
-    """Creates and checks the tables.  Backends supply the DDL and ``list_tables``."""
+    """Creates and checks the tables (a ``SchemaRole``).  Backends supply the DDL and
+    ``LIST_TABLES``."""
 
     #: DDL run in order to create a history-preserving database.
     HISTORY_PRESERVING_DDL: tuple[str, ...] = ()
@@ -39,13 +35,13 @@ class Schema:
     #: Query listing the tables in the database (one column, the name).
     LIST_TABLES = ""
 
-    def __init__(self, backend: "Backend") -> None:
+    def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
 
-    def list_tables(self, conn: "DBConnection") -> set[str]:
+    def list_tables(self, conn: ConnectionRole) -> set[str]:
         return {str(row[0]).lower() for row in conn.fetchall(self.LIST_TABLES)}
 
-    def read_meta(self, conn: "DBConnection") -> dict[str, str] | None:
+    def read_meta(self, conn: ConnectionRole) -> dict[str, str] | None:
         """The meta table as a dict, or None when the database has no zodbsql schema."""
         if "zodbsql_meta" not in self.list_tables(conn):
             return None
@@ -68,7 +64,7 @@ class Schema:
                 f" set keep-history {'true' if stored else 'false'} to open it."
                 " Nothing was changed")
 
-    def prepare(self, conn: "DBConnection", keep_history: bool, create: bool,
+    def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
         """Check the schema, creating it first when the database is empty and allowed."""
         meta = self.read_meta(conn)
@@ -106,20 +102,20 @@ class Schema:
         if meta is not None:
             self.check(meta, keep_history)
 
-    def create(self, conn: "DBConnection", keep_history: bool) -> None:
+    def create(self, conn: ConnectionRole, keep_history: bool) -> None:
         ddl = self.HISTORY_PRESERVING_DDL if keep_history else self.HISTORY_FREE_DDL
         for statement in ddl:
             conn.execute(statement)
         conn.execute(INSERT_META, ("schema_version", str(SCHEMA_VERSION)))
         conn.execute(INSERT_META, ("keep_history", "true" if keep_history else "false"))
 
-    def add_blob_tables(self, conn: "DBConnection", keep_history: bool) -> None:
+    def add_blob_tables(self, conn: ConnectionRole, keep_history: bool) -> None:
         """Add the blob tables to a database made before blobs (an additive upgrade)."""
         ddl = self.HISTORY_PRESERVING_BLOB_DDL if keep_history else self.HISTORY_FREE_BLOB_DDL
         for statement in ddl:
             conn.execute(statement)
 
-    def drop_all(self, conn: "DBConnection") -> None:
+    def drop_all(self, conn: ConnectionRole) -> None:
         """Drop zodbsql's own tables (and nothing else)."""
         present = self.list_tables(conn)
         for table in TABLES:

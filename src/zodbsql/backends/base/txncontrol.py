@@ -12,16 +12,15 @@ the old session can no longer change the answer (``settle_session``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+import dataclasses
+from typing import ClassVar, Mapping
 
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
+from zodbsql.backends.base.statements import for_mode, in_list
 from zodbsql.errors import BlobContentVanished
-
-if TYPE_CHECKING:
-    from zodbsql.backends.base.adapter import Backend
-    from zodbsql.backends.base.connections import DBConnection
 
 
 def blob_vanished(oid: int | None) -> BlobContentVanished:
@@ -44,11 +43,30 @@ HF_CURRENT_STATES = "SELECT zoid, tid, checksum FROM object_state WHERE zoid IN 
 PROBE_OIDS = 100
 
 
-class TransactionControl:
-    def __init__(self, backend: "Backend") -> None:
-        self.backend = backend
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OutcomeStatements:
+    """What ``commit_outcome`` reads, in one history mode ("": none in this mode)."""
 
-    def finish(self, conn: "DBConnection", clock_tid: int, requested_tid: int | None,
+    #: Is the transaction recorded (history-preserving)?
+    has_transaction: str = ""
+    #: ``(oid, checksum)`` the transaction wrote to ``{oids}``; history-free
+    #: ``(oid, tid, checksum)`` of their current states.
+    written_states: str
+
+
+class TransactionControl:
+    """The portable final step, one statement per step (a ``TransactionControlRole``)."""
+
+    HISTORY_PRESERVING: ClassVar[OutcomeStatements] = OutcomeStatements(
+        has_transaction=HP_HAS_TRANSACTION, written_states=HP_STATES_AT)
+    HISTORY_FREE: ClassVar[OutcomeStatements] = OutcomeStatements(
+        written_states=HF_CURRENT_STATES)
+
+    def __init__(self, backend: BackendContract) -> None:
+        self.backend = backend
+        self.sql = for_mode(backend.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
+
+    def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
                has_states: bool = True, check_blobs: bool = False,
                blobs: bool = True) -> int:
@@ -74,7 +92,7 @@ class TransactionControl:
         return tid
 
     # -- after a lost COMMIT -------------------------------------------------------------
-    def settle_session(self, conn: "DBConnection", old: "DBConnection",
+    def settle_session(self, conn: ConnectionRole, old: ConnectionRole,
                        deadline: float) -> bool:
         """Make sure the session of ``old`` can no longer commit or roll back; return
         False if that could not be made sure by ``deadline`` (``time.monotonic()``).
@@ -83,7 +101,7 @@ class TransactionControl:
         old.close()
         return True
 
-    def commit_outcome(self, conn: "DBConnection", old: "DBConnection", tid: int,
+    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
                        written: Mapping[int, int | None], deadline: float) -> bool | None:
         """Was the commit of ``tid`` on ``old`` made durable?  True, False, or None when
         it can't be told.  ``written``: oid -> checksum of the state the commit wrote
@@ -95,24 +113,24 @@ class TransactionControl:
             return self._outcome_with_history(conn, tid, written, probe)
         return self._outcome_history_free(conn, tid, written, probe)
 
-    def _outcome_with_history(self, conn: "DBConnection", tid: int,
+    def _outcome_with_history(self, conn: ConnectionRole, tid: int,
                               written: Mapping[int, int | None], probe: list[int]) -> bool:
-        if conn.fetchone(HP_HAS_TRANSACTION, (tid,)) is None:
+        if conn.fetchone(self.sql.has_transaction, (tid,)) is None:
             return False
         if not probe:
             return True
-        sql = HP_STATES_AT.format(oids=", ".join(["%s"] * len(probe)))
+        sql = self.sql.written_states.format(oids=in_list(len(probe)))
         found = {int(o): c for o, c in conn.fetchall(sql, [tid, *probe])}
         # A later commit could only have reused this tid if ours never happened; it
         # would have to have written the very same states to be mistaken for ours.
         return all(oid in found and _same(found[oid], written[oid]) for oid in probe)
 
-    def _outcome_history_free(self, conn: "DBConnection", tid: int,
+    def _outcome_history_free(self, conn: ConnectionRole, tid: int,
                               written: Mapping[int, int | None],
                               probe: list[int]) -> bool | None:
         if not probe:
             return True  # an empty commit changes no data: nothing can be applied twice
-        sql = HF_CURRENT_STATES.format(oids=", ".join(["%s"] * len(probe)))
+        sql = self.sql.written_states.format(oids=in_list(len(probe)))
         current = {int(o): (int(t), c) for o, t, c in conn.fetchall(sql, probe)}
         older = 0
         for oid in probe:

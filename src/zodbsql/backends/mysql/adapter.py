@@ -5,6 +5,7 @@ from typing import Any, ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, SERVER_GONE,
                                                 MySQLConnection, error_number,
                                                 load_driver, prepare_for_writing,
@@ -31,7 +32,7 @@ UNREACHABLE = CANT_CONNECT | SERVER_GONE | {1040, 1053}
 PACKET_OVERHEAD = 64 * 1024
 
 
-class MySQLBackend(Backend):
+class MySQLBackend(Backend[MySQLOptions]):
     name: ClassVar[str] = "mysql"
     features_class = MySQLFeatures
     schema_class = MySQLSchema
@@ -68,7 +69,7 @@ class MySQLBackend(Backend):
             args["unix_socket"] = o.unix_socket
         return args
 
-    def connect(self) -> DBConnection:
+    def connect(self) -> MySQLConnection:
         where = self._where()
         try:
             if self.driver_name == "pymysql":
@@ -85,14 +86,13 @@ class MySQLBackend(Backend):
             conn.lock_timeout = int(float(row[1])) if row else None
             # MariaDB spells a share lock that never waits LOCK IN SHARE MODE NOWAIT,
             # MySQL 8 FOR SHARE NOWAIT (and allows no NOWAIT after LOCK IN SHARE MODE).
-            self.features.share_lock_nowait = (  # type: ignore[attr-defined]
+            conn.share_lock_nowait = (
                 "LOCK IN SHARE MODE NOWAIT" if row and "MariaDB" in str(row[2])
                 else "FOR SHARE NOWAIT")
             # The largest state that fits one statement: the drivers send states escaped
             # in the statement text, where each byte can take two.
-            limit = max(0, (conn.max_allowed_packet - PACKET_OVERHEAD) // 2)
-            self.features.max_state_size = limit
-            self.features.max_state_size_detail = (
+            conn.max_state_size = max(0, (conn.max_allowed_packet - PACKET_OVERHEAD) // 2)
+            conn.max_state_size_detail = (
                 f"the server's max_allowed_packet is {conn.max_allowed_packet} bytes and"
                 " a state is sent escaped, up to twice its size; raise max_allowed_packet")
             # Loads read at REPEATABLE READ (the history-free snapshot); whatever the
@@ -132,7 +132,7 @@ class MySQLBackend(Backend):
         conn = self.connect()
         try:
             # Known before COMMIT, so that a lost COMMIT can tell a restarted server.
-            conn.server_started = server_started(conn)  # type: ignore[attr-defined]
+            conn.server_started = server_started(conn)
             prepare_for_writing(conn, lock_timeout)
             self.mover.prepare_connection(conn)
         except BaseException:
@@ -149,7 +149,7 @@ class MySQLBackend(Backend):
         server = o.unix_socket or f"{o.host}:{o.port}"
         return f"zodbsql:mysql:{server}/{o.db}"
 
-    def database_size(self, conn: DBConnection) -> int:
+    def database_size(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(
             "SELECT COALESCE(SUM(data_length + index_length), 0) FROM information_schema.tables"
             " WHERE table_schema = DATABASE()")

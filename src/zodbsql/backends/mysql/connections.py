@@ -10,6 +10,7 @@ import importlib
 from typing import Any, Sequence
 
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
                             DriverNotFound)
 
@@ -92,6 +93,12 @@ class MySQLConnection(DBConnection):
         self.isolation: str | None = None
         self.lock_timeout: int | None = None
         self.max_allowed_packet = 0
+        #: The clause of a locking read that share-locks without waiting, in this
+        #: server's spelling (set at connect from its version).
+        self.share_lock_nowait = "LOCK IN SHARE MODE NOWAIT"
+        #: When the server started (committing connections: read before COMMIT, so that
+        #: a lost COMMIT can tell a restarted server).
+        self.server_started: float | None = None
         self.connection_id = int(raw.thread_id())
         self.session_id = self.connection_id
 
@@ -163,7 +170,7 @@ class MySQLConnection(DBConnection):
         return DatabaseError(text, sql)
 
 
-def prepare_for_writing(conn: DBConnection, lock_timeout: float) -> None:
+def prepare_for_writing(conn: ConnectionRole, lock_timeout: float) -> None:
     """READ COMMITTED (locking reads see the newest commit, no gap locks) and the
     lock wait timeout; statements are sent only for what changes."""
     assert isinstance(conn, MySQLConnection)

@@ -2,12 +2,9 @@
 binary log format, privileges."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding, Inspector
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 # SHOW VARIABLES ignores names a server doesn't have (MariaDB before 11.1 calls the
 # isolation tx_isolation, MySQL 8 only transaction_isolation).
@@ -29,7 +26,7 @@ class MySQLInspector(Inspector):
     DROP_SCRATCH = DROP_SCRATCH
     SCRATCH_FIELD = "db"
 
-    def inspect(self, conn: "DBConnection", clients: int) -> list[Finding]:
+    def inspect(self, conn: ConnectionRole, clients: int) -> list[Finding]:
         values = {str(name): str(value) for name, value in conn.fetchall(SETTINGS)}
         version = values.get("version", "?")
         packet = int(values.get("max_allowed_packet", 0))

@@ -21,14 +21,14 @@ PostgreSQL's, see backends/postgresql/locker.py):
 """
 from __future__ import annotations
 
-from typing import cast
+import dataclasses
 
 from ZODB.POSException import ReadConflictError
 
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import Conflict, ConnectionRole
 from zodbsql.backends.base.locker import Locker
-from zodbsql.backends.mysql.connections import prepare_for_writing
-from zodbsql.backends.mysql.features import MySQLFeatures
+from zodbsql.backends.base.statements import in_list
+from zodbsql.backends.mysql.connections import MySQLConnection, prepare_for_writing
 from zodbsql.errors import CommitLockTimeout
 
 HP_LOCK_STAGED = (
@@ -37,7 +37,7 @@ HP_LOCK_STAGED = (
 HF_LOCK_STAGED = (
     "SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t"
     " LEFT JOIN object_state c ON c.zoid = t.zoid ORDER BY t.zoid FOR UPDATE")
-# {lock}: the server's spelling of a share lock without waiting (MySQLFeatures).
+# {lock}: the server's spelling of a share lock without waiting (MySQLConnection).
 HP_LOCK_READ_CURRENT = (
     "SELECT zoid, tid FROM current_object WHERE zoid IN ({oids}) ORDER BY zoid {lock}")
 HF_LOCK_READ_CURRENT = (
@@ -54,15 +54,21 @@ CHUNK = 500
 
 
 class MySQLLocker(Locker):
-    def begin_commit(self, conn: DBConnection, timeout: float) -> None:
+    HISTORY_PRESERVING = dataclasses.replace(
+        Locker.HISTORY_PRESERVING, find_conflicts=HP_LOCK_STAGED,
+        lock_read_current=HP_LOCK_READ_CURRENT, lock_for_pack=HP_LOCK_FOR_PACK)
+    HISTORY_FREE = dataclasses.replace(
+        Locker.HISTORY_FREE, find_conflicts=HF_LOCK_STAGED,
+        lock_read_current=HF_LOCK_READ_CURRENT, lock_for_pack=HF_LOCK_FOR_PACK)
+
+    def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         prepare_for_writing(conn, timeout)  # no statement when already set
         conn.begin_write()
 
-    def lock_objects(self, conn: DBConnection, read_current: dict[int, int],
-                     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
-        sql = HP_LOCK_STAGED if self.keep_history else HF_LOCK_STAGED
+    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
+                     ) -> tuple[list[Conflict], list[Conflict]]:
         try:
-            rows = conn.fetchall(sql)
+            rows = conn.fetchall(self.sql.find_conflicts)
         except CommitLockTimeout as exc:
             seconds = getattr(conn, "lock_timeout", None) or "?"
             raise CommitLockTimeout(
@@ -70,23 +76,23 @@ class MySQLLocker(Locker):
                 f" longer than row-lock-timeout (default: commit-lock-timeout; {seconds}s,"
                 " applied as innodb_lock_wait_timeout); the transaction can be retried"
             ) from exc
-        conflicts = [(int(o), int(e), int(a)) for o, e, a in rows if int(e) != int(a)]
-        read_conflicts: list[tuple[int, int, int]] = []
+        conflicts = [Conflict(int(o), int(e), int(a)) for o, e, a in rows if int(e) != int(a)]
+        read_conflicts: list[Conflict] = []
         if read_current:
             current = self._share_lock(conn, sorted(read_current))
             for oid in sorted(read_current):
                 actual = current.get(oid, 0)
                 if actual != read_current[oid]:
-                    read_conflicts.append((oid, read_current[oid], actual))
+                    read_conflicts.append(Conflict(oid, read_current[oid], actual))
         return conflicts, read_conflicts
 
-    def _share_lock(self, conn: DBConnection, oids: list[int]) -> dict[int, int]:
-        template = HP_LOCK_READ_CURRENT if self.keep_history else HF_LOCK_READ_CURRENT
-        lock = cast(MySQLFeatures, self.backend.features).share_lock_nowait
+    def _share_lock(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
+        assert isinstance(conn, MySQLConnection)
+        lock = conn.share_lock_nowait
         current: dict[int, int] = {}
         for start in range(0, len(oids), CHUNK):
             chunk = oids[start:start + CHUNK]
-            query = template.format(oids=", ".join(["%s"] * len(chunk)), lock=lock)
+            query = self.sql.lock_read_current.format(oids=in_list(len(chunk)), lock=lock)
             try:
                 rows = conn.fetchall(query, chunk)
             except CommitLockTimeout as exc:
@@ -98,15 +104,14 @@ class MySQLLocker(Locker):
             current.update((int(o), int(t)) for o, t in rows)
         return current
 
-    def lock_for_pack(self, conn: DBConnection, oids: list[int]) -> list[int]:
-        template = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
+    def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         locked: list[int] = []
         for start in range(0, len(oids), CHUNK):
             chunk = oids[start:start + CHUNK]
-            query = template.format(oids=", ".join(["%s"] * len(chunk)))
+            query = self.sql.lock_for_pack.format(oids=in_list(len(chunk)))
             locked.extend(int(row[0]) for row in conn.fetchall(query, chunk))
         return locked
 
-    def lock_commit(self, conn: DBConnection, timeout: float) -> int | None:
+    def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
         row = conn.fetchone(LOCK_COMMIT)
         return int(row[0]) if row else 0

@@ -7,6 +7,8 @@ table, so InnoDB visits (and locks) exactly the staged rows instead of scanning.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from zodbsql.backends.base.mover import Mover
 
 CREATE_TEMP_TABLES = (
@@ -39,8 +41,8 @@ HF_DELETE_OLD_BLOBS = (
 
 class MySQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
-    HP_SET_CURRENT = HP_SET_CURRENT
-    HF_MOVE_STATES = HF_MOVE_STATES
-    HF_DELETE_REMOVED = HF_DELETE_REMOVED
-    HF_DELETE_OLD_REFS = HF_DELETE_OLD_REFS
-    HF_DELETE_OLD_BLOBS = HF_DELETE_OLD_BLOBS
+    HISTORY_PRESERVING = dataclasses.replace(Mover.HISTORY_PRESERVING,
+                                             set_current=HP_SET_CURRENT)
+    HISTORY_FREE = dataclasses.replace(
+        Mover.HISTORY_FREE, move_states=HF_MOVE_STATES, delete_removed=HF_DELETE_REMOVED,
+        delete_old_refs=HF_DELETE_OLD_REFS, delete_old_blobs=HF_DELETE_OLD_BLOBS)

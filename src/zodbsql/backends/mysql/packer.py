@@ -8,10 +8,12 @@ at READ COMMITTED, so its INSERT ... SELECTs take no shared locks on the rows th
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.backends.base.packer import Packer
+from zodbsql.backends.base.statements import for_mode, in_list
 from zodbsql.backends.mysql.connections import prepare_for_writing
 from zodbsql.errors import DatabaseError
 
@@ -56,10 +58,30 @@ PACK_LOCK = "SELECT GET_LOCK(CONCAT('zodbsql.pack.', DATABASE()), %s)"
 PACK_UNLOCK = "SELECT RELEASE_LOCK(CONCAT('zodbsql.pack.', DATABASE()))"
 
 
+@dataclasses.dataclass(frozen=True)
+class DeleteListStatements:
+    """How a pack step deletes the objects listed in ``temp_pack_delete``, per mode."""
+
+    #: Lock the listed objects' current rows that no commit holds.
+    lock: str
+    #: The listed objects that exist.
+    existing: str
+
+
 class MySQLPacker(Packer):
     CREATE_WORK_TABLES = CREATE_WORK_TABLES
+    HISTORY_PRESERVING = dataclasses.replace(Packer.HISTORY_PRESERVING,
+                                             delete_objects=HP_DELETE_OBJECTS)
+    HISTORY_FREE = dataclasses.replace(Packer.HISTORY_FREE, delete_objects=HF_DELETE_OBJECTS)
+    DELETE_LIST_PRESERVING = DeleteListStatements(HP_LOCK_FOR_DELETE, HP_EXISTING)
+    DELETE_LIST_FREE = DeleteListStatements(HF_LOCK_FOR_DELETE, HF_EXISTING)
 
-    def prepare(self, conn: DBConnection, pack_tid: int, gc: bool) -> None:
+    def __init__(self, backend: BackendContract) -> None:
+        super().__init__(backend)
+        self.delete_list = for_mode(self.keep_history, self.DELETE_LIST_PRESERVING,
+                                    self.DELETE_LIST_FREE)
+
+    def prepare(self, conn: ConnectionRole, pack_tid: int, gc: bool) -> None:
         timeout = self.backend.lock_timeout
         prepare_for_writing(conn, timeout)
         # Held until finish or until the pack's session ends.  Waiting (rather than
@@ -72,20 +94,18 @@ class MySQLPacker(Packer):
                 f" than {timeout:g}s (commit-lock-timeout); one pack at a time")
         super().prepare(conn, pack_tid, gc)
 
-    def delete_objects(self, conn: DBConnection, oids: Sequence[int]) -> None:
-        hp = self.keep_history
+    def delete_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
         conn.execute(CLEAR_DELETE_LIST)
         conn.executemany(ADD_TO_DELETE_LIST, [(oid,) for oid in oids])
-        locked = {int(r[0]) for r in conn.fetchall(HP_LOCK_FOR_DELETE if hp else HF_LOCK_FOR_DELETE)}
+        locked = {int(r[0]) for r in conn.fetchall(self.delete_list.lock)}
         if len(locked) < len(oids):
-            existing = {int(r[0]) for r in conn.fetchall(HP_EXISTING if hp else HF_EXISTING)}
+            existing = {int(r[0]) for r in conn.fetchall(self.delete_list.existing)}
             busy = sorted(existing - locked)   # rows a committer holds: skipped this time
             if busy:
-                conn.execute(DROP_FROM_DELETE_LIST.format(oids=", ".join(["%s"] * len(busy))),
-                             busy)
-        for statement in (HP_DELETE_OBJECTS if hp else HF_DELETE_OBJECTS):
+                conn.execute(DROP_FROM_DELETE_LIST.format(oids=in_list(len(busy))), busy)
+        for statement in self.sql.delete_objects:
             conn.execute(statement)
 
-    def finish(self, conn: DBConnection, pack_tid: int) -> None:
+    def finish(self, conn: ConnectionRole, pack_tid: int) -> None:
         super().finish(conn, pack_tid)
         conn.fetchone(PACK_UNLOCK)

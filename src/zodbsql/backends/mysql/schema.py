@@ -7,7 +7,7 @@ a transaction.
 """
 from __future__ import annotations
 
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.schema import TABLES, Schema
 from zodbsql.errors import SchemaError
 
@@ -77,7 +77,7 @@ class MySQLSchema(Schema):
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
 
-    def prepare(self, conn: DBConnection, keep_history: bool, create: bool,
+    def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
         if read_only or not create:
             super().prepare(conn, keep_history, create, read_only)
@@ -93,10 +93,10 @@ class MySQLSchema(Schema):
         finally:
             conn.fetchone(SCHEMA_UNLOCK)
 
-    def list_tables(self, conn: DBConnection) -> set[str]:
+    def list_tables(self, conn: ConnectionRole) -> set[str]:
         return super().list_tables(conn) - set(WORK_TABLES)
 
-    def drop_all(self, conn: DBConnection) -> None:
+    def drop_all(self, conn: ConnectionRole) -> None:
         present = super().list_tables(conn)
         for table in WORK_TABLES + TABLES:
             if table in present:

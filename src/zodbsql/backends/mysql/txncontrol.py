@@ -9,14 +9,11 @@ then commits or rolls back as a whole) and waits until the server lists it no mo
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
-
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.txncontrol import TransactionControl
-from zodbsql.backends.mysql.connections import error_number
+from zodbsql.backends.mysql.connections import MySQLConnection, error_number
 from zodbsql.errors import DatabaseError
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 SESSION_ALIVE = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s"
 UPTIME = "SHOW GLOBAL STATUS LIKE 'Uptime'"
@@ -28,13 +25,13 @@ UNKNOWN_THREAD = 1094
 
 
 class MySQLTransactionControl(TransactionControl):
-    def settle_session(self, conn: "DBConnection", old: "DBConnection",
+    def settle_session(self, conn: ConnectionRole, old: ConnectionRole,
                        deadline: float) -> bool:
         old.close()
         session = old.session_id
         if session is None:
             return False
-        started = getattr(old, "server_started", None)
+        started = old.server_started if isinstance(old, MySQLConnection) else None
         if started is None:
             return False
         if abs(server_started(conn) - started) > SAME_START:
@@ -59,7 +56,7 @@ class MySQLTransactionControl(TransactionControl):
             time.sleep(0.05)
 
 
-def server_started(conn: "DBConnection") -> float:
+def server_started(conn: ConnectionRole) -> float:
     """When the server started (Unix time, to a second or so)."""
     row = conn.fetchone(UPTIME)
     return time.time() - float(row[1]) if row else 0.0

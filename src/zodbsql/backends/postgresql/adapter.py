@@ -5,6 +5,7 @@ from typing import ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.postgresql.blobs import PostgreSQLBlobs
 from zodbsql.backends.postgresql.connections import (MIN_SERVER_VERSION, PREPARE_THRESHOLD,
                                                      PostgreSQLConnection, load_driver)
@@ -45,7 +46,7 @@ def connect_failure(where: str, exc: Exception) -> DatabaseError:
                           " or busy; a retried transaction reconnects)")
 
 
-class PostgreSQLBackend(Backend):
+class PostgreSQLBackend(Backend[PostgreSQLOptions]):
     name: ClassVar[str] = "postgresql"
     features_class = PostgreSQLFeatures
     schema_class = PostgreSQLSchema
@@ -106,6 +107,6 @@ class PostgreSQLBackend(Backend):
     def sort_key(self) -> str:
         return f"zodbsql:postgresql:{self.address}/{self.dbname}/{self.options.schema or ''}"
 
-    def database_size(self, conn: DBConnection) -> int:
+    def database_size(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(DATABASE_SIZE)
         return int(row[0]) if row else 0

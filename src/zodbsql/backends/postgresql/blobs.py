@@ -4,6 +4,8 @@ A second commit uploading the same content waits on the first one's uncommitted 
 then skips them; the finish function checks, under the commit lock, that every staged
 content is complete (``p_check_blobs``).
 """
+import dataclasses
+
 from zodbsql.backends.base.blobs import Blobs
 
 INSERT_CHUNK = ("INSERT INTO blob_chunk (content_hash, chunk_num, data) VALUES (%s, %s, %s)"
@@ -13,5 +15,5 @@ INSERT_CONTENT = ("INSERT INTO blob_content (content_hash, size, chunks) VALUES 
 
 
 class PostgreSQLBlobs(Blobs):
-    INSERT_CHUNK = INSERT_CHUNK
-    INSERT_CONTENT = INSERT_CONTENT
+    STATEMENTS = dataclasses.replace(Blobs.STATEMENTS, insert_chunk=INSERT_CHUNK,
+                                     insert_content=INSERT_CONTENT)

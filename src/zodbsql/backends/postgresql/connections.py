@@ -55,6 +55,11 @@ def load_driver(driver: str = "auto") -> Any:
 
 class PostgreSQLConnection(DBConnection):
     driver_name = "psycopg"
+    #: BYTEA values are limited to 1 GB.
+    max_state_size: int | None = (1 << 30) - 1
+    #: The server's id of the transaction being committed (read by zodbsql_finish's
+    #: statement), so that a lost COMMIT can be looked up with txid_status.
+    commit_xid: int | None = None
 
     def __init__(self, raw: Any, where: str, lock_timeout: float) -> None:
         super().__init__(raw)

@@ -1,12 +1,9 @@
 """What doctor checks for PostgreSQL: version, settings that matter, privileges."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding, Inspector
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 SETTING = "SELECT setting, unit FROM pg_settings WHERE name = %s"
 PRIVILEGES = (
@@ -25,11 +22,11 @@ class PostgreSQLInspector(Inspector):
     DROP_SCRATCH = DROP_SCRATCH
     SCRATCH_FIELD = "schema"
 
-    def _setting(self, conn: "DBConnection", name: str) -> tuple[str, str]:
+    def _setting(self, conn: ConnectionRole, name: str) -> tuple[str, str]:
         row = conn.fetchone(SETTING, (name,))
         return (str(row[0]), str(row[1] or "")) if row else ("?", "")
 
-    def inspect(self, conn: "DBConnection", clients: int) -> list[Finding]:
+    def inspect(self, conn: ConnectionRole, clients: int) -> list[Finding]:
         findings = []
         version = int(conn.raw.info.server_version)
         findings.append(Finding(OK, "server version", f"{version // 10000}.{version % 10000}"))

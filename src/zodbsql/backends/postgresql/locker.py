@@ -27,16 +27,15 @@ Commits of disjoint objects never wait for each other.  Every wait is bounded by
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
 
 from ZODB.POSException import ReadConflictError
 
+from zodbsql.backends.base.contract import Conflict, ConnectionRole
 from zodbsql.backends.base.locker import Locker
 from zodbsql.backends.postgresql.connections import sqlstate
 from zodbsql.errors import CommitLockTimeout, DatabaseError
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 LOCK_OBJECTS = "SELECT * FROM zodbsql_lock_objects(%s::BIGINT[], %s::BIGINT[])"
 BEGIN_WITH_TIMEOUT = "BEGIN; SET LOCAL lock_timeout = {millis}"
@@ -52,17 +51,20 @@ READ_CURRENT_LOCKED = "ZS003"
 
 
 class PostgreSQLLocker(Locker):
+    HISTORY_PRESERVING = dataclasses.replace(Locker.HISTORY_PRESERVING,
+                                             lock_for_pack=HP_LOCK_FOR_PACK)
+    HISTORY_FREE = dataclasses.replace(Locker.HISTORY_FREE, lock_for_pack=HF_LOCK_FOR_PACK)
     _row_wait = 0.0
 
-    def begin_commit(self, conn: "DBConnection", timeout: float) -> None:
+    def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         # One round trip: open the transaction and bound its lock waits.
         self._row_wait = timeout
         millis = max(1, int(timeout * 1000))
         conn.execute(BEGIN_WITH_TIMEOUT.format(millis=millis))
         conn.in_transaction = True
 
-    def lock_objects(self, conn: "DBConnection", read_current: dict[int, int],
-                     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
+                     ) -> tuple[list[Conflict], list[Conflict]]:
         oids = sorted(read_current)
         try:
             rows = conn.fetchall(LOCK_OBJECTS, (oids, [read_current[o] for o in oids]))
@@ -78,17 +80,16 @@ class PostgreSQLLocker(Locker):
                     " (checkCurrentSerialInTransaction); the transaction can be retried"
                 ) from exc
             raise
-        conflicts: list[tuple[int, int, int]] = []
-        read_conflicts: list[tuple[int, int, int]] = []
+        conflicts: list[Conflict] = []
+        read_conflicts: list[Conflict] = []
         for oid, expected, actual, kind in rows:
             found = read_conflicts if kind in ("r", b"r") else conflicts
-            found.append((int(oid), int(expected), int(actual)))
+            found.append(Conflict(int(oid), int(expected), int(actual)))
         return conflicts, read_conflicts
 
-    def lock_for_pack(self, conn: "DBConnection", oids: list[int]) -> list[int]:
-        sql = HP_LOCK_FOR_PACK if self.keep_history else HF_LOCK_FOR_PACK
-        return [int(row[0]) for row in conn.fetchall(sql, (oids,))]
+    def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
+        return [int(row[0]) for row in conn.fetchall(self.sql.lock_for_pack, (oids,))]
 
-    def lock_commit(self, conn: "DBConnection", timeout: float) -> int | None:
+    def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
         row = conn.fetchone(LOCK_COMMIT)
         return int(row[0]) if row else 0

@@ -7,12 +7,12 @@ server parse, bind and run one INSERT per row.)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+from zodbsql.backends.base.contract import (ConnectionRole, ResolvedState, Revision,
+                                            StagedState)
 from zodbsql.backends.base.mover import Mover
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 # ON COMMIT DELETE ROWS: every commit or rollback empties them, so a commit never
 # spends statements clearing what the previous one staged.
@@ -49,16 +49,15 @@ RESTAGE_ALL = (
 class PostgreSQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
 
-    def stage(self, conn: "DBConnection", states: Sequence[tuple[Any, ...]],
-              refs: Iterable[tuple[int, int]]) -> None:
+    def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
+              refs: Iterable[Revision]) -> None:
         refs = list(refs)
         if not states and not refs:
             return
         conn.execute(STAGE_ALL, [*as_arrays(states, 6), *as_arrays(refs, 2)])
 
-    def restage_many(self, conn: "DBConnection",
-                     rows: list[tuple[int, int, int | None, int, bytes]],
-                     refs: list[tuple[int, int]]) -> None:
+    def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState],
+                     refs: list[Revision]) -> None:
         conn.execute(RESTAGE_ALL, [*as_arrays(rows, 5), *as_arrays(refs, 2)])
 
 

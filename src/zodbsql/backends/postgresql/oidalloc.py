@@ -5,12 +5,9 @@ allocating oids never joins a commit's transaction nor leaves one open.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.oidalloc import BLOCK, OidAllocator
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 ALLOCATE = "SELECT nextval('zoid_seq') FROM generate_series(1, %s)"
 # Raise the sequence when a copied/restored oid is above it.  Not atomic with a
@@ -19,8 +16,8 @@ RAISE_TO = "SELECT setval('zoid_seq', %s) FROM zoid_seq WHERE last_value < %s"
 
 
 class PostgreSQLOidAllocator(OidAllocator):
-    def allocate(self, conn: "DBConnection", count: int = BLOCK) -> list[int]:
+    def allocate(self, conn: ConnectionRole, count: int = BLOCK) -> list[int]:
         return sorted(int(row[0]) for row in conn.fetchall(ALLOCATE, (count,)))
 
-    def ensure_above(self, conn: "DBConnection", oid: int) -> None:
+    def ensure_above(self, conn: ConnectionRole, oid: int) -> None:
         conn.fetchall(RAISE_TO, (oid, oid))

@@ -1,5 +1,5 @@
 """PostgreSQL packs with TEMPORARY work tables: pack uses one connection throughout."""
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.packer import Packer
 
 CREATE_WORK_TABLES = (
@@ -24,12 +24,12 @@ ANALYZE_STORED = "ANALYZE object_state, object_ref"
 class PostgreSQLPacker(Packer):
     CREATE_WORK_TABLES = CREATE_WORK_TABLES
 
-    def prepare(self, conn: DBConnection, pack_tid: int, gc: bool) -> None:
+    def prepare(self, conn: ConnectionRole, pack_tid: int, gc: bool) -> None:
         conn.execute(CUSTOM_PLANS)
         conn.execute(ANALYZE_STORED)
         super().prepare(conn, pack_tid, gc)
         conn.execute(ANALYZE_WORK_TABLES)
 
-    def count(self, conn: DBConnection, gc: bool) -> dict[str, int]:
+    def count(self, conn: ConnectionRole, gc: bool) -> dict[str, int]:
         conn.execute(ANALYZE_WORK_TABLES)  # the walk filled pack_reach
         return super().count(conn, gc)

@@ -6,13 +6,12 @@ databases can live side by side in one PostgreSQL database, one schema each.
 from __future__ import annotations
 
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.schema import Schema
 from zodbsql.errors import SchemaError
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 COMMON_DDL = (
     "CREATE TABLE zodbsql_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -92,7 +91,7 @@ class PostgreSQLSchema(Schema):
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
 
-    def prepare(self, conn: "DBConnection", keep_history: bool, create: bool,
+    def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
         # A search_path naming no existing schema leaves current_schema() NULL: say
         # so, instead of finding "no tables" or failing to create them.
@@ -117,14 +116,14 @@ class PostgreSQLSchema(Schema):
                 conn.rollback()
                 raise
 
-    def create(self, conn: "DBConnection", keep_history: bool) -> None:
+    def create(self, conn: ConnectionRole, keep_history: bool) -> None:
         conn.execute(CREATE_LOCK)
         if self.read_meta(conn) is not None:
             return  # another process created it while this one waited for the lock
         super().create(conn, keep_history)
         self.install_procedures(conn, keep_history)
 
-    def install_procedures(self, conn: "DBConnection", keep_history: bool) -> None:
+    def install_procedures(self, conn: ConnectionRole, keep_history: bool) -> None:
         mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
         files = resources.files(__package__)
         for procedures in ("procedures_common.sql", mode):
@@ -133,7 +132,7 @@ class PostgreSQLSchema(Schema):
         lock = files.joinpath("procedures_lock.sql").read_text()
         conn.execute_script(lock.replace("{current}", current))
 
-    def add_blob_tables(self, conn: "DBConnection", keep_history: bool) -> None:
+    def add_blob_tables(self, conn: ConnectionRole, keep_history: bool) -> None:
         conn.execute(CREATE_LOCK)
         if "blob_ref" in self.list_tables(conn):
             return
@@ -141,7 +140,7 @@ class PostgreSQLSchema(Schema):
         conn.execute(DROP_OLD_FINISH)
         self.install_procedures(conn, keep_history)
 
-    def drop_all(self, conn: "DBConnection") -> None:
+    def drop_all(self, conn: ConnectionRole) -> None:
         super().drop_all(conn)
         if conn.fetchone(HAS_FINISH) is not None:
             conn.execute(DROP_FINISH)

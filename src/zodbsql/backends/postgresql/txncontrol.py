@@ -9,15 +9,15 @@ wire, the server's own record of that id (``txid_status``) says whether it commi
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from ZODB.POSException import StorageTransactionError
 
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.txncontrol import TransactionControl, blob_vanished
+from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 from zodbsql.errors import DatabaseError
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s), txid_current()"
 TXID_STATUS = "SELECT txid_status(%s)"
@@ -32,7 +32,7 @@ BLOB_VANISHED = "ZS002"
 
 
 class PostgreSQLTransactionControl(TransactionControl):
-    def finish(self, conn: "DBConnection", clock_tid: int, requested_tid: int | None,
+    def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
                has_states: bool = True, check_blobs: bool = False,
                blobs: bool = True) -> int:
@@ -48,13 +48,13 @@ class PostgreSQLTransactionControl(TransactionControl):
                 raise StorageTransactionError(
                     f"{exc.__cause__} (restored transactions must come in order)") from exc
             raise
-        assert row is not None
-        conn.commit_xid = int(row[1])  # type: ignore[attr-defined]
+        assert row is not None and isinstance(conn, PostgreSQLConnection)
+        conn.commit_xid = int(row[1])
         return int(row[0])
 
-    def commit_outcome(self, conn: "DBConnection", old: "DBConnection", tid: int,
+    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
                        written: Mapping[int, int | None], deadline: float) -> bool | None:
-        xid = getattr(old, "commit_xid", None)
+        xid = old.commit_xid if isinstance(old, PostgreSQLConnection) else None
         old.close()
         if xid is None:
             return super().commit_outcome(conn, old, tid, written, deadline)

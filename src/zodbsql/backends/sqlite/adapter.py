@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.sqlite.blobs import SQLiteBlobs
 from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
@@ -31,7 +32,7 @@ def in_wal_mode(path: str) -> bool:
     return header.startswith(b"SQLite format 3\0") and header[18:20] == b"\x02\x02"
 
 
-class SQLiteBackend(Backend):
+class SQLiteBackend(Backend[SQLiteOptions]):
     name: ClassVar[str] = "sqlite3"
     features_class = SQLiteFeatures
     schema_class = SQLiteSchema
@@ -119,7 +120,7 @@ class SQLiteBackend(Backend):
     def sort_key(self) -> str:
         return f"zodbsql:sqlite3:{self.path}"
 
-    def database_size(self, conn: DBConnection) -> int:
+    def database_size(self, conn: ConnectionRole) -> int:
         pages = conn.fetchone("PRAGMA page_count")
         size = conn.fetchone("PRAGMA page_size")
         return int(pages[0]) * int(size[0]) if pages and size else 0

@@ -26,6 +26,8 @@ def result_code(exc: BaseException | None) -> int | None:
 
 class SQLiteConnection(DBConnection):
     driver_name = "sqlite3"
+    #: SQLite's default SQLITE_MAX_LENGTH.
+    max_state_size: int | None = 1_000_000_000
 
     def __init__(self, raw: sqlite3.Connection, path: str, lock_timeout: float) -> None:
         super().__init__(raw)

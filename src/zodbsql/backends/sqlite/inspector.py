@@ -6,12 +6,11 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
+from zodbsql.backends.base.contract import BackendOptions, ConnectionRole
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding, Inspector
 
-if TYPE_CHECKING:
-    from zodbsql.backends.base.connections import DBConnection
 
 # File systems on which SQLite's locking (and so WAL) is not reliable.
 NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "cifs", "smbfs", "smb3", "fuse.sshfs", "9p", "afs")
@@ -32,7 +31,7 @@ def file_system(path: str) -> str:
 
 
 class SQLiteInspector(Inspector):
-    def inspect(self, conn: "DBConnection", clients: int) -> list[Finding]:
+    def inspect(self, conn: ConnectionRole, clients: int) -> list[Finding]:
         backend: Any = self.backend
         findings = []
         mode = str((conn.fetchone("PRAGMA journal_mode") or ("?",))[0]).lower()
@@ -56,7 +55,7 @@ class SQLiteInspector(Inspector):
         return findings + self.schema_findings(conn)
 
     @contextlib.contextmanager
-    def scratch(self) -> Iterator[Any]:
+    def scratch(self) -> Iterator[BackendOptions]:
         backend: Any = self.backend
         # Beside the real file, so the check runs on the same file system.
         directory = tempfile.mkdtemp(prefix=".zodbsql-doctor-", dir=os.path.dirname(backend.path))

@@ -1,5 +1,5 @@
 """SQLite's tables.  Integers are 64-bit; tids and oids fit as signed values."""
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.schema import Schema
 
 COMMON_DDL = (
@@ -53,7 +53,7 @@ LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT 
 HAS_META = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'zodbsql_meta'"
 
 
-def use_wal(conn: DBConnection) -> None:
+def use_wal(conn: ConnectionRole) -> None:
     """Put the database in WAL mode (persistent: done once per file, outside a transaction)."""
     row = conn.fetchone("PRAGMA journal_mode")
     if row and str(row[0]).lower() != "wal":
@@ -67,7 +67,7 @@ class SQLiteSchema(Schema):
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
 
-    def prepare(self, conn: DBConnection, keep_history: bool, create: bool,
+    def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
         super().prepare(conn, keep_history, create, read_only)
         if not read_only:

@@ -1,0 +1,695 @@
+"""The backend contract: one ``Protocol`` per role, and the rows the roles hand back.
+
+The storage core (``zodbsql.storage``) and the roles themselves see a backend only
+through these types; ``backends/base/`` holds the portable implementation of each role
+(``Locker`` is a ``LockerRole``, ``Mover`` a ``MoverRole``, ...) and every backend
+subclasses those, overriding what its dialect does differently.  This module imports
+nothing of zodbsql's, so every role module can depend on it without an import cycle.
+
+Every method of a role may raise what its connection raises: :class:`DatabaseError`
+for an error the database reported (with the statement), its subclass
+:class:`ConnectionLost` when the connection went away (retryable), and, where a lock
+is waited for, :class:`CommitLockTimeout` or :class:`DatabaseConflict` /
+:class:`DeadlockError` (all in :mod:`zodbsql.errors`).  The docstrings below name
+these only where the method itself is the reason, and name every other exception.
+
+Oids and tids are Python ints (signed 64-bit in the database); a state is ``bytes`` or
+None for a deleted object; a checksum is the signed 64-bit value of
+:func:`zodbsql.storage.records.checksum`, or None when the state is None.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import (Any, Callable, ClassVar, ContextManager, Iterable, Iterator, Mapping,
+                    NamedTuple, Protocol, Sequence)
+
+# -- rows -----------------------------------------------------------------------------------
+
+
+class StateRow(NamedTuple):
+    """One stored revision of an object, as loaded."""
+
+    tid: int
+    checksum: int | None
+    state: bytes | None     # None: the object was deleted in this revision
+
+
+class StagedState(NamedTuple):
+    """A state a commit stages in vote (``temp_store``)."""
+
+    oid: int
+    prev_tid: int           # the tid the commit expects to be current (0: a new object)
+    data_tid: int | None    # the revision this state copies (undo, restore), or None
+    checksum: int | None
+    size: int
+    state: bytes | None
+
+
+class ResolvedState(NamedTuple):
+    """A state that replaces a staged one after conflict resolution."""
+
+    oid: int
+    prev_tid: int
+    checksum: int | None
+    size: int
+    state: bytes
+
+
+class Conflict(NamedTuple):
+    """An object whose current tid is not the one a commit expected."""
+
+    oid: int
+    expected: int
+    actual: int             # 0: the object does not exist (any more)
+
+
+class HistoryEntry(NamedTuple):
+    """One revision of an object with its transaction's metadata (history())."""
+
+    tid: int
+    size: int
+    user: bytes
+    description: bytes
+    extension: bytes
+
+
+class UndoEntry(NamedTuple):
+    """One undoable transaction (undoLog())."""
+
+    tid: int
+    user: bytes
+    description: bytes
+    extension: bytes
+
+
+class TransactionHeader(NamedTuple):
+    """A committed transaction as the iterator reports it."""
+
+    tid: int
+    packed: bool
+    user: bytes
+    description: bytes
+    extension: bytes
+
+
+class IteratedRecord(NamedTuple):
+    """One record a transaction wrote, as the iterator reports it."""
+
+    oid: int
+    state: bytes | None
+    data_tid: int | None
+
+
+class WrittenState(NamedTuple):
+    """One state written by a given transaction (undo reads these)."""
+
+    oid: int
+    checksum: int | None
+    state: bytes | None
+
+
+class CurrentRecord(NamedTuple):
+    """The current revision of an existing object (record_iternext)."""
+
+    oid: int
+    tid: int
+    state: bytes
+
+
+class CheckedState(NamedTuple):
+    """One stored revision as ``verify`` reads it."""
+
+    oid: int
+    tid: int
+    checksum: int | None
+    state: bytes | None
+
+
+class DanglingReference(NamedTuple):
+    """A reference from the current revision ``(oid, tid)`` to a missing object."""
+
+    oid: int
+    tid: int
+    missing: int
+
+
+class BlobRef(NamedTuple):
+    """Revision ``(oid, tid)`` has the blob whose content is ``content_hash``."""
+
+    oid: int
+    tid: int
+    content_hash: bytes
+
+
+class BlobContent(NamedTuple):
+    """A blob content stored in the database: its SHA-256, size and chunk count."""
+
+    content_hash: bytes
+    size: int
+    chunks: int
+
+
+#: ``(oid, tid)``: one revision of one object.
+Revision = tuple[int, int]
+
+#: Levels of a :class:`Finding`.
+OK, WARNING, ERROR = "ok", "warning", "error"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing ``zodbsql doctor`` checked."""
+
+    level: str      # ok, warning or error
+    name: str       # what was checked
+    found: str      # what was found
+    fix: str = ""   # what to do about it (warnings and errors)
+
+    def as_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+# -- the connection -------------------------------------------------------------------------
+
+
+class StatementCounter(Protocol):
+    """A running total of statements, shared by several connections."""
+
+    total: int
+
+
+class ConnectionRole(Protocol):
+    """A database connection: the one place that knows the driver.
+
+    SQL is written with ``%s`` placeholders; the connection converts it for its driver.
+    Every driver error is raised as a :mod:`zodbsql.errors` exception with the
+    statement attached and the driver's exception as ``__cause__``.
+    """
+
+    driver_name: str
+    #: Where counted statements are also added (the owning storage's tally), or None.
+    tally: StatementCounter | None
+    #: The server's id of this session, for ending it from another connection.
+    session_id: int | None
+    #: The largest state one statement may carry on this connection, in bytes (None:
+    #: no limit known), and what sets it (for the error message).  Known per server
+    #: (MySQL's max_allowed_packet is read at connect), so held per connection.
+    max_state_size: int | None
+    max_state_size_detail: str | None
+    #: The driver's own connection.
+    raw: Any
+    in_transaction: bool
+    #: Set when the connection is unusable (lost); a pool closes it instead of reusing it.
+    broken: bool
+
+    @property
+    def statements(self) -> int:
+        """Statements sent so far on this connection."""
+
+    @statements.setter
+    def statements(self, value: int) -> None: ...
+
+    def begin_read(self) -> None:
+        """Start a transaction that reads one consistent snapshot.  Returns nothing."""
+
+    def begin_write(self) -> None:
+        """Start a transaction that will write.  Raises :class:`CommitLockTimeout` when
+        the database's write lock is not granted in time (SQLite)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; return the number of rows it changed (-1: unknown)."""
+
+    def execute_script(self, sql: str) -> None:
+        """Run SQL text as written, without parameters (procedure definitions)."""
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for each row of parameters."""
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a query; return all its rows."""
+
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        """Run a query; return its first row, or None when it has none."""
+
+    def commit(self) -> None:
+        """Commit the open transaction.  Raises :class:`DatabaseError` (the transaction
+        had failed, or COMMIT did) or :class:`ConnectionLost` (whether it committed is
+        then unknown: the caller asks ``TransactionControlRole.commit_outcome``)."""
+
+    def rollback(self) -> None:
+        """Roll back the open transaction, if any.  Never raises: a connection that is
+        gone is marked ``broken`` instead."""
+
+    def close(self) -> None:
+        """Close the connection.  Never raises."""
+
+
+# -- the roles ----------------------------------------------------------------------------------
+
+
+class FeaturesRole(Protocol):
+    """Capability flags: each a question with a conservative default, read by the core
+    or a role (``tests/contract/test_features.py`` fails on a flag nobody reads).
+    Values a backend learns only from its server live on the connection instead."""
+
+    #: Are the staging tables empty at the start of every transaction (ON COMMIT DELETE
+    #: ROWS)?  Then a commit does not clear them first.
+    @property
+    def staging_emptied_by_transaction_end(self) -> bool: ...
+
+
+class SchemaRole(Protocol):
+    """Creates the tables on first open and refuses a database the storage can't use."""
+
+    def list_tables(self, conn: ConnectionRole) -> set[str]:
+        """Names (lower case) of the tables in the database or schema in use."""
+
+    def read_meta(self, conn: ConnectionRole) -> dict[str, str] | None:
+        """The meta table as a dict, or None when the database has no zodbsql schema."""
+
+    def check(self, meta: dict[str, str], keep_history: bool) -> None:
+        """Return if ``meta`` describes a schema this storage can use.  Raises
+        :class:`SchemaError` naming the version or history mode found and wanted."""
+
+    def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
+                read_only: bool) -> None:
+        """Check the schema, creating it first when the database is empty and ``create``
+        and not ``read_only``.  Raises :class:`SchemaError` for a foreign database,
+        another schema version or history mode, or a missing schema that may not be
+        created; nothing was written then."""
+
+    def create(self, conn: ConnectionRole, keep_history: bool) -> None:
+        """Create every table (in the caller's write transaction)."""
+
+    def add_blob_tables(self, conn: ConnectionRole, keep_history: bool) -> None:
+        """Add the blob tables to a database made before blobs (in the caller's
+        transaction)."""
+
+    def drop_all(self, conn: ConnectionRole) -> None:
+        """Drop zodbsql's own tables, functions and sequences, and nothing else."""
+
+
+class LockerRole(Protocol):
+    """Who may commit, and which staged states conflict (see ``base/locker.py``)."""
+
+    def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
+        """Open the transaction a commit (or a pack step) writes in, its row-lock waits
+        bounded by ``timeout`` seconds.  Raises :class:`CommitLockTimeout` when the
+        database's write lock is not granted in time (SQLite)."""
+
+    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
+                     ) -> tuple[list[Conflict], list[Conflict]]:
+        """Lock the rows of the staged objects and of ``read_current`` (oid -> tid
+        read); return ``(write conflicts, read conflicts)``.  Raises
+        :class:`CommitLockTimeout` when a row lock is not granted within the timeout,
+        and ``ReadConflictError`` when a row read-current is being written by another
+        commit (backends with row locks)."""
+
+    def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
+        """oid -> current tid of those of ``oids`` that exist."""
+
+    def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
+        """Lock, without waiting, the rows of objects a pack batch may delete (before
+        the commit lock); return the oids locked, in order.  Rows a commit holds are
+        skipped.  Without row locks: all of ``oids``."""
+
+    def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
+        """Take the database-wide commit lock (held until the transaction ends); return
+        the last committed tid when taking the lock read it, else None.  Raises
+        :class:`CommitLockTimeout` when it is not granted in time."""
+
+
+class MoverRole(Protocol):
+    """Object states into and out of the database."""
+
+    def prepare_connection(self, conn: ConnectionRole) -> None:
+        """Create the temporary tables a committing connection stages into."""
+
+    def load_current(self, conn: ConnectionRole, oid: int) -> StateRow | None:
+        """The current revision of ``oid``, or None when it never existed."""
+
+    def load_at(self, conn: ConnectionRole, oid: int, snapshot_tid: int) -> StateRow | None:
+        """The revision current as of ``snapshot_tid`` (history-preserving), the current
+        one (history-free: its tid may be newer, which the caller reports as a read
+        conflict); None when there is none."""
+
+    def load_serial(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
+        """Revision ``tid`` of ``oid``, or None when it is not stored."""
+
+    def load_before(self, conn: ConnectionRole, oid: int,
+                    before_tid: int) -> tuple[StateRow, int | None] | None:
+        """The revision current just before ``before_tid`` and the tid that replaced it
+        (None: still current); None when there is no such revision."""
+
+    def exists(self, conn: ConnectionRole, oid: int) -> bool:
+        """Does any revision of ``oid`` exist?"""
+
+    def current_tid(self, conn: ConnectionRole, oid: int) -> int | None:
+        """The tid of the current revision of ``oid``, or None."""
+
+    def count_objects(self, conn: ConnectionRole) -> int:
+        """The number of objects (current revisions, deletions included)."""
+
+    def clear_staged(self, conn: ConnectionRole) -> None:
+        """Empty the staging tables before a commit stages (unless emptied already)."""
+
+    def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
+              refs: Iterable[Revision]) -> None:
+        """Stage states and their ``(oid, referenced oid)`` pairs for this commit."""
+
+    def load_revisions(self, conn: ConnectionRole, wanted: dict[int, int],
+                       ) -> dict[int, tuple[int | None, bytes | None]]:
+        """``{oid: (checksum, state)}`` of those revisions ``{oid: tid}`` that exist, in
+        one statement (history-free: only where the current revision is the one
+        wanted)."""
+
+    def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState],
+                     refs: list[Revision]) -> None:
+        """Replace staged states and their references after conflict resolution."""
+
+    def max_staged_oid(self, conn: ConnectionRole) -> int | None:
+        """The highest staged oid, or None when nothing is staged."""
+
+    def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool = True) -> None:
+        """Make the staged states the revisions of ``tid`` (commit lock held).
+        ``blobs``: the commit may change blob references; otherwise those steps are
+        skipped."""
+
+
+class PollerRole(Protocol):
+    """The newest committed tid, and what changed since a given tid."""
+
+    def last_tid(self, conn: ConnectionRole) -> int:
+        """The tid of the last committed transaction (0 for an empty database)."""
+
+    def poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[Revision]]:
+        """``(snapshot tid, [(oid, tid), ...])``: the objects changed after ``since``,
+        as of the snapshot tid, in one statement.  With ``since`` None only the
+        snapshot tid is read."""
+
+
+class OidAllocatorRole(Protocol):
+    """Blocks of new oids, never handed out twice across processes."""
+
+    def allocate(self, conn: ConnectionRole, count: int = ...) -> list[int]:
+        """Reserve ``count`` new oids; return them in ascending order.  Commits its own
+        transaction unless ``conn`` is in one already (then the block is reserved in
+        it)."""
+
+    def ensure_above(self, conn: ConnectionRole, oid: int) -> None:
+        """Make sure no oid up to ``oid`` is handed out again (copies bring their own)."""
+
+
+class HistoryRole(Protocol):
+    """Transaction metadata, the undo log, revisions of one object, iteration."""
+
+    def record_commit(self, conn: ConnectionRole, tid: int, user: bytes, description: bytes,
+                      extension: bytes) -> None:
+        """Advance the commit row to ``tid`` and record the transaction's metadata."""
+
+    def get_meta(self, conn: ConnectionRole, name: str) -> str | None:
+        """The meta value ``name``, or None."""
+
+    def set_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
+        """Set the meta value ``name`` (in the caller's write transaction)."""
+
+    def object_history(self, conn: ConnectionRole, oid: int, size: int) -> list[HistoryEntry]:
+        """Up to ``size`` revisions of ``oid``, newest first (history-free: the one);
+        empty when the object does not exist."""
+
+    def undo_log(self, conn: ConnectionRole, after_tid: int, offset: int,
+                 limit: int) -> list[UndoEntry]:
+        """Undoable transactions newer than ``after_tid``, newest first."""
+
+    def transaction_exists(self, conn: ConnectionRole, tid: int) -> bool:
+        """Is ``tid`` a recorded transaction (history-preserving)?"""
+
+    def transaction_states(self, conn: ConnectionRole, tid: int) -> list[WrittenState]:
+        """Every state transaction ``tid`` wrote, in oid order."""
+
+    def state_before(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
+        """The revision of ``oid`` current just before ``tid``, or None."""
+
+    def current_records(self, conn: ConnectionRole, after_oid: int,
+                        limit: int) -> list[CurrentRecord]:
+        """Current, non-deleted objects with oid > ``after_oid``, in oid order."""
+
+    def referrers(self, conn: ConnectionRole, oid: int) -> list[int]:
+        """Oids of the objects whose current revision refers to ``oid``."""
+
+    def iter_transactions(self, conn: ConnectionRole, start: int, stop: int, batch: int = ...,
+                          ) -> Iterator[tuple[TransactionHeader, list[IteratedRecord]]]:
+        """Transactions with ``start <= tid <= stop`` in tid order, each with its
+        records (history-free: states grouped by the tid that wrote them)."""
+
+
+class PackerRole(Protocol):
+    """The set-based steps of pack and garbage collection (``storage/pack.py`` drives
+    them; each deleting step runs under the commit lock)."""
+
+    def prepare(self, conn: ConnectionRole, pack_tid: int, gc: bool) -> None:
+        """Fill the work tables: the revision each object had at ``pack_tid`` and, with
+        ``gc``, the roots of the reachability walk.  Raises :class:`DatabaseError` when
+        another process is packing (MySQL)."""
+
+    def walk_step(self, conn: ConnectionRole, generation: int, pack_tid: int) -> int:
+        """Reach generation ``generation + 1``; return how many objects it added."""
+
+    def new_targets(self, conn: ConnectionRole, since_tid: int) -> list[int]:
+        """Oids written after ``since_tid`` and their references' targets, unreached."""
+
+    def add_reached(self, conn: ConnectionRole, oids: Sequence[int], generation: int) -> None:
+        """Mark ``oids`` reached in ``generation``."""
+
+    def next_garbage(self, conn: ConnectionRole, after: int, limit: int) -> list[int]:
+        """Up to ``limit`` unreached oids greater than ``after``, in order."""
+
+    def unreached(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
+        """Those of ``oids`` still unreached."""
+
+    def next_deleted(self, conn: ConnectionRole, after: int, limit: int) -> list[int]:
+        """Up to ``limit`` oids greater than ``after`` whose kept revision is a
+        deletion that nothing replaced (history-preserving)."""
+
+    def still_deleted(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
+        """Those of ``oids`` that nothing recreated meanwhile."""
+
+    def delete_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
+        """Delete every revision, reference and blob reference of ``oids`` (skipping
+        objects a commit holds, where the backend locks rows)."""
+
+    def next_with_old_revisions(self, conn: ConnectionRole, after: int,
+                                limit: int) -> list[Revision]:
+        """Up to ``limit`` ``(oid, kept tid)`` with older revisions to delete."""
+
+    def delete_old_revisions(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
+        """Delete the revisions older than each ``(oid, kept tid)``."""
+
+    def count(self, conn: ConnectionRole, gc: bool) -> dict[str, int]:
+        """What the prepared pack removes: ``{"garbage": n, "old_revisions": n}``."""
+
+    def finish(self, conn: ConnectionRole, pack_tid: int) -> None:
+        """Mark the transactions up to ``pack_tid`` packed and empty the work tables."""
+
+
+class CheckerRole(Protocol):
+    """The reads ``zodbsql verify`` makes; all read-only."""
+
+    def count_states(self, conn: ConnectionRole) -> int:
+        """The number of stored revisions."""
+
+    def iter_states(self, conn: ConnectionRole, batch: int = ...,
+                    ) -> Iterator[list[CheckedState]]:
+        """Every stored revision in ``(oid, tid)`` order, in batches."""
+
+    def dangling_references(self, conn: ConnectionRole) -> list[DanglingReference]:
+        """Every reference from a current revision to a missing or deleted object."""
+
+
+class TransactionControlRole(Protocol):
+    """The serialised final step of a commit, and the outcome of a lost COMMIT."""
+
+    def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
+               user: bytes, description: bytes, extension: bytes, lock_timeout: float,
+               has_states: bool = True, check_blobs: bool = False,
+               blobs: bool = True) -> int:
+        """Take the commit lock, allocate the tid (``requested_tid``, else the later of
+        ``clock_tid`` and one past the last), record the transaction and move the staged
+        states in; return the tid.  The caller commits.  Raises
+        :class:`CommitLockTimeout`; ``StorageTransactionError`` when ``requested_tid``
+        is not after the last tid; :class:`BlobContentVanished` when ``check_blobs`` and
+        a staged blob content was freed by a pack meanwhile."""
+
+    def settle_session(self, conn: ConnectionRole, old: ConnectionRole,
+                       deadline: float) -> bool:
+        """Make sure the session of ``old`` can no longer commit or roll back; return
+        False when that could not be made sure by ``deadline`` (``time.monotonic()``)."""
+
+    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
+                       written: Mapping[int, int | None], deadline: float) -> bool | None:
+        """Was the COMMIT of ``tid`` lost on ``old`` made durable?  True, False, or None
+        when it can't be told.  ``written``: oid -> checksum the commit wrote.  Runs on
+        ``conn``, a new connection."""
+
+
+class BlobsRole(Protocol):
+    """Blob contents (stored once per SHA-256) and the revisions that use them."""
+
+    def clear_staged(self, conn: ConnectionRole) -> None:
+        """Empty the blob staging table (unless emptied already)."""
+
+    def stage(self, conn: ConnectionRole, rows: Sequence[tuple[int, bytes]]) -> None:
+        """Stage ``(oid, content hash)`` for this commit."""
+
+    def stage_copy(self, conn: ConnectionRole, oid: int, from_tid: int) -> None:
+        """Stage the blob reference of revision ``(oid, from_tid)`` for ``oid``."""
+
+    def unstage(self, conn: ConnectionRole, oid: int) -> None:
+        """Drop what was staged for ``oid``."""
+
+    def has_content(self, conn: ConnectionRole, content_hash: bytes) -> bool:
+        """Is the content stored?"""
+
+    def upload(self, conn: ConnectionRole, content_hash: bytes, size: int,
+               chunks: Iterator[bytes]) -> int:
+        """Insert the chunks (if absent), then the content row; return the chunk count."""
+
+    def staged_missing(self, conn: ConnectionRole) -> int | None:
+        """An oid whose staged content is gone or incomplete, or None."""
+
+    def revision_with_content(self, conn: ConnectionRole, content_hash: bytes,
+                              ) -> Revision | None:
+        """Some revision ``(oid, tid)`` whose blob has this content, or None."""
+
+    def content_hash(self, conn: ConnectionRole, oid: int, tid: int) -> bytes | None:
+        """The content hash of revision ``(oid, tid)``'s blob, or None."""
+
+    def content(self, conn: ConnectionRole, content_hash: bytes) -> tuple[int, int] | None:
+        """``(size, chunks)`` of a stored content, or None."""
+
+    def download(self, conn: ConnectionRole, content_hash: bytes, chunks: int,
+                 write: Callable[[bytes], object]) -> None:
+        """Pass each chunk to ``write`` in order.  Raises ``KeyError(chunk number)``
+        when a chunk is missing."""
+
+    def delete_refs_of_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
+        """Delete every blob reference of ``oids``."""
+
+    def delete_old_refs(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
+        """Delete the blob references older than each ``(oid, kept tid)``."""
+
+    def unused_contents(self, conn: ConnectionRole, limit: int) -> list[bytes]:
+        """Up to ``limit`` hashes of contents no reference uses."""
+
+    def delete_contents(self, conn: ConnectionRole, hashes: Sequence[bytes]) -> None:
+        """Delete these contents and their chunks."""
+
+    def revisions_of(self, conn: ConnectionRole, oids: Sequence[int]) -> set[Revision]:
+        """Every revision of ``oids`` that has a blob reference."""
+
+    def refs_without_content(self, conn: ConnectionRole) -> list[BlobRef]:
+        """Blob references whose content is not stored."""
+
+    def iter_contents(self, conn: ConnectionRole, batch: int = ...) -> Iterator[BlobContent]:
+        """Every stored content, in hash order."""
+
+    def iter_refs(self, conn: ConnectionRole, batch: int = ...) -> Iterator[BlobRef]:
+        """Every blob reference, in ``(oid, tid)`` order."""
+
+
+class InspectorRole(Protocol):
+    """What ``zodbsql doctor`` checks on a live database."""
+
+    def inspect(self, conn: ConnectionRole, clients: int) -> list[Finding]:
+        """Findings about the server's settings and the schema, for ``clients``
+        processes."""
+
+    def schema_findings(self, conn: ConnectionRole) -> list[Finding]:
+        """Findings about the zodbsql schema."""
+
+    def scratch(self) -> ContextManager[BackendOptions]:
+        """A context giving backend options for a throw-away database beside this one,
+        removed on exit."""
+
+
+# -- the backend ------------------------------------------------------------------------------
+
+
+class BackendOptions(Protocol):
+    """What every backend's options object (``SQLiteOptions``, ...) offers.
+
+    A frozen dataclass naming where the data is and how to reach it; its
+    ``__post_init__`` raises :class:`ConfigurationError` naming a wrong field.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def create_backend(self, keep_history: bool, lock_timeout: float,
+                       read_only: bool = False) -> BackendContract:
+        """A backend over these options.  Raises :class:`ConfigurationError` for
+        options that can't work (a missing directory, a bad DSN) and
+        :class:`DriverNotFound` when no driver loads."""
+
+
+class BackendContract(Protocol):
+    """One database and its roles, as the storage core and the roles see it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def options(self) -> BackendOptions: ...
+    @property
+    def keep_history(self) -> bool: ...
+    @property
+    def lock_timeout(self) -> float: ...
+    @property
+    def read_only(self) -> bool: ...
+    @property
+    def features(self) -> FeaturesRole: ...
+    @property
+    def schema(self) -> SchemaRole: ...
+    @property
+    def locker(self) -> LockerRole: ...
+    @property
+    def mover(self) -> MoverRole: ...
+    @property
+    def poller(self) -> PollerRole: ...
+    @property
+    def oids(self) -> OidAllocatorRole: ...
+    @property
+    def history(self) -> HistoryRole: ...
+    @property
+    def packer(self) -> PackerRole: ...
+    @property
+    def checker(self) -> CheckerRole: ...
+    @property
+    def txncontrol(self) -> TransactionControlRole: ...
+    @property
+    def inspector(self) -> InspectorRole: ...
+    @property
+    def blobs(self) -> BlobsRole: ...
+
+    def connect(self) -> ConnectionRole:
+        """A new connection (autocommit between explicit transactions).  Raises
+        :class:`ConnectionLost` while the server can't be reached (retryable),
+        :class:`DatabaseError` when it refuses the login or database,
+        :class:`ConfigurationError` for a DSN it can't parse."""
+
+    def check_exists(self) -> None:
+        """Raise :class:`SchemaError` if the database is missing, before anything
+        connects and so creates it (SQLite); return otherwise."""
+
+    def connect_for_commit(self, lock_timeout: float) -> ConnectionRole:
+        """A new connection for committing: temporary tables made, lock timeouts set.
+        Raises as :meth:`connect`."""
+
+    def describe(self) -> str:
+        """Where the data is, for messages (never a password)."""
+
+    def sort_key(self) -> str:
+        """A key that is the same for every storage on the same database."""
+
+    def database_size(self, conn: ConnectionRole) -> int:
+        """Approximate size of the stored data in bytes."""
+
+    def destroy(self) -> None:
+        """Remove every zodbsql table (tests, the benchmark's scratch databases)."""

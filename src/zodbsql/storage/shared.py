@@ -1,0 +1,60 @@
+"""What every instance of one storage shares, and the view the core's helpers get of it.
+
+``SQLStorage`` (storage.py) makes one :class:`Shared` per database and hands it to each
+instance.  The helpers (commit, history, iteration, pack, verify) are handed a
+:class:`Shared`, or anything holding one (:class:`HasShared`), and the backend roles
+they call; none imports storage.py, so the core has no import cycle.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+from zodbsql.backends.base import oidalloc
+from zodbsql.backends.base.connections import ConnectionPool, StatementTally
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
+from zodbsql.cache import StateCache
+from zodbsql.options import Options
+from zodbsql.storage.blobs import BlobFiles
+
+#: Committing connections one storage keeps open at most.
+COMMIT_POOL_SIZE = 8
+
+
+class Shared:
+    """What every instance of one storage shares."""
+
+    def __init__(self, backend: BackendContract, options: Options) -> None:
+        self.backend = backend
+        self.options = options
+        self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
+        self.statements = StatementTally()
+        self.pool = ConnectionPool(
+            lambda: self.counted(backend.connect_for_commit(options.commit_lock_timeout)),
+            COMMIT_POOL_SIZE)
+        self.oid_lock = threading.Lock()
+        self.free_oids: list[int] = []
+        self.oid_block = oidalloc.BLOCK
+        self.last_allocation = 0.0
+        #: id() of the commit that allocated the last block (blocks grow within one
+        #: commit; an id, not the commit, so its states are not kept alive).
+        self.last_allocator = 0
+        self.highest_oid_seen = 0
+        self.pack_lock = threading.Lock()
+        self.closed = False
+        self.blob_files = BlobFiles(options) if options.blob_dir else None
+
+    def counted(self, conn: ConnectionRole) -> ConnectionRole:
+        """Add ``conn``'s statements from now on to this storage's running total."""
+        conn.tally = self.statements
+        return conn
+
+    def connect(self) -> ConnectionRole:
+        return self.counted(self.backend.connect())
+
+
+class HasShared(Protocol):
+    """A storage, as the helpers that are handed one see it."""
+
+    @property
+    def shared(self) -> Shared: ...
