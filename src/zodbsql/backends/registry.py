@@ -49,7 +49,7 @@ class BackendEntry:
     def options_class(self) -> type[BackendOptions]:
         return _load(self.options)  # type: ignore[no-any-return]
 
-    def backend_class(self) -> type[Backend]:
+    def backend_class(self) -> type[Backend[Any]]:
         return _load(self.backend)  # type: ignore[no-any-return]
 
 
