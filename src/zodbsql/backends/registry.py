@@ -17,7 +17,6 @@ from zodbsql.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from zodbsql.backends.base.adapter import Backend
-    from zodbsql.options import BackendOptions
 
 
 def _load(path: str) -> Any:
@@ -46,7 +45,9 @@ class BackendEntry:
         """The section's name in ``zodbsql.prefixed`` (beside RelStorage's names)."""
         return f"zodbsql-{self.section}"
 
-    def options_class(self) -> type[BackendOptions]:
+    def options_class(self) -> type[Any]:
+        """The options dataclass, a ``zodbsql.options.BackendOptions`` (not imported:
+        the options module finds its backend here, so the types would go round)."""
         return _load(self.options)  # type: ignore[no-any-return]
 
     def backend_class(self) -> type[Backend[Any]]:
