@@ -15,6 +15,7 @@ the files in place after the tid is known and before the database commit.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from typing import Any, Callable
@@ -40,9 +41,14 @@ RECONNECT_PAUSE = 0.2
 Resolver = Callable[[int, int, int, "bytes | None", bytes], bytes]
 
 
+#: Numbers commits in this process (an id() would be reused by a later commit).
+_SERIALS = itertools.count(1)
+
+
 class PendingCommit:
     def __init__(self, shared: Shared, resolve: Resolver, transaction: Any,
                  tid: bytes | None, status: str) -> None:
+        self.serial = next(_SERIALS)
         self.shared = shared
         self.resolve = resolve
         self.transaction = transaction

@@ -36,8 +36,9 @@ class Shared:
         self.free_oids: list[int] = []
         self.oid_block = oidalloc.BLOCK
         self.last_allocation = 0.0
-        #: id() of the commit that allocated the last block (blocks grow within one
-        #: commit; an id, not the commit, so its states are not kept alive).
+        #: The serial number of the commit that allocated the last block (blocks grow
+        #: within one commit; a number, not the commit, so its states are not kept
+        #: alive); 0: allocated outside a commit.
         self.last_allocator = 0
         self.highest_oid_seen = 0
         self.pack_lock = threading.Lock()

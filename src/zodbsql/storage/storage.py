@@ -287,13 +287,14 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 # per 16 oids.
                 now = time.monotonic()
                 pending = self._pending
-                same_commit = pending is not None and shared.last_allocator == id(pending)
+                same_commit = pending is not None and shared.last_allocator == pending.serial
                 if same_commit or now - shared.last_allocation < 1.0:
-                    shared.oid_block = min(shared.oid_block * 4, oidalloc.MAX_BLOCK)
+                    shared.oid_block = min(shared.oid_block * oidalloc.GROWTH,
+                                           oidalloc.MAX_BLOCK)
                 else:
                     shared.oid_block = oidalloc.BLOCK
                 shared.last_allocation = now
-                shared.last_allocator = id(pending)
+                shared.last_allocator = pending.serial if pending is not None else 0
                 if pending is not None and pending.conn is not None:
                     block = shared.backend.oids.allocate(pending.conn, shared.oid_block)
                 else:
