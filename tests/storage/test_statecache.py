@@ -152,3 +152,22 @@ def test_exact_revisions_are_served_whatever_the_index() -> None:
     disabled = StateCache(0)
     disabled.put_revision(7, 100, b"seven at 100")
     assert disabled.get_revision(7, 100) is None
+
+
+def test_a_load_at_an_older_snapshot_does_not_vouch_for_the_present() -> None:
+    """Found by the model test (history-free SQLite, a pack during commits): a change
+    whose row a pack deleted before any poll saw it is missing from the index, so a
+    state loaded at an older snapshot must not be recorded as current; a newer
+    snapshot would be served a revision that was never current at it."""
+    cache = StateCache(1 << 20)
+    cache.after_poll(-1, 10, [])                 # the index starts at tid 10
+    # Commit 20 changes oid 5 (from tid 1); a pack deletes oid 5 before a poll: the
+    # next poll, up to 30, cannot report it.
+    cache.after_poll(10, 30, [])
+    cache.put_loaded(5, 1, b"tid 1", snapshot=15)   # a connection still at 15 reads it
+    assert cache.get(5, 25) is None                 # at 25 the object was at tid 20
+    assert cache.get(5, 30) is None
+    assert cache.get_revision(5, 1) == b"tid 1"     # the revision itself is still exact
+    # Loaded at the newest polled snapshot, the state is the one current there.
+    cache.put_loaded(6, 7, b"tid 7", snapshot=30)
+    assert cache.get(6, 30) == (b"tid 7", 7)

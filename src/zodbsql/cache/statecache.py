@@ -9,9 +9,10 @@ in ``(base, polled]``:
 * if ``current[oid] = t`` and ``t <= X``, then ``t`` is current at ``X`` too, because
   nothing changed the object between ``t`` and ``polled >= X``;
 * if ``t > X``, the cache can't tell which older revision ``X`` sees: ask the database;
-* if ``oid`` is not in the index and ``X >= base``, the object did not change in
-  ``(X, polled]``, so what the database returns for ``X`` is also current at ``polled``
-  and is recorded.
+* if ``oid`` is not in the index and ``X >= base``, the cache can't answer; what the
+  database returns is recorded as current only when ``X == polled`` (it is current
+  there).  A load at an older ``X`` is not: a pack may have deleted a newer revision
+  before any poll saw it, so "not in the index" does not prove "unchanged since X".
 
 Polls feed the index (every instance polls from a tid ``<= polled``, so each poll covers
 the index's gap); when it grows past its bound it is emptied and ``base`` moves up.
@@ -89,7 +90,7 @@ class StateCache:
         if not self.enabled:
             return
         with self._lock:
-            if oid not in self._current and self.base <= snapshot <= self.polled:
+            if oid not in self._current and self.base <= snapshot == self.polled:
                 self._current[oid] = tid
             self._put(oid, tid, state)
 
