@@ -166,3 +166,76 @@ def test_commit_during_pack_keeps_the_object_it_uses(storage_factory: Any, phase
         conn.close()
     finally:
         db.close()
+
+
+def test_commits_between_batches_keep_what_each_links_again(storage_factory: Any) -> None:
+    """A commit after every other batch of a pack links a garbage object of a later
+    batch again: each of those survives, the rest of the garbage goes."""
+    storage, db = _open_db(storage_factory)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        objects = [PersistentMapping(v=i) for i in range(8)]
+        root.update(enumerate(objects))
+        tm.commit()
+        root.clear()
+        tm.commit()
+        pause()
+        relinked: list[PersistentMapping] = []
+
+        def commit_every_other(phase: str, done: int) -> None:
+            if phase == "gc" and done % 2 == 1:
+                relinked.append(objects[-1 - len(relinked)])
+                root[f"again{len(relinked)}"] = relinked[-1]
+                tm.commit()
+
+        counts = pack.pack(storage, time.time(), progress=commit_every_other, batch_size=1)
+        assert counts["garbage"] == 8 and len(relinked) >= 2
+        kept = {o._p_oid for o in relinked}
+        assert_gone(storage, [o._p_oid for o in objects if o._p_oid not in kept])
+        check = db.open(transaction.TransactionManager())
+        assert sorted(check.root()[f"again{i + 1}"]["v"] for i in range(len(relinked))) == \
+            sorted(o["v"] for o in relinked)
+        check.close()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_commit_during_pack_keeps_what_the_relinked_object_references(
+        storage_factory: Any) -> None:
+    """Garbage ``g -> child`` linked again during the gc phase: the child stays too, and
+    the walk's progress only counts up (it goes on after the earlier generations)."""
+    storage, db = _open_db(storage_factory)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root["live"] = PersistentMapping(inner=PersistentMapping(v="deep"))
+        root["first"] = PersistentMapping(v="deleted by the first batch")
+        root["g"] = PersistentMapping(child=PersistentMapping(v="child of garbage"))
+        tm.commit()
+        g, first = root["g"], root["first"]
+        del root["g"], root["first"]
+        tm.commit()
+        pause()
+        walked: list[int] = []
+
+        def link_once(phase: str, done: int) -> None:
+            if phase == "walk":
+                walked.append(done)
+            elif phase == "gc" and "again" not in root:
+                root["again"] = g
+                tm.commit()
+
+        pack.pack(storage, time.time(), progress=link_once, batch_size=1)
+        assert len(walked) > 2 and walked == sorted(set(walked))
+        assert_gone(storage, [first._p_oid])
+        check = db.open(transaction.TransactionManager())
+        check.cacheMinimize()
+        assert check.root()["again"]["child"]["v"] == "child of garbage"
+        check.close()
+        conn.close()
+    finally:
+        db.close()
