@@ -1,0 +1,206 @@
+"""history(), undoLog() and undo() as ZODB applications call them, and the iterator.
+
+* ``history`` gives each revision's transaction metadata, newest first, ``size`` at most.
+* ``undoLog(first, last, filter)`` pages through the undoable transactions, newest
+  first, however many the filter drops; a negative ``last`` is a count from ``first``.
+* ``undo`` accepts the ids undoLog gives and their base64 form (older ZODB), and refuses
+  what it cannot undo: an unknown id, a packed transaction, a history-free storage.
+* The iterator lists every transaction once, also across its batches.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import POSKeyError, UndoError
+from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import p64, u64
+
+from zodbsql.storage import pack
+
+HP_ONLY = (True,)
+NO_UNDO = "a history-free storage keeps no transactions to undo"
+
+
+def _commit_numbered(db: Any, count: int) -> tuple[bytes, list[bytes]]:
+    """``count`` transactions described "t0", "t1", ... changing one object; returns
+    its oid and the tids, oldest first."""
+    tids = []
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.root()["x"] = PersistentMapping(v=-1)
+    tm.commit()
+    for i in range(count):
+        conn.root()["x"]["v"] = i
+        tm.get().note(f"t{i}")
+        tm.commit()
+        tids.append(conn.root()["x"]._p_serial)
+    oid = conn.root()["x"]._p_oid
+    conn.close()
+    return oid, tids
+
+
+def test_history_gives_each_revision_with_its_transaction(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()["x"] = PersistentMapping(v=1)
+        tm.commit()
+        x = conn.root()["x"]
+        x["v"] = "two"
+        txn = tm.get()
+        txn.setUser("alice")
+        txn.note("second")
+        txn.setExtendedInfo("reason", "test")
+        tm.commit()
+        state, serial = storage.load(x._p_oid)
+        newest = storage.history(x._p_oid, 10)[0]
+        assert {key: newest[key] for key in ("tid", "serial", "size", "time")} == {
+            "tid": serial, "serial": serial, "size": len(state),
+            "time": TimeStamp(serial).timeTime()}
+        if storage_factory.param.keep_history:
+            assert (newest["user_name"], newest["description"], newest["reason"]) == (
+                b"/ alice", b"second", "test")
+            assert len(storage.history(x._p_oid, 10)) == 2
+            assert [h["tid"] for h in storage.history(x._p_oid, 1)] == [serial]
+        else:
+            assert (newest["user_name"], newest["description"]) == (b"", b"")
+            assert len(storage.history(x._p_oid, 10)) == 1
+        with pytest.raises(POSKeyError):
+            storage.history(p64(u64(x._p_oid) + 1000))
+        conn.close()
+    finally:
+        db.close()
+
+
+class TestUndoLog:
+    history_modes = HP_ONLY
+    history_modes_reason = NO_UNDO
+
+    def test_pages_newest_first_across_batches_and_filters(self,
+                                                            storage_factory: Any) -> None:
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            _, tids = _commit_numbered(db, 25)
+            newest = [f"t{i}".encode() for i in reversed(range(25))]
+
+            def log(*args: Any) -> list[bytes]:
+                return [entry["description"] for entry in storage.undoLog(*args)]
+            assert log(0, 25) == newest
+            assert log(3, 8) == newest[3:8]
+            assert log(0, -4) == newest[:4]
+            assert log(2, -3) == newest[2:5]
+            odd = [d for d in newest if int(d[1:]) % 2]
+
+            def is_odd(entry: dict[str, Any]) -> bool:
+                text = entry["description"]
+                return text.startswith(b"t") and int(text[1:]) % 2 == 1
+            assert log(0, 11, is_odd) == odd[:11]
+            entry = storage.undoLog(0, 1)[0]
+            assert entry["id"] == tids[-1]
+            assert entry["time"] == TimeStamp(tids[-1]).timeTime()
+        finally:
+            db.close()
+
+    def test_packed_transactions_leave_the_log_and_cannot_be_undone(
+            self, storage_factory: Any) -> None:
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            _, tids = _commit_numbered(db, 3)
+            pack.pack(storage, TimeStamp(tids[-1]).timeTime() + 1)   # now: all packed
+            assert storage.undoLog(0, 10) == []
+            for tid in (tids[-1], tids[0]):
+                with pytest.raises(UndoError):
+                    db.undo(tid)
+                    transaction.commit()
+                transaction.abort()
+        finally:
+            db.close()
+
+
+class TestUndoIds:
+    history_modes = HP_ONLY
+    history_modes_reason = NO_UNDO
+
+    @pytest.mark.parametrize("form", ["bytes", "base64-bytes", "base64-str"])
+    def test_undo_accepts_the_id_and_its_base64_form(self, storage_factory: Any,
+                                                     form: str) -> None:
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            oid, tids = _commit_numbered(db, 2)
+            encoded = base64.encodebytes(tids[-1]).rstrip(b"\n")
+            given = {"bytes": tids[-1], "base64-bytes": encoded,
+                     "base64-str": encoded.decode()}[form]
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            assert storage.undo(given, txn) == (tids[-1], [oid])
+            storage.tpc_vote(txn)
+            storage.tpc_finish(txn)
+            with db.transaction() as conn:
+                assert conn.root()["x"]["v"] == 0
+        finally:
+            db.close()
+
+    @pytest.mark.parametrize("bad", [b"\0" * 7, b"not base64!", "AAAAAAAAAAAAAAA=", b""])
+    def test_undo_refuses_an_id_that_names_no_transaction(self, storage_factory: Any,
+                                                          bad: Any) -> None:
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            _commit_numbered(db, 1)
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            with pytest.raises(UndoError):
+                storage.undo(bad, txn)
+            with pytest.raises(UndoError):
+                storage.undo(p64(u64(storage.lastTransaction()) + 1), txn)
+            storage.tpc_abort(txn)
+        finally:
+            db.close()
+
+
+class TestNoUndoWithoutHistory:
+    history_modes = (False,)
+    history_modes_reason = "checks that a history-free storage refuses undo (TestUndoIds undoes)"
+
+    def test_undo_log_is_empty_and_undo_refused(self, storage_factory: Any) -> None:
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            _, tids = _commit_numbered(db, 2)
+            assert storage.undoLog(0, 10) == []
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            with pytest.raises(UndoError):
+                storage.undo(tids[-1], txn)
+            storage.tpc_abort(txn)
+        finally:
+            db.close()
+
+
+def test_iterator_lists_consecutive_tids_across_batches(storage_factory: Any) -> None:
+    """Transactions with consecutive tids (as a copy may restore them), more than one
+    batch of the iterator: each listed once, in order, and ranges cut exactly."""
+    storage = storage_factory.open()
+    first = u64(storage.lastTransaction()) + (1 << 40)
+    tids = [p64(first + i) for i in range(105)]
+    for i, tid in enumerate(tids):
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn, tid)
+        storage.restore(p64(i + 1), tid, b"state %d" % i, "", None, txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+    assert [t.tid for t in storage.iterator()][-105:] == tids
+    assert [t.tid for t in storage.iterator(tids[99], tids[101])] == tids[99:102]
+    assert [t.tid for t in storage.iterator(tids[50], tids[50])] == [tids[50]]
+    assert [[r.oid for r in t] for t in storage.iterator(tids[7], tids[7])] == [[p64(8)]]
