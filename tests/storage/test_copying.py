@@ -1,15 +1,19 @@
 """Copying FileStorage -> zodbsql -> FileStorage keeps every transaction and record."""
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from typing import Any
 
 import pytest
 import transaction
 import ZODB
+import ZODB.blob
 import ZODB.FileStorage
 from persistent.mapping import PersistentMapping
+from ZODB.utils import p64, u64
 
+from tests.storage.restoring import restore_consecutive
 from zodbsql import copying
 
 
@@ -144,3 +148,63 @@ def test_blobs_round_trip_byte_identical(storage_factory: Any, tmp_path: pathlib
     finally:
         source.close()
         back.close()
+
+
+def test_counts_say_what_was_copied(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """What ``zodbsql convert`` prints and checks: transactions, records, bytes, the
+    first tid copied; counting the source from there gives the same numbers."""
+    make_filestorage(tmp_path / "Source.fs")
+    source = ZODB.FileStorage.FileStorage(str(tmp_path / "Source.fs"), read_only=True)
+    dest = storage_factory.open()
+    try:
+        records = [r for txn in source.iterator() for r in txn]
+        seen: list[tuple[int, bytes]] = []
+        counts = copying.copy_transactions(
+            source, dest, copying.resume_point(source, dest),
+            lambda so_far, tid: seen.append((so_far.transactions, tid)))
+        tids = [txn.tid for txn in source.iterator()]
+        assert counts == copying.CopyCounts(
+            transactions=len(tids), records=len(records), blobs=0,
+            data_bytes=sum(len(r.data or b"") for r in records), first_tid=tids[0])
+        assert seen == list(enumerate(tids, 1))
+        assert copying.count_from(source, tids[0]) == dataclasses.replace(counts,
+                                                                          first_tid=None)
+        assert copying.count_from(source, tids[3]).transactions == len(tids) - 3
+    finally:
+        source.close()
+
+
+def test_resumes_right_after_the_last_copied_tid(storage_factory: Any) -> None:
+    """Consecutive tids (nothing between two transactions): the copy goes on at the
+    next one, neither repeating the last one copied nor skipping one."""
+    source = storage_factory.open()
+    tids = restore_consecutive(source, 4)
+    dest = storage_factory.open_other()
+    copied = copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+    assert copied.transactions == 4 and copying.resume_point(source, dest) is None
+    partial = storage_factory.open_other()
+    restore_consecutive(partial, 1)    # the same first transaction as the source's
+    assert copying.resume_point(source, partial) == tids[1]
+    rest = copying.copy_transactions(source, partial, tids[1])
+    assert rest.transactions == 3 and partial.lastTransaction() == tids[-1]
+    assert [t.tid for t in partial.iterator()] == tids
+
+
+def test_refuses_blobs_for_a_destination_without_blob_support(
+        storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    source = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+    db = ZODB.DB(source)
+    with db.transaction() as conn:
+        conn.root()["plain"] = PersistentMapping()
+    with db.transaction() as conn:
+        conn.root()["blob"] = ZODB.blob.Blob(b"content")
+    dest = ZODB.FileStorage.FileStorage(str(tmp_path / "NoBlobs.fs"))
+    try:
+        with pytest.raises(copying.ConfigurationError, match="destination stores none"):
+            copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+        # The transaction with the blob was aborted; those before it were copied.
+        assert dest.lastTransaction() < source.lastTransaction()
+        assert copying.resume_point(source, dest) == p64(u64(dest.lastTransaction()) + 1)
+    finally:
+        dest.close()
+        db.close()

@@ -21,6 +21,7 @@ from ZODB.POSException import POSKeyError, UndoError
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64, u64
 
+from tests.storage.restoring import restore_consecutive
 from zodbsql.storage import pack
 
 HP_ONLY = (True,)
@@ -192,14 +193,7 @@ def test_iterator_lists_consecutive_tids_across_batches(storage_factory: Any) ->
     """Transactions with consecutive tids (as a copy may restore them), more than one
     batch of the iterator: each listed once, in order, and ranges cut exactly."""
     storage = storage_factory.open()
-    first = u64(storage.lastTransaction()) + (1 << 40)
-    tids = [p64(first + i) for i in range(105)]
-    for i, tid in enumerate(tids):
-        txn = TransactionMetaData()
-        storage.tpc_begin(txn, tid)
-        storage.restore(p64(i + 1), tid, b"state %d" % i, "", None, txn)
-        storage.tpc_vote(txn)
-        storage.tpc_finish(txn)
+    tids = restore_consecutive(storage, 105)
     assert [t.tid for t in storage.iterator()][-105:] == tids
     assert [t.tid for t in storage.iterator(tids[99], tids[101])] == tids[99:102]
     assert [t.tid for t in storage.iterator(tids[50], tids[50])] == [tids[50]]
