@@ -2,8 +2,8 @@
 mutant against tests/mutation/equivalent.txt; also sets up a module's run for
 scripts/mutate.
 
-Results are read from each module's copy (.mutate/MODULE/mutants/**/*.meta) and from a
-plain ``mutmut run`` in the tree (mutants/).  A survivor listed in equivalent.txt
+Results are read from each module's copies (.mutate/MODULE[@BACKEND]/mutants/**/*.meta)
+and from a plain ``mutmut run`` in the tree (mutants/).  A survivor listed in equivalent.txt
 (``mutant-name  reason``) cannot change behaviour and counts as accounted for; any other
 survivor is printed and makes the exit status 1.  Mutants not checked yet are left out.
 
@@ -37,16 +37,18 @@ def equivalents() -> dict[str, str]:
 
 
 def results() -> dict[str, dict[str, int | None]]:
-    """``{module file: {mutant: exit code or None}}``, the newest result of each."""
+    """``{module file: {mutant: exit code or None}}``; a mutant checked in several copies
+    (SQLite, then a server backend) counts as killed if any of them killed it."""
     metas = [*ROOT.glob(".mutate/*/mutants/src/**/*.py.meta"),
              *ROOT.glob("mutants/src/**/*.py.meta")]
     by_module: dict[str, dict[str, int | None]] = {}
-    for meta in sorted(metas, key=lambda path: path.stat().st_mtime):
+    for meta in metas:
         module = str(meta).split("/mutants/src/", 1)[1][:-len(".meta")]
         codes = by_module.setdefault(module, {})
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
-            if code is not None or name not in codes:
+            if code is not None and (codes.get(name) is None or code in KILLED | TIMEOUT):
                 codes[name] = code
+            codes.setdefault(name, code)
     return by_module
 
 

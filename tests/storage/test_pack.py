@@ -239,3 +239,35 @@ def test_commit_during_pack_keeps_what_the_relinked_object_references(
         conn.close()
     finally:
         db.close()
+
+
+def test_pack_passes_over_an_object_a_voted_commit_writes(storage_factory: Any) -> None:
+    """With row locks, a pack batch skips (without waiting) a garbage object whose row
+    a voted commit holds; the commit then finishes and the object is there.  The rest
+    of the garbage goes."""
+    storage, db = _open_db(storage_factory)
+    try:
+        if not storage.backend.features.supports_row_locks:
+            pytest.skip("without row locks a voted commit holds the database write lock,"
+                        " so a pack waits for it (one writer at a time)")
+        with db.transaction() as conn:
+            conn.root()["held"] = PersistentMapping(v="written while the pack runs")
+            conn.root()["gone"] = PersistentMapping(v="garbage")
+        with db.transaction() as conn:
+            held, gone = conn.root()["held"]._p_oid, conn.root()["gone"]._p_oid
+            del conn.root()["held"], conn.root()["gone"]
+        writer = storage.new_instance()
+        txn = TransactionMetaData()
+        writer.tpc_begin(txn)
+        state, serial = storage.load(held)
+        writer.store(held, serial, state, "", txn)
+        writer.tpc_vote(txn)
+        try:
+            pack.pack(storage, time.time(), batch_size=1)
+        finally:
+            writer.tpc_finish(txn)
+            writer.release()
+        assert storage.load(held)[1] == writer.lastTransaction()
+        assert_gone(storage, [gone])
+    finally:
+        db.close()
