@@ -9,7 +9,8 @@ survivor is printed and makes the exit status 1.  Mutants not checked yet are le
 
   mutation_score.py                          the scores
   mutation_score.py --survivors MODULE       MODULE's unlisted survivors, one a line
-  mutation_score.py --configure TOML MODULE  narrow TOML's [tool.mutmut] to MODULE
+  mutation_score.py --configure TOML MODULE BACKEND
+                                             narrow TOML's [tool.mutmut] to MODULE
 """
 from __future__ import annotations
 
@@ -59,13 +60,14 @@ def survivors(module: str) -> list[str]:
             and code not in KILLED | TIMEOUT and name not in listed]
 
 
-def configure(toml: pathlib.Path, module: str) -> None:
-    """Point the copy's [tool.mutmut] at ``module``'s file and its selected tests."""
-    for line in SELECTION.read_text().splitlines():
-        if line.split(None, 1)[:1] == [module]:
-            tests = shlex.split(line)[1:]
-            break
-    else:
+def configure(toml: pathlib.Path, module: str, backend: str) -> None:
+    """Point the copy's [tool.mutmut] at ``module``'s file and its selected tests (those
+    for ``MODULE@BACKEND`` if selection.txt names some, else those for ``MODULE``)."""
+    selections = {line.split(None, 1)[0]: shlex.split(line)[1:]
+                  for line in SELECTION.read_text().splitlines()
+                  if line.strip() and not line.startswith("#")}
+    tests = selections.get(f"{module}@{backend}", selections.get(module))
+    if tests is None:
         raise SystemExit(f"no test selection for {module} in {SELECTION}")
     path = "src/" + module.replace(".", "/") + ".py"
     section = "\n".join([
@@ -123,6 +125,6 @@ if __name__ == "__main__":
         print("\n".join(survivors(sys.argv[2])))
         sys.exit(0)
     if sys.argv[1:2] == ["--configure"]:
-        configure(pathlib.Path(sys.argv[2]), sys.argv[3])
+        configure(pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4])
         sys.exit(0)
     sys.exit(main())
