@@ -9,6 +9,7 @@ survivor is printed and makes the exit status 1.  Mutants not checked yet are le
 
   mutation_score.py                          the scores
   mutation_score.py --survivors MODULE       MODULE's unlisted survivors, one a line
+  mutation_score.py --unchecked MODULE       MODULE's mutants not run yet
   mutation_score.py --configure TOML MODULE BACKEND
                                              narrow TOML's [tool.mutmut] to MODULE
 """
@@ -53,11 +54,13 @@ def results() -> dict[str, dict[str, int | None]]:
     return by_module
 
 
-def survivors(module: str) -> list[str]:
+def survivors(module: str, unchecked_only: bool = False) -> list[str]:
+    """``module``'s mutants not killed and not listed as equivalent (only those not run
+    yet with ``unchecked_only``)."""
     listed = equivalents()
     return [name for codes in results().values() for name, code in codes.items()
-            if name.startswith(module + ".") and code is not None
-            and code not in KILLED | TIMEOUT and name not in listed]
+            if name.startswith(module + ".") and name not in listed
+            and (code is None if unchecked_only else code not in KILLED | TIMEOUT)]
 
 
 def configure(toml: pathlib.Path, module: str, backend: str) -> None:
@@ -121,8 +124,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--survivors"]:
-        print("\n".join(survivors(sys.argv[2])))
+    if sys.argv[1] in ("--survivors", "--unchecked"):
+        print("\n".join(survivors(sys.argv[2], sys.argv[1] == "--unchecked")))
         sys.exit(0)
     if sys.argv[1:2] == ["--configure"]:
         configure(pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4])
