@@ -90,21 +90,22 @@ class TestUndoLog:
         storage = storage_factory.open()
         db = ZODB.DB(storage)
         try:
-            _, tids = _commit_numbered(db, 25)
-            newest = [f"t{i}".encode() for i in reversed(range(25))]
+            _, tids = _commit_numbered(db, 45)
+            newest = [f"t{i}".encode() for i in reversed(range(45))]
 
             def log(*args: Any) -> list[bytes]:
                 return [entry["description"] for entry in storage.undoLog(*args)]
-            assert log(0, 25) == newest
+            assert log(0, 45) == newest
             assert log(3, 8) == newest[3:8]
             assert log(0, -4) == newest[:4]
             assert log(2, -3) == newest[2:5]
-            odd = [d for d in newest if int(d[1:]) % 2]
 
-            def is_odd(entry: dict[str, Any]) -> bool:
+            def tenth(entry: dict[str, Any]) -> bool:
                 text = entry["description"]
-                return text.startswith(b"t") and int(text[1:]) % 2 == 1
-            assert log(0, 11, is_odd) == odd[:11]
+                return text.startswith(b"t") and int(text[1:]) % 10 == 0
+            # Three batches of the log to find all five (t40 ... t0), each once.
+            assert log(0, 5, tenth) == [b"t40", b"t30", b"t20", b"t10", b"t0"]
+            assert log(1, 3, tenth) == [b"t30", b"t20"]
             entry = storage.undoLog(0, 1)[0]
             assert entry["id"] == tids[-1]
             assert entry["time"] == TimeStamp(tids[-1]).timeTime()
