@@ -124,7 +124,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] in ("--survivors", "--unchecked"):
+    if sys.argv[1:2] in (["--survivors"], ["--unchecked"]):
         print("\n".join(survivors(sys.argv[2], sys.argv[1] == "--unchecked")))
         sys.exit(0)
     if sys.argv[1:2] == ["--configure"]:

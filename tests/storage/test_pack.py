@@ -112,7 +112,11 @@ class TestBatchedPackOfDeletedObjects:
                 storage.deleteObject(oid, storage.load(oid)[1], txn)
             storage.tpc_vote(txn)
             storage.tpc_finish(txn)
-            pack.pack(storage, time.time(), gc=False, batch_size=2)
+            reports: list[tuple[str, int]] = []
+            pack.pack(storage, time.time(), gc=False, batch_size=2,
+                      progress=lambda phase, done: reports.append((phase, done)))
+            assert [r for r in reports if r[0] == "deleted"] == [
+                ("deleted", 2), ("deleted", 4), ("deleted", 6), ("deleted", 7)]
             assert_gone(storage, oids)
             assert len(storage) == 1
         finally:

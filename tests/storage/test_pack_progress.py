@@ -7,6 +7,9 @@ writers get the database for ``1 - duty`` of the time.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import time
 from typing import Any, Iterator
 
@@ -14,7 +17,7 @@ import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.blob import Blob
-from ZODB.POSException import POSKeyError
+from ZODB.POSException import POSKeyError, StorageError
 
 from tests.storage.packing import assert_gone, pause, time_between
 from zodbsql.storage import pack
@@ -99,27 +102,80 @@ def test_no_gc_keeps_unreachable_objects(chained: Any, storage_factory: Any) -> 
         assert storage.load(oid)[0]
 
 
-def test_freed_blob_contents_are_counted_in_batches(storage_factory: Any,
-                                                    tmp_path: Any) -> None:
-    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+@contextlib.contextmanager
+def _blob_db(storage_factory: Any, tmp_path: Any,
+             shared: bool = False) -> Iterator[tuple[Any, Any]]:
+    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"), shared_blob_dir=shared)
     db = ZODB.DB(storage)
     try:
+        yield storage, db
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["in-database", "shared-dir"])
+def test_freed_blobs_are_counted_in_batches(storage_factory: Any, tmp_path: Any,
+                                            shared: bool) -> None:
+    """In the database the contents no object uses are freed (and counted); in a shared
+    blob directory, the files of the revisions pack removed (in-database, committed()
+    names a file of the local cache, which pack leaves to the cache's pruning)."""
+    with _blob_db(storage_factory, tmp_path, shared) as (storage, db):
         with db.transaction() as conn:
             for i in range(3):
                 conn.root()[i] = Blob(b"content %d" % i)
         with db.transaction() as conn:
             oids = [conn.root()[i]._p_oid for i in range(3)]
+            files = [conn.root()[i].committed() for i in range(3)]
             for i in range(3):
                 del conn.root()[i]
-        reports: list[tuple[str, int]] = []
-        pack.pack(storage, time.time(), batch_size=2,
-                  progress=lambda phase, done: reports.append((phase, done)))
-        assert [r for r in reports if r[0] == "blobs"] == [("blobs", 2), ("blobs", 3)]
+        _, reports = _pack_now(storage)
+        blobs = [r for r in reports if r[0] == "blobs"]
+        assert blobs == ([] if shared else [("blobs", 2), ("blobs", 3)])
+        if shared:
+            assert [path for path in files if os.path.exists(path)] == []
         for oid in oids:
             with pytest.raises(POSKeyError):
                 storage.loadBlob(oid, storage.lastTransaction())
-    finally:
-        db.close()
+
+
+def test_pack_without_gc_frees_replaced_blob_contents(storage_factory: Any,
+                                                      tmp_path: Any) -> None:
+    """A blob written again leaves its old content unused once the old revision is gone
+    (history-free: at once): a pack without gc frees it, a dry run does not."""
+    with _blob_db(storage_factory, tmp_path) as (storage, db):
+        with db.transaction() as conn:
+            conn.root()["b"] = Blob(b"old content")
+        with db.transaction() as conn:
+            with conn.root()["b"].open("w") as f:
+                f.write(b"new content")
+        _, reports = _pack_now(storage, gc=False, dry_run=True)
+        assert [r for r in reports if r[0] == "blobs"] == []
+        _, reports = _pack_now(storage, gc=False)
+        assert [r for r in reports if r[0] == "blobs"] == [("blobs", 1)]
+        with db.transaction() as conn:
+            with conn.root()["b"].open() as f:
+                assert f.read() == b"new content"
+
+
+def test_a_second_pack_while_one_runs_is_refused(chained: Any) -> None:
+    storage, _, _ = chained
+    outcome: list[str] = []
+
+    def pack_again(phase: str, done: int) -> None:
+        if outcome:
+            return
+
+        def attempt() -> None:
+            try:
+                pack.pack(storage, time.time())
+            except StorageError as exc:
+                outcome.append(str(exc))
+        thread = threading.Thread(target=attempt, daemon=True)
+        thread.start()
+        thread.join(10)
+        outcome.append("still waiting" if thread.is_alive() else "returned")
+    pack.pack(storage, time.time(), progress=pack_again)
+    assert outcome == ["a pack of this storage is already running", "returned"]
 
 
 class _Clock:
