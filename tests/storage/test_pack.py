@@ -17,6 +17,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.serialize import referencesf
+from ZODB.utils import p64, z64
 
 from tests.storage.packing import assert_gone, pause, time_between
 from zodbsql.storage import pack
@@ -275,3 +276,27 @@ def test_pack_passes_over_an_object_a_voted_commit_writes(storage_factory: Any) 
         assert_gone(storage, [gone])
     finally:
         db.close()
+
+
+def test_pack_of_transactions_with_the_smallest_tids(storage_factory: Any) -> None:
+    """A database restored with the smallest tids (1, as ZODB's own tests restore) packs
+    like any other: an object the root does not reach goes."""
+    source = ZODB.DB(None)
+    unreachable = PersistentMapping(v="unreachable")
+    with source.transaction() as conn:
+        conn.root()["v"] = 1
+        conn.add(unreachable)
+    orphan = unreachable._p_oid
+    states = {oid: source.storage.load(oid)[0] for oid in (z64, orphan)}
+    source.close()
+    storage = storage_factory.open()
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn, p64(1))
+    for oid, state in states.items():
+        storage.restore(oid, p64(1), state, "", None, txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    counts = pack.pack(storage, time.time())
+    assert counts["garbage"] == 1
+    assert_gone(storage, [orphan])
+    assert storage.load(z64)[0] == states[z64]
