@@ -26,7 +26,7 @@ GARBAGE = 5
 
 
 def _chain_and_garbage(db: Any) -> list[bytes]:
-    """root -> a -> b -> c (three generations to walk), ``a`` changed once, and
+    """root -> a -> b -> c (three generations to walk), ``a`` and ``b`` changed once, and
     ``GARBAGE`` objects linked from the root and then unlinked; returns their oids."""
     with db.transaction() as conn:
         root = conn.root()
@@ -39,6 +39,7 @@ def _chain_and_garbage(db: Any) -> list[bytes]:
         for i in range(GARBAGE):
             del root[i]
         root["a"]["v"] = "changed"
+        root["a"]["b"]["v"] = "changed"
     return garbage
 
 
@@ -69,9 +70,9 @@ def test_progress_counts_generations_and_batches(chained: Any, storage_factory: 
     counts, reports = _pack_now(storage)
     gc = [("gc", 2), ("gc", 4), ("gc", 5)]
     if storage_factory.param.keep_history:
-        # Root (created by ZODB.DB, then changed twice) and a have old revisions.
-        assert counts == {"garbage": GARBAGE, "old_revisions": 3}
-        assert reports == WALK + gc + [("history", 2)]
+        # Root (created by ZODB.DB, then changed twice), a and b have old revisions.
+        assert counts == {"garbage": GARBAGE, "old_revisions": 4}
+        assert reports == WALK + gc + [("history", 2), ("history", 3)]
     else:
         assert counts == {"garbage": GARBAGE, "old_revisions": 0}
         assert reports == WALK + gc
@@ -93,8 +94,8 @@ def test_no_gc_keeps_unreachable_objects(chained: Any, storage_factory: Any) -> 
     storage, _, garbage = chained
     counts, reports = _pack_now(storage, gc=False)
     if storage_factory.param.keep_history:
-        assert counts == {"garbage": 0, "old_revisions": 3}
-        assert reports == [("history", 2)]
+        assert counts == {"garbage": 0, "old_revisions": 4}
+        assert reports == [("history", 2), ("history", 3)]
     else:
         assert counts == {"garbage": 0, "old_revisions": 0}
         assert reports == []
