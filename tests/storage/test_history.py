@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 import pytest
@@ -162,9 +163,10 @@ class TestUndoIds:
             _commit_numbered(db, 1)
             txn = TransactionMetaData()
             storage.tpc_begin(txn)
-            with pytest.raises(UndoError):
+            as_bytes = bad.encode() if isinstance(bad, str) else bad
+            with pytest.raises(UndoError, match=re.escape(f"invalid transaction id {as_bytes!r}")):
                 storage.undo(bad, txn)
-            with pytest.raises(UndoError):
+            with pytest.raises(UndoError, match="Invalid transaction id"):
                 storage.undo(p64(u64(storage.lastTransaction()) + 1), txn)
             storage.tpc_abort(txn)
         finally:
@@ -183,7 +185,7 @@ class TestNoUndoWithoutHistory:
             assert storage.undoLog(0, 10) == []
             txn = TransactionMetaData()
             storage.tpc_begin(txn)
-            with pytest.raises(UndoError):
+            with pytest.raises(UndoError, match="undo needs a history-preserving storage"):
                 storage.undo(tids[-1], txn)
             storage.tpc_abort(txn)
         finally:
