@@ -18,11 +18,13 @@ import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
-from ZODB.POSException import POSKeyError, UndoError
+from ZODB.POSException import ConflictError, POSKeyError, UndoError
 from ZODB.TimeStamp import TimeStamp
-from ZODB.utils import p64, u64
+from ZODB.utils import oid_repr, p64, u64
 
 from tests.storage.restoring import restore_consecutive
+from tests.storage.test_verify import CORRUPT, DELETE_CURRENT, run_sql
+from zodbsql.errors import CorruptRecordError
 from zodbsql.storage import pack
 
 HP_ONLY = (True,)
@@ -168,6 +170,79 @@ class TestUndoIds:
                 storage.undo(bad, txn)
             with pytest.raises(UndoError, match="Invalid transaction id"):
                 storage.undo(p64(u64(storage.lastTransaction()) + 1), txn)
+            storage.tpc_abort(txn)
+        finally:
+            db.close()
+
+
+class TestUndoEdges:
+    history_modes = HP_ONLY
+    history_modes_reason = NO_UNDO
+
+    def test_undoing_a_change_and_the_creation_at_once_removes_the_object(
+            self, storage_factory: Any) -> None:
+        """Both undone in one transaction: the object's record there is a deletion that
+        copies no earlier revision (a copy of the database must delete it too)."""
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            with db.transaction() as conn:
+                conn.root()["y"] = PersistentMapping(v=1)
+            created = storage.lastTransaction()
+            with db.transaction() as conn:
+                y = conn.root()["y"]._p_oid
+                conn.root()["y"]["v"] = 2
+            changed = storage.lastTransaction()
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            storage.undo(changed, txn)
+            storage.undo(created, txn)
+            storage.tpc_vote(txn)
+            storage.tpc_finish(txn)
+            last = list(storage.iterator(storage.lastTransaction()))[0]
+            assert {r.oid: (r.data, r.data_txn) for r in last}[y] == (None, None)
+            with pytest.raises(POSKeyError):
+                storage.load(y)
+        finally:
+            db.close()
+
+    def test_a_stale_store_then_undo_of_the_same_object_still_conflicts(
+            self, storage_factory: Any) -> None:
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            oid, tids = _commit_numbered(db, 2)
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            storage.store(oid, tids[0], storage.load(oid)[0], "", txn)  # not the current
+            storage.undo(tids[-1], txn)
+            with pytest.raises(ConflictError):
+                storage.tpc_vote(txn)
+            storage.tpc_abort(txn)
+        finally:
+            db.close()
+
+    @pytest.mark.parametrize("damage", ["corrupt", "current-row-gone"])
+    def test_undo_in_a_damaged_database_names_the_object(self, storage_factory: Any,
+                                                         damage: str) -> None:
+        storage = storage_factory.open()
+        db = ZODB.DB(storage)
+        try:
+            oid, tids = _commit_numbered(db, 2)
+            if damage == "corrupt":
+                run_sql(storage, CORRUPT, (b"not what was stored", u64(oid)))
+            else:
+                run_sql(storage, DELETE_CURRENT, (u64(oid),))
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            if damage == "corrupt":
+                with pytest.raises(CorruptRecordError) as corrupt:
+                    storage.undo(tids[0], txn)
+                assert (corrupt.value.oid, corrupt.value.tid) == (u64(oid), u64(tids[-1]))
+            else:
+                with pytest.raises(UndoError) as gone:
+                    storage.undo(tids[0], txn)
+                assert str(gone.value) == f"Undo error {oid_repr(oid)}: the object no longer exists"
             storage.tpc_abort(txn)
         finally:
             db.close()
