@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import transaction
@@ -29,6 +29,15 @@ from zodbsql.storage import pack
 
 HP_ONLY = (True,)
 NO_UNDO = "a history-free storage keeps no transactions to undo"
+
+
+@pytest.fixture
+def opened(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
+    """A storage of the cell and a ZODB.DB on it, closed afterwards."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    yield storage, db
+    db.close()
 
 
 def _commit_numbered(db: Any, count: int) -> tuple[bytes, list[bytes]]:
@@ -49,39 +58,35 @@ def _commit_numbered(db: Any, count: int) -> tuple[bytes, list[bytes]]:
     return oid, tids
 
 
-def test_history_gives_each_revision_with_its_transaction(storage_factory: Any) -> None:
-    storage = storage_factory.open()
-    db = ZODB.DB(storage)
-    try:
-        tm = transaction.TransactionManager()
-        conn = db.open(tm)
-        conn.root()["x"] = PersistentMapping(v=1)
-        tm.commit()
-        x = conn.root()["x"]
-        x["v"] = "two"
-        txn = tm.get()
-        txn.setUser("alice")
-        txn.note("second")
-        txn.setExtendedInfo("reason", "test")
-        tm.commit()
-        state, serial = storage.load(x._p_oid)
-        newest = storage.history(x._p_oid, 10)[0]
-        assert {key: newest[key] for key in ("tid", "serial", "size", "time")} == {
-            "tid": serial, "serial": serial, "size": len(state),
-            "time": TimeStamp(serial).timeTime()}
-        if storage_factory.param.keep_history:
-            assert (newest["user_name"], newest["description"], newest["reason"]) == (
-                b"/ alice", b"second", "test")
-            assert len(storage.history(x._p_oid, 10)) == 2
-            assert [h["tid"] for h in storage.history(x._p_oid, 1)] == [serial]
-        else:
-            assert (newest["user_name"], newest["description"]) == (b"", b"")
-            assert len(storage.history(x._p_oid, 10)) == 1
-        with pytest.raises(POSKeyError):
-            storage.history(p64(u64(x._p_oid) + 1000))
-        conn.close()
-    finally:
-        db.close()
+def test_history_gives_each_revision_with_its_transaction(storage_factory: Any, opened: Any) -> None:
+    storage, db = opened
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.root()["x"] = PersistentMapping(v=1)
+    tm.commit()
+    x = conn.root()["x"]
+    x["v"] = "two"
+    txn = tm.get()
+    txn.setUser("alice")
+    txn.note("second")
+    txn.setExtendedInfo("reason", "test")
+    tm.commit()
+    state, serial = storage.load(x._p_oid)
+    newest = storage.history(x._p_oid, 10)[0]
+    assert {key: newest[key] for key in ("tid", "serial", "size", "time")} == {
+        "tid": serial, "serial": serial, "size": len(state),
+        "time": TimeStamp(serial).timeTime()}
+    if storage_factory.param.keep_history:
+        assert (newest["user_name"], newest["description"], newest["reason"]) == (
+            b"/ alice", b"second", "test")
+        assert len(storage.history(x._p_oid, 10)) == 2
+        assert [h["tid"] for h in storage.history(x._p_oid, 1)] == [serial]
+    else:
+        assert (newest["user_name"], newest["description"]) == (b"", b"")
+        assert len(storage.history(x._p_oid, 10)) == 1
+    with pytest.raises(POSKeyError):
+        storage.history(p64(u64(x._p_oid) + 1000))
+    conn.close()
 
 
 class TestUndoLog:
@@ -89,47 +94,39 @@ class TestUndoLog:
     history_modes_reason = NO_UNDO
 
     def test_pages_newest_first_across_batches_and_filters(self,
-                                                            storage_factory: Any) -> None:
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            _, tids = _commit_numbered(db, 45)
-            newest = [f"t{i}".encode() for i in reversed(range(45))]
+                                                            opened: Any) -> None:
+        storage, db = opened
+        _, tids = _commit_numbered(db, 45)
+        newest = [f"t{i}".encode() for i in reversed(range(45))]
 
-            def log(*args: Any) -> list[bytes]:
-                return [entry["description"] for entry in storage.undoLog(*args)]
-            assert log(0, 45) == newest
-            assert log(3, 8) == newest[3:8]
-            assert log(0, -4) == newest[:4]
-            assert log(2, -3) == newest[2:5]
+        def log(*args: Any) -> list[bytes]:
+            return [entry["description"] for entry in storage.undoLog(*args)]
+        assert log(0, 45) == newest
+        assert log(3, 8) == newest[3:8]
+        assert log(0, -4) == newest[:4]
+        assert log(2, -3) == newest[2:5]
 
-            def tenth(entry: dict[str, Any]) -> bool:
-                text = entry["description"]
-                return text.startswith(b"t") and int(text[1:]) % 10 == 0
-            # Three batches of the log to find all five (t40 ... t0), each once.
-            assert log(0, 5, tenth) == [b"t40", b"t30", b"t20", b"t10", b"t0"]
-            assert log(1, 3, tenth) == [b"t30", b"t20"]
-            entry = storage.undoLog(0, 1)[0]
-            assert entry["id"] == tids[-1]
-            assert entry["time"] == TimeStamp(tids[-1]).timeTime()
-        finally:
-            db.close()
+        def tenth(entry: dict[str, Any]) -> bool:
+            text = entry["description"]
+            return text.startswith(b"t") and int(text[1:]) % 10 == 0
+        # Three batches of the log to find all five (t40 ... t0), each once.
+        assert log(0, 5, tenth) == [b"t40", b"t30", b"t20", b"t10", b"t0"]
+        assert log(1, 3, tenth) == [b"t30", b"t20"]
+        entry = storage.undoLog(0, 1)[0]
+        assert entry["id"] == tids[-1]
+        assert entry["time"] == TimeStamp(tids[-1]).timeTime()
 
     def test_packed_transactions_leave_the_log_and_cannot_be_undone(
-            self, storage_factory: Any) -> None:
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            _, tids = _commit_numbered(db, 3)
-            pack.pack(storage, TimeStamp(tids[-1]).timeTime() + 1)   # now: all packed
-            assert storage.undoLog(0, 10) == []
-            for tid in (tids[-1], tids[0]):
-                with pytest.raises(UndoError):
-                    db.undo(tid)
-                    transaction.commit()
-                transaction.abort()
-        finally:
-            db.close()
+            self, opened: Any) -> None:
+        storage, db = opened
+        _, tids = _commit_numbered(db, 3)
+        pack.pack(storage, TimeStamp(tids[-1]).timeTime() + 1)   # now: all packed
+        assert storage.undoLog(0, 10) == []
+        for tid in (tids[-1], tids[0]):
+            with pytest.raises(UndoError):
+                db.undo(tid)
+                transaction.commit()
+            transaction.abort()
 
 
 class TestUndoIds:
@@ -137,42 +134,34 @@ class TestUndoIds:
     history_modes_reason = NO_UNDO
 
     @pytest.mark.parametrize("form", ["bytes", "base64-bytes", "base64-str"])
-    def test_undo_accepts_the_id_and_its_base64_form(self, storage_factory: Any,
+    def test_undo_accepts_the_id_and_its_base64_form(self, opened: Any,
                                                      form: str) -> None:
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            oid, tids = _commit_numbered(db, 2)
-            encoded = base64.encodebytes(tids[-1]).rstrip(b"\n")
-            given = {"bytes": tids[-1], "base64-bytes": encoded,
-                     "base64-str": encoded.decode()}[form]
-            txn = TransactionMetaData()
-            storage.tpc_begin(txn)
-            assert storage.undo(given, txn) == (tids[-1], [oid])
-            storage.tpc_vote(txn)
-            storage.tpc_finish(txn)
-            with db.transaction() as conn:
-                assert conn.root()["x"]["v"] == 0
-        finally:
-            db.close()
+        storage, db = opened
+        oid, tids = _commit_numbered(db, 2)
+        encoded = base64.encodebytes(tids[-1]).rstrip(b"\n")
+        given = {"bytes": tids[-1], "base64-bytes": encoded,
+                 "base64-str": encoded.decode()}[form]
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        assert storage.undo(given, txn) == (tids[-1], [oid])
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+        with db.transaction() as conn:
+            assert conn.root()["x"]["v"] == 0
 
     @pytest.mark.parametrize("bad", [b"\0" * 7, b"not base64!", "AAAAAAAAAAAAAAA=", b""])
-    def test_undo_refuses_an_id_that_names_no_transaction(self, storage_factory: Any,
+    def test_undo_refuses_an_id_that_names_no_transaction(self, opened: Any,
                                                           bad: Any) -> None:
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            _commit_numbered(db, 1)
-            txn = TransactionMetaData()
-            storage.tpc_begin(txn)
-            as_bytes = bad.encode() if isinstance(bad, str) else bad
-            with pytest.raises(UndoError, match=re.escape(f"invalid transaction id {as_bytes!r}")):
-                storage.undo(bad, txn)
-            with pytest.raises(UndoError, match="Invalid transaction id"):
-                storage.undo(p64(u64(storage.lastTransaction()) + 1), txn)
-            storage.tpc_abort(txn)
-        finally:
-            db.close()
+        storage, db = opened
+        _commit_numbered(db, 1)
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        as_bytes = bad.encode() if isinstance(bad, str) else bad
+        with pytest.raises(UndoError, match=re.escape(f"invalid transaction id {as_bytes!r}")):
+            storage.undo(bad, txn)
+        with pytest.raises(UndoError, match="Invalid transaction id"):
+            storage.undo(p64(u64(storage.lastTransaction()) + 1), txn)
+        storage.tpc_abort(txn)
 
 
 class TestUndoEdges:
@@ -180,91 +169,75 @@ class TestUndoEdges:
     history_modes_reason = NO_UNDO
 
     def test_undoing_a_change_and_the_creation_at_once_removes_the_object(
-            self, storage_factory: Any) -> None:
+            self, opened: Any) -> None:
         """Both undone in one transaction: the object's record there is a deletion that
         copies no earlier revision (a copy of the database must delete it too)."""
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            with db.transaction() as conn:
-                conn.root()["y"] = PersistentMapping(v=1)
-            created = storage.lastTransaction()
-            with db.transaction() as conn:
-                y = conn.root()["y"]._p_oid
-                conn.root()["y"]["v"] = 2
-            changed = storage.lastTransaction()
-            txn = TransactionMetaData()
-            storage.tpc_begin(txn)
-            storage.undo(changed, txn)
-            storage.undo(created, txn)
-            storage.tpc_vote(txn)
-            storage.tpc_finish(txn)
-            last = list(storage.iterator(storage.lastTransaction()))[0]
-            assert {r.oid: (r.data, r.data_txn) for r in last}[y] == (None, None)
-            with pytest.raises(POSKeyError):
-                storage.load(y)
-        finally:
-            db.close()
+        storage, db = opened
+        with db.transaction() as conn:
+            conn.root()["y"] = PersistentMapping(v=1)
+        created = storage.lastTransaction()
+        with db.transaction() as conn:
+            y = conn.root()["y"]._p_oid
+            conn.root()["y"]["v"] = 2
+        changed = storage.lastTransaction()
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.undo(changed, txn)
+        storage.undo(created, txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+        last = list(storage.iterator(storage.lastTransaction()))[0]
+        assert {r.oid: (r.data, r.data_txn) for r in last}[y] == (None, None)
+        with pytest.raises(POSKeyError):
+            storage.load(y)
 
     def test_a_stale_store_then_undo_of_the_same_object_still_conflicts(
-            self, storage_factory: Any) -> None:
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            oid, tids = _commit_numbered(db, 2)
-            txn = TransactionMetaData()
-            storage.tpc_begin(txn)
-            storage.store(oid, tids[0], storage.load(oid)[0], "", txn)  # not the current
-            storage.undo(tids[-1], txn)
-            with pytest.raises(ConflictError):
-                storage.tpc_vote(txn)
-            storage.tpc_abort(txn)
-        finally:
-            db.close()
+            self, opened: Any) -> None:
+        storage, db = opened
+        oid, tids = _commit_numbered(db, 2)
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.store(oid, tids[0], storage.load(oid)[0], "", txn)  # not the current
+        storage.undo(tids[-1], txn)
+        with pytest.raises(ConflictError):
+            storage.tpc_vote(txn)
+        storage.tpc_abort(txn)
 
     @pytest.mark.parametrize("damage", ["corrupt", "current-row-gone"])
-    def test_undo_in_a_damaged_database_names_the_object(self, storage_factory: Any,
+    def test_undo_in_a_damaged_database_names_the_object(self, opened: Any,
                                                          damage: str) -> None:
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            oid, tids = _commit_numbered(db, 2)
-            if damage == "corrupt":
-                run_sql(storage, CORRUPT, (b"not what was stored", u64(oid)))
-            else:
-                run_sql(storage, DELETE_CURRENT, (u64(oid),))
-            txn = TransactionMetaData()
-            storage.tpc_begin(txn)
-            if damage == "corrupt":
-                with pytest.raises(CorruptRecordError) as corrupt:
-                    storage.undo(tids[0], txn)
-                assert (corrupt.value.oid, corrupt.value.tid) == (u64(oid), u64(tids[-1]))
-            else:
-                with pytest.raises(UndoError) as gone:
-                    storage.undo(tids[0], txn)
-                assert str(gone.value) == f"Undo error {oid_repr(oid)}: the object no longer exists"
-            storage.tpc_abort(txn)
-        finally:
-            db.close()
+        storage, db = opened
+        oid, tids = _commit_numbered(db, 2)
+        if damage == "corrupt":
+            run_sql(storage, CORRUPT, (b"not what was stored", u64(oid)))
+        else:
+            run_sql(storage, DELETE_CURRENT, (u64(oid),))
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        if damage == "corrupt":
+            with pytest.raises(CorruptRecordError) as corrupt:
+                storage.undo(tids[0], txn)
+            assert (corrupt.value.oid, corrupt.value.tid) == (u64(oid), u64(tids[-1]))
+        else:
+            with pytest.raises(UndoError) as gone:
+                storage.undo(tids[0], txn)
+            assert str(gone.value) == f"Undo error {oid_repr(oid)}: the object no longer exists"
+        storage.tpc_abort(txn)
 
 
 class TestNoUndoWithoutHistory:
     history_modes = (False,)
     history_modes_reason = "checks that a history-free storage refuses undo (TestUndoIds undoes)"
 
-    def test_undo_log_is_empty_and_undo_refused(self, storage_factory: Any) -> None:
-        storage = storage_factory.open()
-        db = ZODB.DB(storage)
-        try:
-            _, tids = _commit_numbered(db, 2)
-            assert storage.undoLog(0, 10) == []
-            txn = TransactionMetaData()
-            storage.tpc_begin(txn)
-            with pytest.raises(UndoError, match="undo needs a history-preserving storage"):
-                storage.undo(tids[-1], txn)
-            storage.tpc_abort(txn)
-        finally:
-            db.close()
+    def test_undo_log_is_empty_and_undo_refused(self, opened: Any) -> None:
+        storage, db = opened
+        _, tids = _commit_numbered(db, 2)
+        assert storage.undoLog(0, 10) == []
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        with pytest.raises(UndoError, match="undo needs a history-preserving storage"):
+            storage.undo(tids[-1], txn)
+        storage.tpc_abort(txn)
 
 
 def test_iterator_lists_consecutive_tids_across_batches(storage_factory: Any) -> None:
