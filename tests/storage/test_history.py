@@ -58,7 +58,8 @@ def _commit_numbered(db: Any, count: int) -> tuple[bytes, list[bytes]]:
     return oid, tids
 
 
-def test_history_gives_each_revision_with_its_transaction(storage_factory: Any, opened: Any) -> None:
+def test_history_gives_each_revision_with_its_transaction(storage_factory: Any,
+                                                           opened: Any) -> None:
     storage, db = opened
     tm = transaction.TransactionManager()
     conn = db.open(tm)
@@ -93,8 +94,7 @@ class TestUndoLog:
     history_modes = HP_ONLY
     history_modes_reason = NO_UNDO
 
-    def test_pages_newest_first_across_batches_and_filters(self,
-                                                            opened: Any) -> None:
+    def test_pages_newest_first_across_batches_and_filters(self, opened: Any) -> None:
         storage, db = opened
         _, tids = _commit_numbered(db, 45)
         newest = [f"t{i}".encode() for i in reversed(range(45))]
