@@ -203,6 +203,28 @@ class TestUndoEdges:
             storage.tpc_vote(txn)
         storage.tpc_abort(txn)
 
+    @pytest.mark.parametrize("undone", ["creation", "change", "change-then-deleted"])
+    def test_undo_of_what_a_later_transaction_changed_is_refused(self, opened: Any,
+                                                                 undone: str) -> None:
+        """Undoing the creation, or a change, of an object a later transaction changed
+        again (and that cannot merge the two) or deleted fails with UndoError naming it."""
+        storage, db = opened
+        oid, tids = _commit_numbered(db, 2)
+        created = storage.history(oid, 10)[-1]["tid"]
+        if undone == "change-then-deleted":
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            storage.deleteObject(oid, tids[-1], txn)
+            storage.tpc_vote(txn)
+            storage.tpc_finish(txn)
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        with pytest.raises(UndoError) as refused:
+            storage.undo(created if undone == "creation" else tids[0], txn)
+        assert str(refused.value) == (
+            f"Undo error {oid_repr(oid)}: Some data were modified by a later transaction")
+        storage.tpc_abort(txn)
+
     @pytest.mark.parametrize("damage", ["corrupt", "current-row-gone"])
     def test_undo_in_a_damaged_database_names_the_object(self, opened: Any,
                                                          damage: str) -> None:
