@@ -271,3 +271,29 @@ def test_iterator_lists_consecutive_tids_across_batches(storage_factory: Any) ->
     assert [t.tid for t in storage.iterator(tids[99], tids[101])] == tids[99:102]
     assert [t.tid for t in storage.iterator(tids[50], tids[50])] == [tids[50]]
     assert [[r.oid for r in t] for t in storage.iterator(tids[7], tids[7])] == [[p64(8)]]
+
+
+def test_record_iternext_visits_every_current_record_once(opened: Any) -> None:
+    """Each existing object once, in oid order, with its current serial and state; an
+    object deleted (deleteObject) is not among them."""
+    storage, db = opened
+    oid, tids = _commit_numbered(db, 2)
+    with db.transaction() as conn:
+        conn.root()["gone"] = PersistentMapping()
+    with db.transaction() as conn:
+        gone = conn.root()["gone"]._p_oid
+        del conn.root()["gone"]
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.deleteObject(gone, storage.load(gone)[1], txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    seen = []
+    following = None
+    while True:
+        found, serial, state, following = storage.record_iternext(following)
+        assert storage.load(found) == (state, serial)
+        seen.append(found)
+        if following is None:
+            break
+    assert seen == [p64(0), oid]
