@@ -272,7 +272,10 @@ def test_iterator_lists_consecutive_tids_across_batches(storage_factory: Any) ->
     batch of the iterator: each listed once, in order, and ranges cut exactly."""
     storage = storage_factory.open()
     tids = restore_consecutive(storage, 105)
-    assert [t.tid for t in storage.iterator()][-105:] == tids
+    listed = list(storage.iterator())
+    assert [t.tid for t in listed][-105:] == tids
+    # Not packed, no user, no description: as restored, in both modes.
+    assert {(t.status, t.user, t.description) for t in listed} == {(" ", b"", b"")}
     assert [t.tid for t in storage.iterator(tids[99], tids[101])] == tids[99:102]
     assert [t.tid for t in storage.iterator(tids[50], tids[50])] == [tids[50]]
     assert [[r.oid for r in t] for t in storage.iterator(tids[7], tids[7])] == [[p64(8)]]
