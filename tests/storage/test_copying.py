@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
+import tempfile
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +14,7 @@ import ZODB
 import ZODB.blob
 import ZODB.FileStorage
 from persistent.mapping import PersistentMapping
-from ZODB.utils import p64, u64
+from ZODB.utils import p64, u64, z64
 
 from tests.storage.restoring import restore_consecutive
 from zodbsql import copying
@@ -33,8 +36,15 @@ def make_filestorage(path: pathlib.Path) -> None:
         db.close()
 
 
-def history(storage: Any) -> list[tuple[bytes, str, list[tuple[bytes, bytes | None]]]]:
-    return [(txn.tid, txn.status, sorted((r.oid, r.data) for r in txn))
+def blob_filestorage(tmp_path: pathlib.Path, name: str) -> Any:
+    return ZODB.blob.BlobStorage(str(tmp_path / f"{name}.blobs"),
+                                 ZODB.FileStorage.FileStorage(str(tmp_path / f"{name}.fs")))
+
+
+def history(storage: Any) -> list[tuple[bytes, str, list[tuple[Any, ...]]]]:
+    """Every transaction's tid and status and its records (oid, data, the tid whose
+    data an undo copied)."""
+    return [(txn.tid, txn.status, sorted((r.oid, r.data, r.data_txn) for r in txn))
             for txn in storage.iterator()]
 
 
@@ -96,20 +106,23 @@ def test_refuses_a_destination_with_other_data(storage_factory: Any,
         conn.root()["unrelated"] = 1
     source = ZODB.FileStorage.FileStorage(str(tmp_path / "Source.fs"), read_only=True)
     try:
-        with pytest.raises(copying.ConfigurationError, match="not in the source"):
+        with pytest.raises(copying.ConfigurationError) as refused:
             copying.resume_point(source, dest)
+        assert str(refused.value) == (
+            f"the destination's last transaction 0x{u64(dest.lastTransaction()):016x} is not"
+            " in the source: it holds other data (empty it first, for zodbsql with --clear)")
     finally:
         source.close()
         db.close()
 
 
-def test_blobs_round_trip_byte_identical(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+def test_blobs_round_trip_byte_identical(storage_factory: Any, tmp_path: pathlib.Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """FileStorage with blobs -> zodbsql -> FileStorage: every blob revision identical."""
-    from ZODB.blob import Blob, BlobStorage
+    from ZODB.blob import Blob
 
     def filestorage(name: str) -> Any:
-        return BlobStorage(str(tmp_path / f"{name}.blobs"),
-                           ZODB.FileStorage.FileStorage(str(tmp_path / f"{name}.fs")))
+        return blob_filestorage(tmp_path, name)
     source = filestorage("source")
     db = ZODB.DB(source)
     with db.transaction() as conn:
@@ -133,8 +146,13 @@ def test_blobs_round_trip_byte_identical(storage_factory: Any, tmp_path: pathlib
     middle = storage_factory.open(blob_dir=str(tmp_path / "middle-blobs"))
     back = filestorage("back")
     try:
+        scratch = tmp_path / "scratch"   # the temporary directory while copying
+        scratch.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))
         copied = copying.copy_transactions(source, middle, copying.resume_point(source, middle))
         assert copied.blobs == 4
+        assert copying.count_from(source, z64).blobs == 4
+        assert os.listdir(scratch) == []   # the blob copies were taken over, then removed
         copying.copy_transactions(middle, back, copying.resume_point(middle, back))
         expected = blobs(source)
         assert len(expected) == 4
@@ -200,11 +218,63 @@ def test_refuses_blobs_for_a_destination_without_blob_support(
         conn.root()["blob"] = ZODB.blob.Blob(b"content")
     dest = ZODB.FileStorage.FileStorage(str(tmp_path / "NoBlobs.fs"))
     try:
-        with pytest.raises(copying.ConfigurationError, match="destination stores none"):
+        with pytest.raises(copying.ConfigurationError) as refused:
             copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+        assert str(refused.value) == "the source has blobs but the destination stores none"
+        assert dest.tpc_transaction() is None   # the refused transaction was aborted
         # The transaction with the blob was aborted; those before it were copied.
         assert dest.lastTransaction() < source.lastTransaction()
         assert copying.resume_point(source, dest) == p64(u64(dest.lastTransaction()) + 1)
     finally:
         dest.close()
         db.close()
+
+
+class TestCopyKeepsHistory:
+    history_modes = (True,)
+    history_modes_reason = "a history-free storage keeps neither packed transactions nor undos"
+
+    def test_packed_transactions_stay_marked_packed(self, storage_factory: Any,
+                                                    tmp_path: pathlib.Path) -> None:
+        source = storage_factory.open()
+        db = ZODB.DB(source)
+        for i in range(3):
+            with db.transaction() as conn:
+                conn.root()["v"] = i
+        pack_time = time.time()
+        with db.transaction() as conn:
+            conn.root()["v"] = "after the pack"
+        source.pack(pack_time)
+        back = ZODB.FileStorage.FileStorage(str(tmp_path / "Back.fs"))
+        try:
+            copying.copy_transactions(source, back, copying.resume_point(source, back))
+            statuses = [(txn.tid, txn.status) for txn in source.iterator()]
+            assert [status for _, status in statuses] == ["p", " "]
+            assert [(txn.tid, txn.status) for txn in back.iterator()] == statuses
+        finally:
+            back.close()
+            db.close()
+
+    def test_an_undone_blob_change_copies_as_a_copy_of_the_earlier_revision(
+            self, storage_factory: Any, tmp_path: pathlib.Path) -> None:
+        source = blob_filestorage(tmp_path, "source")
+        db = ZODB.DB(source)
+        with db.transaction() as conn:
+            conn.root()["a"] = ZODB.blob.Blob(b"first")
+        with db.transaction() as conn:
+            with conn.root()["a"].open("w") as f:
+                f.write(b"second")
+        db.undo(db.undoLog(0, 1)[0]["id"])
+        transaction.commit()
+        db.close()
+        source = blob_filestorage(tmp_path, "source")
+        middle = storage_factory.open(blob_dir=str(tmp_path / "middle-blobs"))
+        try:
+            copying.copy_transactions(source, middle, copying.resume_point(source, middle))
+            assert history(middle) == history(source)
+            undone = [r for r in list(middle.iterator())[-1] if r.data_txn is not None]
+            assert len(undone) == 1
+            with open(middle.loadBlob(undone[0].oid, middle.lastTransaction()), "rb") as f:
+                assert f.read() == b"first"
+        finally:
+            source.close()
