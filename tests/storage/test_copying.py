@@ -278,3 +278,48 @@ class TestCopyKeepsHistory:
                 assert f.read() == b"first"
         finally:
             source.close()
+
+
+def test_a_source_opened_without_its_blobs_copies_the_records_alone(
+        storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """Blob records of a source that does not serve blobs (opened without its blob
+    directory) are copied as records, to a destination that stores no blobs either."""
+    with_blobs = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+    db = ZODB.DB(with_blobs)
+    with db.transaction() as conn:
+        conn.root()["b"] = ZODB.blob.Blob(b"content")
+    db.close()
+    source = storage_factory.open()
+    dest = ZODB.FileStorage.FileStorage(str(tmp_path / "NoBlobs.fs"))
+    try:
+        counts = copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+        assert counts.blobs == 0 and counts.records >= 2   # the root and the blob's
+        assert dest.lastTransaction() == source.lastTransaction()
+    finally:
+        dest.close()
+
+
+def test_temporary_files_stay_in_one_named_directory_removed_at_the_end(
+        storage_factory: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While copying, the temporary directory holds one directory, zodbsql-copy-*, that
+    a copy killed halfway leaves behind recognisably; a finished copy removes it."""
+    source = blob_filestorage(tmp_path, "source")
+    db = ZODB.DB(source)
+    with db.transaction() as conn:
+        conn.root()["b"] = ZODB.blob.Blob(b"content")
+    db.close()
+    source = blob_filestorage(tmp_path, "source")
+    dest = storage_factory.open(blob_dir=str(tmp_path / "dest-blobs"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    during: list[list[str]] = []
+    try:
+        copying.copy_transactions(source, dest, copying.resume_point(source, dest),
+                                  lambda counts, tid: during.append(os.listdir(scratch)))
+        assert len(during) == 2
+        assert all(len(names) == 1 and names[0].startswith("zodbsql-copy-")
+                   for names in during)
+        assert os.listdir(scratch) == []
+    finally:
+        source.close()
