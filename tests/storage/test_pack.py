@@ -17,6 +17,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.serialize import referencesf
+from ZODB.utils import p64, z64
 
 from tests.storage.packing import assert_gone, pause, time_between
 from zodbsql.storage import pack
@@ -112,7 +113,11 @@ class TestBatchedPackOfDeletedObjects:
                 storage.deleteObject(oid, storage.load(oid)[1], txn)
             storage.tpc_vote(txn)
             storage.tpc_finish(txn)
-            pack.pack(storage, time.time(), gc=False, batch_size=2)
+            reports: list[tuple[str, int]] = []
+            pack.pack(storage, time.time(), gc=False, batch_size=2,
+                      progress=lambda phase, done: reports.append((phase, done)))
+            assert [r for r in reports if r[0] == "deleted"] == [
+                ("deleted", 2), ("deleted", 4), ("deleted", 6), ("deleted", 7)]
             assert_gone(storage, oids)
             assert len(storage) == 1
         finally:
@@ -166,3 +171,132 @@ def test_commit_during_pack_keeps_the_object_it_uses(storage_factory: Any, phase
         conn.close()
     finally:
         db.close()
+
+
+def test_commits_between_batches_keep_what_each_links_again(storage_factory: Any) -> None:
+    """A commit after every other batch of a pack links a garbage object of a later
+    batch again: each of those survives, the rest of the garbage goes."""
+    storage, db = _open_db(storage_factory)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        objects = [PersistentMapping(v=i) for i in range(8)]
+        root.update(enumerate(objects))
+        tm.commit()
+        root.clear()
+        tm.commit()
+        pause()
+        relinked: list[PersistentMapping] = []
+
+        def commit_every_other(phase: str, done: int) -> None:
+            if phase == "gc" and done % 2 == 1:
+                relinked.append(objects[-1 - len(relinked)])
+                root[f"again{len(relinked)}"] = relinked[-1]
+                tm.commit()
+
+        counts = pack.pack(storage, time.time(), progress=commit_every_other, batch_size=1)
+        assert counts["garbage"] == 8 and len(relinked) >= 2
+        kept = {o._p_oid for o in relinked}
+        assert_gone(storage, [o._p_oid for o in objects if o._p_oid not in kept])
+        check = db.open(transaction.TransactionManager())
+        assert sorted(check.root()[f"again{i + 1}"]["v"] for i in range(len(relinked))) == \
+            sorted(o["v"] for o in relinked)
+        check.close()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_commit_during_pack_keeps_what_the_relinked_object_references(
+        storage_factory: Any) -> None:
+    """Garbage ``g -> child`` linked again during the gc phase: the child stays too, and
+    the walk's progress only counts up (it goes on after the earlier generations)."""
+    storage, db = _open_db(storage_factory)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root["live"] = PersistentMapping(inner=PersistentMapping(v="deep"))
+        root["first"] = PersistentMapping(v="deleted by the first batch")
+        root["g"] = PersistentMapping(child=PersistentMapping(v="child of garbage"))
+        tm.commit()
+        g, first = root["g"], root["first"]
+        del root["g"], root["first"]
+        tm.commit()
+        pause()
+        walked: list[int] = []
+
+        def link_once(phase: str, done: int) -> None:
+            if phase == "walk":
+                walked.append(done)
+            elif phase == "gc" and "again" not in root:
+                root["again"] = g
+                tm.commit()
+
+        pack.pack(storage, time.time(), progress=link_once, batch_size=1)
+        assert len(walked) > 2 and walked == sorted(set(walked))
+        assert_gone(storage, [first._p_oid])
+        check = db.open(transaction.TransactionManager())
+        check.cacheMinimize()
+        assert check.root()["again"]["child"]["v"] == "child of garbage"
+        check.close()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_pack_passes_over_an_object_a_voted_commit_writes(storage_factory: Any) -> None:
+    """With row locks, a pack batch skips (without waiting) a garbage object whose row
+    a voted commit holds; the commit then finishes and the object is there.  The rest
+    of the garbage goes."""
+    storage, db = _open_db(storage_factory)
+    try:
+        if not storage.backend.features.supports_row_locks:
+            pytest.skip("without row locks a voted commit holds the database write lock,"
+                        " so a pack waits for it (one writer at a time)")
+        with db.transaction() as conn:
+            conn.root()["held"] = PersistentMapping(v="written while the pack runs")
+            conn.root()["gone"] = PersistentMapping(v="garbage")
+        with db.transaction() as conn:
+            held, gone = conn.root()["held"]._p_oid, conn.root()["gone"]._p_oid
+            del conn.root()["held"], conn.root()["gone"]
+        writer = storage.new_instance()
+        txn = TransactionMetaData()
+        writer.tpc_begin(txn)
+        state, serial = storage.load(held)
+        writer.store(held, serial, state, "", txn)
+        writer.tpc_vote(txn)
+        try:
+            pack.pack(storage, time.time(), batch_size=1)
+        finally:
+            writer.tpc_finish(txn)
+            writer.release()
+        assert storage.load(held)[1] == writer.lastTransaction()
+        assert_gone(storage, [gone])
+    finally:
+        db.close()
+
+
+def test_pack_of_transactions_with_the_smallest_tids(storage_factory: Any) -> None:
+    """A database restored with the smallest tids (1, as ZODB's own tests restore) packs
+    like any other: an object the root does not reach goes."""
+    source = ZODB.DB(None)
+    unreachable = PersistentMapping(v="unreachable")
+    with source.transaction() as conn:
+        conn.root()["v"] = 1
+        conn.add(unreachable)
+    orphan = unreachable._p_oid
+    states = {oid: source.storage.load(oid)[0] for oid in (z64, orphan)}
+    source.close()
+    storage = storage_factory.open()
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn, p64(1))
+    for oid, state in states.items():
+        storage.restore(oid, p64(1), state, "", None, txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    counts = pack.pack(storage, time.time())
+    assert counts["garbage"] == 1
+    assert_gone(storage, [orphan])
+    assert storage.load(z64)[0] == states[z64]

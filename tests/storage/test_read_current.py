@@ -1,0 +1,46 @@
+"""readCurrent: a commit that read objects as current fails with ReadConflictError when
+any one of them changed since, however many it read (more than one statement checks),
+and commits when none did."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import ReadConflictError
+
+ITEMS = 1001   # more than one statement's worth of oids (500 a statement)
+
+
+@pytest.mark.parametrize("changed", [None, 0, 499, 500, 1000])
+def test_read_current_catches_a_change_to_any_object_read(storage_factory: Any,
+                                                          changed: int | None) -> None:
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["items"] = [PersistentMapping(v=i) for i in range(ITEMS)]
+        reader_tm = transaction.TransactionManager()
+        reader = db.open(reader_tm)
+        items = reader.root()["items"]
+        for item in items:
+            assert item["v"] >= 0
+            reader.readCurrent(item)
+        reader.root()["total"] = sum(item["v"] for item in items)
+        if changed is not None:
+            with db.transaction() as writer:
+                writer.root()["items"][changed]["v"] = -1
+        if changed is None:
+            reader_tm.commit()
+            with db.transaction() as conn:
+                assert conn.root()["total"] == sum(range(ITEMS))
+        else:
+            with pytest.raises(ReadConflictError) as raised:
+                reader_tm.commit()
+            assert raised.value.oid == items[changed]._p_oid
+            reader_tm.abort()
+        reader.close()
+    finally:
+        db.close()
