@@ -25,9 +25,9 @@ from ZODB.utils import p64, u64
 
 from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.adapter import Backend
-from zodbsql.backends.base.connections import ConnectionPool, DBConnection, StatementTally
+from zodbsql.backends.base.connections import ConnectionPool, DBConnection, Row, StatementTally
 from zodbsql.cache import StateCache
-from zodbsql.errors import SchemaError, ZodbsqlError
+from zodbsql.errors import CorruptRecordError, SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import history, iteration, pack
 from zodbsql.storage.blobs import BlobFiles
@@ -225,14 +225,7 @@ class SQLStorage(ConflictResolvingStorage):
                 hit = shared.cache.get(oid_int, snapshot)
                 if hit is not None:
                     return hit[0], p64(hit[1])
-                conn = self._conn()
-                if not shared.options.keep_history and not self._read_txn:
-                    # The transaction ended without a new poll (afterCompletion, sync):
-                    # a fresh read transaction still gives every state as of the
-                    # snapshot, or a read conflict for one changed since.
-                    conn.begin_read()
-                    self._read_txn = True
-                row = shared.backend.mover.load_at(conn, oid_int, snapshot)
+                row = shared.backend.mover.load_at(self._snapshot_conn(), oid_int, snapshot)
                 if row is not None and row[0] > snapshot:
                     raise POSException.ReadConflictError(
                         oid=oid, serials=(p64(row[0]), p64(snapshot)))
@@ -244,13 +237,53 @@ class SQLStorage(ConflictResolvingStorage):
                 shared.cache.put_loaded(oid_int, tid, state, snapshot)
             return state, p64(tid)
 
+    def _snapshot_conn(self) -> DBConnection:
+        """The load connection, ready to read as of the snapshot."""
+        conn = self._conn()
+        if not self._options.keep_history and not self._read_txn:
+            # The transaction ended without a new poll (afterCompletion, sync): a fresh
+            # read transaction still gives every state as of the snapshot, or a read
+            # conflict for one changed since.
+            conn.begin_read()
+            self._read_txn = True
+        return conn
+
     def prefetch(self, oids: Iterable[bytes], tid: bytes | None = None) -> None:
-        """Warm the shared cache for ``oids`` (loads them at this instance's snapshot)."""
-        for oid in oids:
+        """Load ``oids`` at this instance's snapshot into the shared cache, in one
+        statement (a few for thousands of oids on SQLite and MySQL).
+
+        Objects that don't exist, or changed after the snapshot (history-free), are
+        left out; their ``load`` raises as usual.  An instance that has not polled
+        reads without the cache, so it has nothing to prefetch.
+        """
+        shared = self.shared
+        with self._load_lock:
+            snapshot = self._snapshot
+            if snapshot is None or not shared.cache.enabled:
+                return
+            wanted = sorted({oid for oid in map(u64, oids)
+                             if not shared.cache.has(oid, snapshot)})
+            if wanted:
+                rows = shared.backend.mover.load_many_at(self._snapshot_conn(), wanted, snapshot)
+                self._cache_rows(rows, snapshot)
+
+    def _cache_rows(self, rows: Iterable[Row], snapshot: int) -> list[int]:
+        """Put loaded ``(oid, tid, checksum, state)`` rows that the snapshot sees into
+        the shared cache, as ``load`` does; return their oids.  A state that fails its
+        checksum is left out (its own ``load`` reports it)."""
+        cache = self.shared.cache
+        cached = []
+        for oid, tid, stored_checksum, state in rows:
+            if state is None or tid > snapshot:
+                continue
+            state = bytes(state)
             try:
-                self.load(oid)
-            except (POSException.POSKeyError, POSException.ReadConflictError):
-                pass
+                verified(oid, tid, stored_checksum, state)
+            except CorruptRecordError:
+                continue
+            cache.put_loaded(int(oid), int(tid), state, snapshot)
+            cached.append(int(oid))
+        return cached
 
     def resolve_conflict(self, oid: int, committed_tid: int, old_tid: int,
                          new_state: bytes | None, committed_state: bytes) -> bytes:

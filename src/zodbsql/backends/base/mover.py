@@ -74,6 +74,15 @@ HF_MOVE_BLOBS = (
     "INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, %s, content_hash FROM temp_blob")
 HF_COUNT_OBJECTS = "SELECT COUNT(*) FROM object_state"
 
+# -- several objects at once (prefetch) ------------------------------------------------------
+# ``{listed}`` is the backend's test of a column against a list of oids (``IN (...)``, or
+# PostgreSQL's ``= ANY(array)``).  History-preserving: each object's revision current at
+# the snapshot tid, as HP_LOAD_AT.
+HP_LOAD_MANY_AT = (
+    "SELECT s.zoid, s.tid, s.checksum, s.state FROM object_state s WHERE s.zoid {listed}"
+    " AND s.tid = (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = s.zoid AND m.tid <= %s)")
+HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
+
 
 class Mover:
     """Moves states between Python and the database for one history mode."""
@@ -86,6 +95,8 @@ class Mover:
     HF_DELETE_REMOVED = HF_DELETE_REMOVED
     HF_DELETE_OLD_REFS = HF_DELETE_OLD_REFS
     HF_DELETE_OLD_BLOBS = HF_DELETE_OLD_BLOBS
+    #: The most oids one statement lists (the rest go in further statements).
+    MAX_LISTED_OIDS = 1000
 
     def __init__(self, backend: "Backend") -> None:
         self.backend = backend
@@ -128,6 +139,24 @@ class Mover:
     def exists(self, conn: "DBConnection", oid: int) -> bool:
         sql = HP_EXISTS if self.keep_history else HF_CURRENT_TID
         return conn.fetchone(sql, (oid,)) is not None
+
+    def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
+        """The SQL test of a column against ``oids`` (not empty), and its parameters."""
+        return "IN (" + ", ".join(["%s"] * len(oids)) + ")", list(oids)
+
+    def load_many_at(self, conn: "DBConnection", oids: Sequence[int],
+                     snapshot_tid: int) -> "list[Row]":
+        """``(oid, tid, checksum, state)`` of those of ``oids`` that exist, each as
+        ``load_at`` would return it, in one statement per ``MAX_LISTED_OIDS``."""
+        rows: list[Row] = []
+        step = self.MAX_LISTED_OIDS
+        for start in range(0, len(oids), step):
+            test, params = self.listed(oids[start:start + step])
+            if self.keep_history:
+                rows += conn.fetchall(HP_LOAD_MANY_AT.format(listed=test), [*params, snapshot_tid])
+            else:
+                rows += conn.fetchall(HF_LOAD_MANY.format(listed=test), params)
+        return rows
 
     def current_tid(self, conn: "DBConnection", oid: int) -> int | None:
         row = conn.fetchone(HP_CURRENT_TID if self.keep_history else HF_CURRENT_TID, (oid,))
