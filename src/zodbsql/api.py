@@ -17,7 +17,8 @@ _BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
              "false": False, "no": False, "off": False, "0": False}
 #: Query parameters of a URL that are storage options, with their types.
 _OPTION_TYPES = {"keep_history": bool, "read_only": bool, "create_schema": bool,
-                 "cache_size_mb": float, "commit_lock_timeout": float,
+                 "cache_size_mb": float, "prefetch_count": int, "prefetch_bytes": int,
+                 "commit_lock_timeout": float,
                  "row_lock_timeout": float, "pack_gc": bool,
                  "pack_batch_size": int, "pack_duty_cycle": float, "name": str,
                  "blob_dir": str, "shared_blob_dir": bool, "blob_cache_size": int,

@@ -18,6 +18,8 @@ def options_from_section(section: Any) -> Options:
         read_only=section.read_only,
         create_schema=section.create_schema,
         cache_size_mb=section.cache_size_mb,
+        prefetch_count=section.prefetch_count,
+        prefetch_bytes=section.prefetch_bytes,
         commit_lock_timeout=section.commit_lock_timeout,
         row_lock_timeout=section.row_lock_timeout,
         pack_gc=section.pack_gc,

@@ -11,6 +11,10 @@ class Options:
     """Settings that the storage core reads; backend settings live in the backend's options.
 
     ``cache_size_mb`` bounds the process-wide cache of object states (0 turns it off).
+    ``prefetch_count`` and ``prefetch_bytes`` bound the states a load that misses the
+    cache brings along (those its object refers to, and the next of the references found
+    before): at most that many states and bytes per statement; the count adapts below it
+    to how many are used.  0 turns reference-driven prefetch off.
     ``commit_lock_timeout`` is in seconds: how long a commit waits for the commit lock
     before it fails with :class:`zodbsql.errors.CommitLockTimeout`.
     ``row_lock_timeout`` bounds the wait for the row locks of the objects a commit
@@ -32,6 +36,8 @@ class Options:
     read_only: bool = False
     create_schema: bool = True
     cache_size_mb: float = 64.0
+    prefetch_count: int = 1000
+    prefetch_bytes: int = 1 << 20
     commit_lock_timeout: float = 30.0
     row_lock_timeout: float | None = None
     pack_gc: bool = True
@@ -45,6 +51,10 @@ class Options:
     def __post_init__(self) -> None:
         if self.cache_size_mb < 0:
             raise ConfigurationError(f"cache-size-mb must be 0 or more, got {self.cache_size_mb}")
+        for key, value in (("prefetch-count", self.prefetch_count),
+                           ("prefetch-bytes", self.prefetch_bytes)):
+            if value < 0:
+                raise ConfigurationError(f"{key} must be 0 or more, got {value} (0 turns it off)")
         if self.commit_lock_timeout <= 0:
             raise ConfigurationError(
                 f"commit-lock-timeout must be a positive number of seconds, got {self.commit_lock_timeout}")

@@ -27,6 +27,7 @@ from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import ConnectionPool, DBConnection, Row, StatementTally
 from zodbsql.cache import StateCache
+from zodbsql.cache.prefetch import Prefetcher
 from zodbsql.errors import CorruptRecordError, SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import history, iteration, pack
@@ -50,6 +51,7 @@ class Shared:
         self.backend = backend
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
+        self.prefetcher = Prefetcher(options.prefetch_count, options.prefetch_bytes)
         self.statements = StatementTally()
         self.pool = ConnectionPool(
             lambda: self.counted(backend.connect_for_commit(options.commit_lock_timeout)),
@@ -224,8 +226,9 @@ class SQLStorage(ConflictResolvingStorage):
             else:
                 hit = shared.cache.get(oid_int, snapshot)
                 if hit is not None:
+                    shared.prefetcher.note_hit(oid_int)
                     return hit[0], p64(hit[1])
-                row = shared.backend.mover.load_at(self._snapshot_conn(), oid_int, snapshot)
+                row = self._load_at(oid_int, snapshot)
                 if row is not None and row[0] > snapshot:
                     raise POSException.ReadConflictError(
                         oid=oid, serials=(p64(row[0]), p64(snapshot)))
@@ -236,6 +239,25 @@ class SQLStorage(ConflictResolvingStorage):
             if snapshot is not None:
                 shared.cache.put_loaded(oid_int, tid, state, snapshot)
             return state, p64(tid)
+
+    def _load_at(self, oid: int, snapshot: int) -> Row | None:
+        """``oid``'s row as of the snapshot from the database; with prefetch on, the
+        states it refers to (and the queued oids found after it) come in the same
+        statement, into the shared cache."""
+        shared = self.shared
+        mover = shared.backend.mover
+        conn = self._snapshot_conn()
+        prefetcher = shared.prefetcher
+        if not (prefetcher.enabled and shared.cache.enabled):
+            return mover.load_at(conn, oid, snapshot)
+        bound, queued = prefetcher.plan(oid)
+        if bound == 0:
+            return mover.load_at(conn, oid, snapshot)
+        also = [each for each in queued if not shared.cache.has(each, snapshot)]
+        row, states, references = mover.load_with_references(
+            conn, oid, snapshot, also, bound, prefetcher.max_bytes)
+        prefetcher.loaded(oid, self._cache_rows(states, snapshot), references)
+        return row
 
     def _snapshot_conn(self) -> DBConnection:
         """The load connection, ready to read as of the snapshot."""

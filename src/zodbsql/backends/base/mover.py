@@ -83,6 +83,49 @@ HP_LOAD_MANY_AT = (
     " AND s.tid = (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = s.zoid AND m.tid <= %s)")
 HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
 
+# -- a load with the states it refers to (reference-driven prefetch) ---------------------------
+# One statement: the object's row (kind 0, as load_at returns it); the objects its state
+# refers to, then the listed ones, at most LIMIT and the bytes bound in all (kind 1); the
+# references of every state returned (kind 2: zoid, to_zoid in the tid column).  The
+# running total of sizes is summed before the states are read, so that no state is
+# sorted or copied on the way.
+HF_LOAD_WITH_REFS = (
+    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state WHERE zoid = %s),"
+    " wanted AS (SELECT to_zoid AS zoid, 0 AS step FROM object_ref WHERE zoid = %s"
+    " UNION ALL SELECT zoid, 1 FROM object_state WHERE zoid {listed}),"
+    " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
+    " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
+    " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY w.step, w.zoid)"
+    " AS total FROM chosen w JOIN object_state s ON s.zoid = w.zoid),"
+    " kept AS (SELECT zoid, tid FROM sized WHERE total <= %s)"
+    " SELECT 0, zoid, tid, checksum, state FROM target"
+    " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
+    " JOIN object_state s ON s.zoid = k.zoid"
+    " UNION ALL SELECT 2, r.zoid, r.to_zoid, NULL, NULL FROM object_ref r"
+    " WHERE r.zoid IN (SELECT zoid FROM kept UNION ALL SELECT zoid FROM target)")
+# History-preserving: every state as of the snapshot tid (the current one unless it is
+# newer), and the references recorded with exactly that revision.
+HP_LOAD_WITH_REFS = (
+    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state"
+    " WHERE zoid = %s AND tid <= %s ORDER BY tid DESC LIMIT 1),"
+    " wanted AS (SELECT r.to_zoid AS zoid, 0 AS step FROM object_ref r"
+    " JOIN target t ON r.zoid = t.zoid AND r.tid = t.tid"
+    " UNION ALL SELECT zoid, 1 FROM current_object WHERE zoid {listed}),"
+    " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
+    " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
+    " revision AS (SELECT w.zoid, w.step, CASE WHEN c.tid <= %s THEN c.tid ELSE"
+    " (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = c.zoid AND m.tid <= %s) END"
+    " AS tid FROM chosen w JOIN current_object c ON c.zoid = w.zoid),"
+    " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY v.step, v.zoid)"
+    " AS total FROM revision v JOIN object_state s ON s.zoid = v.zoid AND s.tid = v.tid),"
+    " kept AS (SELECT zoid, tid FROM sized WHERE total <= %s)"
+    " SELECT 0, zoid, tid, checksum, state FROM target"
+    " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
+    " JOIN object_state s ON s.zoid = k.zoid AND s.tid = k.tid"
+    " UNION ALL SELECT 2, r.zoid, r.to_zoid, NULL, NULL FROM object_ref r JOIN"
+    " (SELECT zoid, tid FROM kept UNION ALL SELECT zoid, tid FROM target) k"
+    " ON r.zoid = k.zoid AND r.tid = k.tid")
+
 
 class Mover:
     """Moves states between Python and the database for one history mode."""
@@ -157,6 +200,33 @@ class Mover:
             else:
                 rows += conn.fetchall(HF_LOAD_MANY.format(listed=test), params)
         return rows
+
+    def load_with_references(self, conn: "DBConnection", oid: int, snapshot_tid: int,
+                             also: Sequence[int], limit: int, max_bytes: int,
+                             ) -> "tuple[Row | None, list[Row], list[tuple[int, int]]]":
+        """``oid``'s row as ``load_at`` returns it; in the same statement up to ``limit``
+        states (``max_bytes`` bytes in all) of the objects it refers to, then of those of
+        ``also``, as ``(oid, tid, checksum, state)`` at the same snapshot; and the
+        references ``(from, to)`` of every state returned."""
+        test, listed = self.listed(list(also[:self.MAX_LISTED_OIDS]) or [oid])
+        if self.keep_history:
+            sql = HP_LOAD_WITH_REFS.format(listed=test)
+            params = [oid, snapshot_tid, *listed, oid, limit, snapshot_tid, snapshot_tid,
+                      max_bytes]
+        else:
+            sql = HF_LOAD_WITH_REFS.format(listed=test)
+            params = [oid, oid, *listed, oid, limit, max_bytes]
+        row: Row | None = None
+        states: list[Row] = []
+        references: list[tuple[int, int]] = []
+        for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params):
+            if kind == 0:
+                row = (tid, stored_checksum, state)
+            elif kind == 1:
+                states.append((int(zoid), int(tid), stored_checksum, state))
+            else:
+                references.append((int(zoid), int(tid)))
+        return row, states, references
 
     def current_tid(self, conn: "DBConnection", oid: int) -> int | None:
         row = conn.fetchone(HP_CURRENT_TID if self.keep_history else HF_CURRENT_TID, (oid,))
