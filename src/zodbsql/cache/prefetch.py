@@ -11,11 +11,12 @@ batch of children, not one per child.
 A batch holds at most ``bound`` states and ``max_bytes`` bytes.  ``bound`` adapts to
 what the process does with them: every prefetched state is remembered until a load
 finds it in the cache (used) or it drops out of the ``fresh`` record.  At each miss,
-once at least ``WINDOW`` states were prefetched since the last decision, the share used
-decides: under ``SHRINK_BELOW`` the bound halves (a sparse walk: one child in a hundred),
-over ``GROW_ABOVE`` it doubles again, up to ``limit`` (``prefetch-count``).  At 0 a load
-brings nothing along, except that every ``PROBE_EVERY``-th miss tries ``PROBE`` states
-again so that a walk that becomes sequential is noticed.
+once ``WINDOW`` states (a whole batch, for a bound below that) were prefetched since
+the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halves (a
+sparse walk: one child in a hundred), over ``GROW_ABOVE`` it doubles again, up to
+``limit`` (``prefetch-count``).  At 0 a load brings nothing along, except that every
+``PROBE_EVERY``-th miss tries ``PROBE`` states again so that a walk that becomes
+sequential is noticed.
 
 One ``Prefetcher`` serves every instance of a storage in the process; what it decides
 never affects which revision a load returns, only how many statements it takes (the
@@ -104,7 +105,7 @@ class Prefetcher:
 
     # -- inside the lock ------------------------------------------------------------------
     def _reconsider(self) -> None:
-        if self._window_prefetched < WINDOW:
+        if self._window_prefetched < max(1, min(WINDOW, self.bound)):
             return
         share = self._window_used / self._window_prefetched
         if share < SHRINK_BELOW:
