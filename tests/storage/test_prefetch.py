@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import transaction
@@ -38,13 +38,6 @@ def change_all(db: Any, value: int) -> None:
             child["v"] = value
 
 
-def polled(storage: Any) -> Any:
-    """A new instance of ``storage`` at the newest commit."""
-    instance = storage.new_instance()
-    instance.poll_invalidations()
-    return instance
-
-
 def value_of(instance: Any, oid: bytes) -> int:
     """The ``v`` of the child mapping ``oid`` as ``instance`` loads it."""
     state, _ = instance.load(oid)
@@ -62,7 +55,24 @@ def storage_and_db(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
     transaction.abort()
 
 
-def test_prefetch_is_one_statement_and_serves_the_loads(storage_and_db: Any) -> None:
+@pytest.fixture
+def polled() -> Iterator[Callable[[Any], Any]]:
+    """``polled(storage)``: a new instance at the newest commit, released after the test
+    (also when it fails: an open read transaction would block dropping the database)."""
+    made: list[Any] = []
+
+    def new_instance(storage: Any) -> Any:
+        instance = storage.new_instance()
+        made.append(instance)
+        instance.poll_invalidations()
+        return instance
+    yield new_instance
+    for instance in made:
+        instance.release()
+
+
+def test_prefetch_is_one_statement_and_serves_the_loads(storage_and_db: Any,
+                                                        polled: Any) -> None:
     storage, db = storage_and_db
     oids = fill(db)
     storage.shared.cache.clear()
@@ -79,7 +89,7 @@ def test_prefetch_is_one_statement_and_serves_the_loads(storage_and_db: Any) -> 
     instance.release()
 
 
-def test_prefetch_skips_what_does_not_exist(storage_and_db: Any) -> None:
+def test_prefetch_skips_what_does_not_exist(storage_and_db: Any, polled: Any) -> None:
     storage, db = storage_and_db
     oids = fill(db, 3)
     instance = polled(storage)
@@ -92,7 +102,8 @@ def test_prefetch_skips_what_does_not_exist(storage_and_db: Any) -> None:
 
 
 def test_prefetch_at_an_old_snapshot_reads_that_snapshot(storage_factory: Any,
-                                                         storage_and_db: Any) -> None:
+                                                         storage_and_db: Any,
+                                                         polled: Any) -> None:
     storage, db = storage_and_db
     other = storage_factory.open(storage_factory.path)   # another process
     oids = fill(db)
@@ -124,9 +135,9 @@ def container_oid(db: Any) -> bytes:
         return conn.root()["items"]._p_oid
 
 
-def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any) -> None:
+def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any, polled: Any) -> None:
     storage, db = storage_and_db
-    fill(db, 100)
+    fill(db, START)                  # as many children as a first load brings along
     container = container_oid(db)
     storage.shared.cache.clear()
     instance = polled(storage)
@@ -134,9 +145,9 @@ def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any) -> None:
     children = children_of(instance, container)
     assert storage.statement_count() - before == 1
     before = storage.statement_count()
-    assert [value_of(instance, oid) for oid in children] == [0] * 100
+    assert [value_of(instance, oid) for oid in children] == [0] * START
     assert storage.statement_count() - before == 0       # served from the cache
-    assert storage.shared.prefetcher.used == 100
+    assert storage.shared.prefetcher.used == START
     instance.release()
 
 
@@ -176,12 +187,13 @@ def test_prefetch_off_loads_one_state_per_statement(storage_factory: Any) -> Non
 
 
 def test_a_prefetched_state_is_the_loading_snapshot_s(storage_factory: Any,
-                                                      storage_and_db: Any) -> None:
+                                                      storage_and_db: Any,
+                                                      polled: Any) -> None:
     """Another process commits between the load that prefetched a state and its use:
     the loading connection keeps its snapshot's revision, a newer one gets the new."""
     storage, db = storage_and_db
     other_db = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
-    fill(db, 50)
+    fill(db, START)                  # as many children as a first load brings along
     container = container_oid(db)
     storage.shared.cache.clear()
     old = polled(storage)

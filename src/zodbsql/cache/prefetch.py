@@ -13,7 +13,7 @@ what the process does with them: every prefetched state is remembered until a lo
 finds it in the cache (used) or it drops out of the ``fresh`` record.  At each miss,
 once ``WINDOW`` states (a whole batch, for a bound below that) were prefetched since
 the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halves (a
-sparse walk: one child in a hundred), over ``GROW_ABOVE`` it doubles again, up to
+sparse walk: one child in a hundred), over ``GROW_ABOVE`` it grows fourfold, up to
 ``limit`` (``prefetch-count``).  At 0 a load brings nothing along, except that every
 ``PROBE_EVERY``-th miss tries ``PROBE`` states again so that a walk that becomes
 sequential is noticed.
@@ -28,8 +28,10 @@ import threading
 from collections import OrderedDict
 from typing import Iterable
 
-#: The bound a process starts with (it grows from there when prefetches are used).
-START = 128
+#: The bound a process starts with: small, so that a sparse walk wastes little before
+#: the bound falls to 0; it grows fourfold at each miss while prefetches are used.
+START = 8
+GROWTH = 4
 #: Prefetched states counted before the bound is reconsidered.
 WINDOW = 16
 SHRINK_BELOW = 0.25
@@ -111,7 +113,7 @@ class Prefetcher:
         if share < SHRINK_BELOW:
             self.bound //= 2
         elif share > GROW_ABOVE:
-            self.bound = min(self.limit, max(PROBE, 2 * self.bound))
+            self.bound = min(self.limit, max(PROBE, GROWTH * self.bound))
         self._window_prefetched = self._window_used = 0
 
     def _following(self, oid: int, count: int) -> list[int]:

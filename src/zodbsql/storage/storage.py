@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 #: The meta entry that records where blob data lives ("database" or "shared-directory").
 BLOB_LAYOUT = "blob_layout"
 
+#: References of prefetched states a load brings along, per state it may prefetch (they
+#: name what a later miss brings: the items of a BTree's next buckets).
+REFERENCES_PER_STATE = 4
+
 #: Committing connections one storage keeps open at most.
 COMMIT_POOL_SIZE = 8
 
@@ -255,7 +259,8 @@ class SQLStorage(ConflictResolvingStorage):
             return mover.load_at(conn, oid, snapshot)
         also = [each for each in queued if not shared.cache.has(each, snapshot)]
         row, states, references = mover.load_with_references(
-            conn, oid, snapshot, also, bound, prefetcher.max_bytes)
+            conn, oid, snapshot, also, bound, prefetcher.max_bytes,
+            REFERENCES_PER_STATE * bound)
         prefetcher.loaded(oid, self._cache_rows(states, snapshot), references)
         return row
 

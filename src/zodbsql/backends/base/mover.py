@@ -84,15 +84,20 @@ HP_LOAD_MANY_AT = (
 HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
 
 # -- a load with the states it refers to (reference-driven prefetch) ---------------------------
-# One statement: the object's row (kind 0, as load_at returns it); the objects its state
-# refers to, then the listed ones, at most LIMIT and the bytes bound in all (kind 1); the
-# references of every state returned (kind 2: zoid, to_zoid in the tid column).  The
-# running total of sizes is summed before the states are read, so that no state is
-# sorted or copied on the way.
+# One statement returns the object's row (kind 0, as load_at returns it); then up to
+# LIMIT states, and the bytes bound in all (kind 1): first of the objects its state refers
+# to, then of the listed oids, then of the next references (in oid order) of an object
+# that refers to it (its siblings: the next children of its container); and up to a
+# number of the references of those states (kind 2: zoid, to_zoid in the tid column).
+# Sizes are summed before the states are read, so no state is sorted or copied.
 HF_LOAD_WITH_REFS = (
     "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state WHERE zoid = %s),"
-    " wanted AS (SELECT to_zoid AS zoid, 0 AS step FROM object_ref WHERE zoid = %s"
-    " UNION ALL SELECT zoid, 1 FROM object_state WHERE zoid {listed}),"
+    " wanted AS (SELECT zoid, 0 AS step FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = %s ORDER BY to_zoid LIMIT %s) o"
+    " UNION ALL SELECT zoid, 1 FROM object_state WHERE zoid {listed}"
+    " UNION ALL SELECT zoid, 2 FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = (SELECT zoid FROM object_ref WHERE to_zoid = %s LIMIT 1)"
+    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
     " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY w.step, w.zoid)"
@@ -101,16 +106,21 @@ HF_LOAD_WITH_REFS = (
     " SELECT 0, zoid, tid, checksum, state FROM target"
     " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
     " JOIN object_state s ON s.zoid = k.zoid"
-    " UNION ALL SELECT 2, r.zoid, r.to_zoid, NULL, NULL FROM object_ref r"
-    " WHERE r.zoid IN (SELECT zoid FROM kept UNION ALL SELECT zoid FROM target)")
+    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
+    " FROM object_ref r WHERE r.zoid IN (SELECT zoid FROM kept) LIMIT %s) f")
 # History-preserving: every state as of the snapshot tid (the current one unless it is
 # newer), and the references recorded with exactly that revision.
 HP_LOAD_WITH_REFS = (
     "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state"
     " WHERE zoid = %s AND tid <= %s ORDER BY tid DESC LIMIT 1),"
-    " wanted AS (SELECT r.to_zoid AS zoid, 0 AS step FROM object_ref r"
-    " JOIN target t ON r.zoid = t.zoid AND r.tid = t.tid"
-    " UNION ALL SELECT zoid, 1 FROM current_object WHERE zoid {listed}),"
+    " parent AS (SELECT zoid FROM object_ref WHERE to_zoid = %s ORDER BY tid DESC LIMIT 1),"
+    " wanted AS (SELECT zoid, 0 AS step FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = %s AND tid = (SELECT tid FROM target) ORDER BY to_zoid LIMIT %s) o"
+    " UNION ALL SELECT zoid, 1 FROM current_object WHERE zoid {listed}"
+    " UNION ALL SELECT zoid, 2 FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = (SELECT zoid FROM parent) AND tid = (SELECT MAX(tid) FROM object_state"
+    " WHERE zoid = (SELECT zoid FROM parent) AND tid <= %s)"
+    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
     " revision AS (SELECT w.zoid, w.step, CASE WHEN c.tid <= %s THEN c.tid ELSE"
@@ -122,9 +132,8 @@ HP_LOAD_WITH_REFS = (
     " SELECT 0, zoid, tid, checksum, state FROM target"
     " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
     " JOIN object_state s ON s.zoid = k.zoid AND s.tid = k.tid"
-    " UNION ALL SELECT 2, r.zoid, r.to_zoid, NULL, NULL FROM object_ref r JOIN"
-    " (SELECT zoid, tid FROM kept UNION ALL SELECT zoid, tid FROM target) k"
-    " ON r.zoid = k.zoid AND r.tid = k.tid")
+    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
+    " FROM object_ref r JOIN kept k ON r.zoid = k.zoid AND r.tid = k.tid LIMIT %s) f")
 
 
 class Mover:
@@ -184,8 +193,13 @@ class Mover:
         return conn.fetchone(sql, (oid,)) is not None
 
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
-        """The SQL test of a column against ``oids`` (not empty), and its parameters."""
-        return "IN (" + ", ".join(["%s"] * len(oids)) + ")", list(oids)
+        """The SQL test of a column against ``oids`` (not empty), and its parameters.
+
+        The list is padded (repeating its last oid) to a power of two, so that a few
+        statement texts serve every length and stay in the driver's statement cache.
+        """
+        padded = list(oids) + [oids[-1]] * (padded_length(len(oids)) - len(oids))
+        return "IN (" + ", ".join(["%s"] * len(padded)) + ")", padded
 
     def load_many_at(self, conn: "DBConnection", oids: Sequence[int],
                      snapshot_tid: int) -> "list[Row]":
@@ -203,19 +217,22 @@ class Mover:
 
     def load_with_references(self, conn: "DBConnection", oid: int, snapshot_tid: int,
                              also: Sequence[int], limit: int, max_bytes: int,
+                             max_references: int,
                              ) -> "tuple[Row | None, list[Row], list[tuple[int, int]]]":
         """``oid``'s row as ``load_at`` returns it; in the same statement up to ``limit``
-        states (``max_bytes`` bytes in all) of the objects it refers to, then of those of
-        ``also``, as ``(oid, tid, checksum, state)`` at the same snapshot; and the
-        references ``(from, to)`` of every state returned."""
+        states (``max_bytes`` bytes in all) at the same snapshot, as ``(oid, tid,
+        checksum, state)``: of the objects it refers to, then of those of ``also``, then
+        of its siblings; and up to ``max_references`` references ``(from, to)`` of those
+        states."""
         test, listed = self.listed(list(also[:self.MAX_LISTED_OIDS]) or [oid])
         if self.keep_history:
             sql = HP_LOAD_WITH_REFS.format(listed=test)
-            params = [oid, snapshot_tid, *listed, oid, limit, snapshot_tid, snapshot_tid,
-                      max_bytes]
+            params = [oid, snapshot_tid, oid, oid, limit, *listed, snapshot_tid, oid, limit,
+                      oid, limit, snapshot_tid, snapshot_tid, max_bytes, max_references]
         else:
             sql = HF_LOAD_WITH_REFS.format(listed=test)
-            params = [oid, oid, *listed, oid, limit, max_bytes]
+            params = [oid, oid, limit, *listed, oid, oid, limit, oid, limit, max_bytes,
+                      max_references]
         row: Row | None = None
         states: list[Row] = []
         references: list[tuple[int, int]] = []
@@ -311,3 +328,8 @@ class Mover:
                 conn.execute(HF_MOVE_BLOBS, (tid,))
         if blobs and not self.backend.features.staging_emptied_by_transaction_end:
             conn.execute(CLEAR_TEMP_BLOB)
+
+
+def padded_length(count: int) -> int:
+    """The power of two at or above ``count`` (``count`` itself above 512)."""
+    return count if count > 512 else 1 << max(0, count - 1).bit_length()
