@@ -58,7 +58,8 @@ def test_steamin_loads_nothing_and_sql_is_counted(tiny_run: tuple[pathlib.Path, 
         assert by[contender, "cold"]["loads"] >= 20
         assert by[contender, "add"]["sql_per_txn"] is None or contender == "sqlite"
     assert by["sqlite", "add"]["sql_per_txn"] > 0
-    assert by["sqlite", "cold"]["sql_per_txn"] >= 20      # one load per object at least
+    # Counted: a poll and loads; prefetch brings most objects along with a few loads.
+    assert 2 <= by["sqlite", "cold"]["sql_per_txn"] < by["sqlite", "cold"]["loads"]
     assert "conflicts_resolved_per_s" in by["sqlite", "conflicts"]
 
 
