@@ -73,6 +73,26 @@ def test_zodburi_resolves_storage_and_db_arguments(tmp_path: pathlib.Path) -> No
         storage.close()
 
 
+def test_prefetch_bounds_from_zconfig_and_uri(tmp_path: pathlib.Path) -> None:
+    db = ZODB.config.databaseFromString(
+        zconfig(tmp_path / "Data.sqlite", "prefetch-count 50\n prefetch-bytes 64KB"))
+    try:
+        prefetcher = db.storage.shared.prefetcher
+        assert (prefetcher.limit, prefetcher.max_bytes) == (50, 64 * 1024)
+    finally:
+        db.close()
+    factory, _ = zodburi.resolve_uri(
+        f"zodbsql+sqlite://{tmp_path}/Data.sqlite?prefetch_count=0&prefetch_bytes=4096")
+    storage = factory()
+    try:
+        assert (storage.options.prefetch_count, storage.options.prefetch_bytes) == (0, 4096)
+        assert not storage.shared.prefetcher.enabled
+    finally:
+        storage.close()
+    with pytest.raises(ConfigurationError, match="prefetch-count"):
+        ZODB.config.databaseFromString(zconfig(tmp_path / "Data.sqlite", "prefetch-count -1"))
+
+
 def test_zodburi_bad_option_fails_at_resolve_time(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ConfigurationError, match="colour"):
         zodburi.resolve_uri(f"zodbsql+sqlite://{tmp_path}/Data.sqlite?colour=blue")

@@ -119,6 +119,15 @@ class Options:
     cache_size_mb: float = setting(
         64.0, doc="Size of the state cache shared by all connections of this storage in the "
                   "process, in MB (0 turns it off).")
+    prefetch_count: int = setting(
+        1000, doc="At most this many states come along with a load that misses the cache: "
+                  "those its object refers to, then the next of the references found before "
+                  "(a container's next children).  The process lowers it while what it "
+                  "prefetches goes unused; 0 turns prefetch off.")
+    prefetch_bytes: int = setting(
+        1 << 20, zconfig="byte-size",
+        doc="At most this many bytes of states come along with one load (0 turns prefetch "
+            "off).")
     commit_lock_timeout: float = setting(
         30.0, doc="Seconds a commit waits for the commit lock before it fails with a retryable "
                   "error (CommitLockTimeout).")
@@ -155,6 +164,10 @@ class Options:
     def __post_init__(self) -> None:
         if self.cache_size_mb < 0:
             raise ConfigurationError(f"cache-size-mb must be 0 or more, got {self.cache_size_mb}")
+        for key, value in (("prefetch-count", self.prefetch_count),
+                           ("prefetch-bytes", self.prefetch_bytes)):
+            if value < 0:
+                raise ConfigurationError(f"{key} must be 0 or more, got {value} (0 turns it off)")
         if self.commit_lock_timeout <= 0:
             raise ConfigurationError(
                 f"commit-lock-timeout must be a positive number of seconds, got {self.commit_lock_timeout}")

@@ -78,6 +78,15 @@ class StateCache:
             self.misses += 1
             return None
 
+    def has(self, oid: int, snapshot: int) -> bool:
+        """Would ``get`` answer?  (Without counting a hit or a miss.)"""
+        if not self.enabled:
+            return False
+        with self._lock:
+            tid = self._current.get(oid)
+            return (tid is not None and tid <= snapshot and snapshot >= self.base
+                    and (oid, tid) in self._states)
+
     def get_revision(self, oid: int, tid: int) -> bytes | None:
         """The state ``oid`` had at ``tid`` exactly, if cached (revisions never change)."""
         if not self.enabled:

@@ -14,6 +14,7 @@ from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.connections import ConnectionPool, StatementTally
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.cache import StateCache
+from zodbsql.cache.prefetch import Prefetcher
 from zodbsql.options import Options
 from zodbsql.storage.blobs import BlobFiles
 
@@ -28,6 +29,7 @@ class Shared:
         self.backend = backend
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
+        self.prefetcher = Prefetcher(options.prefetch_count, options.prefetch_bytes)
         self.statements = StatementTally()
         self.pool = ConnectionPool(
             lambda: self.counted(backend.connect_for_commit(options.commit_lock_timeout)),

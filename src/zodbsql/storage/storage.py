@@ -25,8 +25,9 @@ from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
 from ZODB.utils import p64, u64
 
 from zodbsql.backends.base import oidalloc
-from zodbsql.backends.base.contract import BackendContract, ConnectionRole
-from zodbsql.errors import SchemaError, ZodbsqlError
+from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
+                                            StateRow)
+from zodbsql.errors import CorruptRecordError, SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import history, iteration, pack
 from zodbsql.storage.blobs import BlobFiles
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 
 #: The meta entry that records where blob data lives ("database" or "shared-directory").
 BLOB_LAYOUT = "blob_layout"
+
+#: References of prefetched states a load brings along, per state it may prefetch (they
+#: name what a later miss brings: the items of a BTree's next buckets).
+REFERENCES_PER_STATE = 4
 
 @zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
                             IStorageCurrentRecordIteration, IExternalGC)
@@ -188,15 +193,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             else:
                 hit = shared.cache.get(oid_int, snapshot)
                 if hit is not None:
+                    shared.prefetcher.note_hit(oid_int)
                     return hit[0], p64(hit[1])
-                conn = self._conn()
-                if not shared.options.keep_history and not self._read_txn:
-                    # The transaction ended without a new poll (afterCompletion, sync):
-                    # a fresh read transaction still gives every state as of the
-                    # snapshot, or a read conflict for one changed since.
-                    conn.begin_read()
-                    self._read_txn = True
-                row = shared.backend.mover.load_at(conn, oid_int, snapshot)
+                row = self._load_at(oid_int, snapshot)
                 if row is not None and row.tid > snapshot:
                     raise POSException.ReadConflictError(
                         oid=oid, serials=(p64(row.tid), p64(snapshot)))
@@ -208,13 +207,72 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 shared.cache.put_loaded(oid_int, tid, state, snapshot)
             return state, p64(tid)
 
+    def _load_at(self, oid: int, snapshot: int) -> StateRow | None:
+        """``oid``'s row as of the snapshot from the database; with prefetch on, the
+        states it refers to (and the queued oids found after it) come in the same
+        statement, into the shared cache."""
+        shared = self.shared
+        mover = shared.backend.mover
+        conn = self._snapshot_conn()
+        prefetcher = shared.prefetcher
+        if not (prefetcher.enabled and shared.cache.enabled):
+            return mover.load_at(conn, oid, snapshot)
+        bound, queued = prefetcher.plan(oid)
+        if bound == 0:
+            return mover.load_at(conn, oid, snapshot)
+        also = [each for each in queued if not shared.cache.has(each, snapshot)]
+        row, states, references = mover.load_with_references(
+            conn, oid, snapshot, also, bound, prefetcher.max_bytes,
+            REFERENCES_PER_STATE * bound)
+        prefetcher.loaded(oid, self._cache_rows(states, snapshot), references)
+        return row
+
+    def _snapshot_conn(self) -> ConnectionRole:
+        """The load connection, ready to read as of the snapshot."""
+        conn = self._conn()
+        if not self._options.keep_history and not self._read_txn:
+            # The transaction ended without a new poll (afterCompletion, sync): a fresh
+            # read transaction still gives every state as of the snapshot, or a read
+            # conflict for one changed since.
+            conn.begin_read()
+            self._read_txn = True
+        return conn
+
     def prefetch(self, oids: Iterable[bytes], tid: bytes | None = None) -> None:
-        """Warm the shared cache for ``oids`` (loads them at this instance's snapshot)."""
-        for oid in oids:
+        """Load ``oids`` at this instance's snapshot into the shared cache, in one
+        statement (a few for thousands of oids on SQLite and MySQL).
+
+        Objects that don't exist, or changed after the snapshot (history-free), are
+        left out; their ``load`` raises as usual.  An instance that has not polled
+        reads without the cache, so it has nothing to prefetch.
+        """
+        shared = self.shared
+        with self._load_lock:
+            snapshot = self._snapshot
+            if snapshot is None or not shared.cache.enabled:
+                return
+            wanted = sorted({oid for oid in map(u64, oids)
+                             if not shared.cache.has(oid, snapshot)})
+            if wanted:
+                rows = shared.backend.mover.load_many_at(self._snapshot_conn(), wanted, snapshot)
+                self._cache_rows(rows, snapshot)
+
+    def _cache_rows(self, rows: Iterable[LoadedState], snapshot: int) -> list[int]:
+        """Put loaded states that the snapshot sees into the shared cache, as ``load``
+        does; return their oids.  A state that fails its checksum is left out (its own
+        ``load`` reports it)."""
+        cache = self.shared.cache
+        cached = []
+        for oid, tid, stored_checksum, state in rows:
+            if state is None or tid > snapshot:
+                continue
             try:
-                self.load(oid)
-            except (POSException.POSKeyError, POSException.ReadConflictError):
-                pass
+                verified(oid, tid, stored_checksum, state)
+            except CorruptRecordError:
+                continue
+            cache.put_loaded(oid, tid, state, snapshot)
+            cached.append(oid)
+        return cached
 
     def resolve_conflict(self, oid: int, committed_tid: int, old_tid: int,
                          new_state: bytes | None, committed_state: bytes) -> bytes:

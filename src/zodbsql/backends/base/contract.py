@@ -34,6 +34,16 @@ class StateRow(NamedTuple):
     state: bytes | None     # None: the object was deleted in this revision
 
 
+class LoadedState(NamedTuple):
+    """One object's revision loaded with others (prefetch): which object, and the rest
+    as :class:`StateRow`."""
+
+    oid: int
+    tid: int
+    checksum: int | None
+    state: bytes | None
+
+
 class StagedState(NamedTuple):
     """A state a commit stages in vote (``temp_store``)."""
 
@@ -339,6 +349,19 @@ class MoverRole(Protocol):
                     before_tid: int) -> tuple[StateRow, int | None] | None:
         """The revision current just before ``before_tid`` and the tid that replaced it
         (None: still current); None when there is no such revision."""
+
+    def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
+                     snapshot_tid: int) -> list[LoadedState]:
+        """Those of ``oids`` that exist, each as ``load_at`` returns it (prefetch)."""
+
+    def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
+                             also: Sequence[int], limit: int, max_bytes: int,
+                             max_references: int,
+                             ) -> tuple[StateRow | None, list[LoadedState], list[Revision]]:
+        """``oid``'s row as ``load_at`` returns it and, in the same statement, up to
+        ``limit`` states (``max_bytes`` in all) at the same snapshot: those it refers
+        to, then those of ``also``, then its siblings; and up to ``max_references`` of
+        their references ``(from, to)``."""
 
     def exists(self, conn: ConnectionRole, oid: int) -> bool:
         """Does any revision of ``oid`` exist?"""

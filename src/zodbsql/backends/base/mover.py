@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Iterable, Sequence
 
-from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, ResolvedState,
+from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
+                                            ResolvedState,
                                             Revision, StagedState, StateRow)
 from zodbsql.backends.base.statements import for_mode, in_list
 
@@ -75,6 +76,67 @@ HF_MOVE_BLOBS = (
     "INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, %s, content_hash FROM temp_blob")
 HF_COUNT_OBJECTS = "SELECT COUNT(*) FROM object_state"
 
+# -- several objects at once (prefetch) ------------------------------------------------------
+# ``{listed}`` is the backend's test of a column against a list of oids (``IN (...)``, or
+# PostgreSQL's ``= ANY(array)``).  History-preserving: each object's revision current at
+# the snapshot tid, as HP_LOAD_AT.
+HP_LOAD_MANY_AT = (
+    "SELECT s.zoid, s.tid, s.checksum, s.state FROM object_state s WHERE s.zoid {listed}"
+    " AND s.tid = (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = s.zoid AND m.tid <= %s)")
+HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
+
+# -- a load with the states it refers to (reference-driven prefetch) ---------------------------
+# One statement returns the object's row (kind 0, as load_at returns it); then up to
+# LIMIT states, and the bytes bound in all (kind 1): first of the objects its state refers
+# to, then of the listed oids, then of the next references (in oid order) of an object
+# that refers to it (its siblings: the next children of its container); and up to a
+# number of the references of those states (kind 2: zoid, to_zoid in the tid column).
+# Sizes are summed before the states are read, so no state is sorted or copied.
+HF_LOAD_WITH_REFS = (
+    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state WHERE zoid = %s),"
+    " wanted AS (SELECT zoid, 0 AS step FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = %s ORDER BY to_zoid LIMIT %s) o"
+    " UNION ALL SELECT zoid, 1 FROM object_state WHERE zoid {listed}"
+    " UNION ALL SELECT zoid, 2 FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = (SELECT zoid FROM object_ref WHERE to_zoid = %s LIMIT 1)"
+    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
+    " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
+    " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
+    " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY w.step, w.zoid)"
+    " AS total FROM chosen w JOIN object_state s ON s.zoid = w.zoid),"
+    " kept AS (SELECT zoid, tid FROM sized WHERE total <= %s)"
+    " SELECT 0, zoid, tid, checksum, state FROM target"
+    " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
+    " JOIN object_state s ON s.zoid = k.zoid"
+    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
+    " FROM object_ref r WHERE r.zoid IN (SELECT zoid FROM kept) LIMIT %s) f")
+# History-preserving: every state as of the snapshot tid (the current one unless it is
+# newer), and the references recorded with exactly that revision.
+HP_LOAD_WITH_REFS = (
+    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state"
+    " WHERE zoid = %s AND tid <= %s ORDER BY tid DESC LIMIT 1),"
+    " parent AS (SELECT zoid FROM object_ref WHERE to_zoid = %s ORDER BY tid DESC LIMIT 1),"
+    " wanted AS (SELECT zoid, 0 AS step FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = %s AND tid = (SELECT tid FROM target) ORDER BY to_zoid LIMIT %s) o"
+    " UNION ALL SELECT zoid, 1 FROM current_object WHERE zoid {listed}"
+    " UNION ALL SELECT zoid, 2 FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = (SELECT zoid FROM parent) AND tid = (SELECT MAX(tid) FROM object_state"
+    " WHERE zoid = (SELECT zoid FROM parent) AND tid <= %s)"
+    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
+    " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
+    " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
+    " revision AS (SELECT w.zoid, w.step, CASE WHEN c.tid <= %s THEN c.tid ELSE"
+    " (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = c.zoid AND m.tid <= %s) END"
+    " AS tid FROM chosen w JOIN current_object c ON c.zoid = w.zoid),"
+    " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY v.step, v.zoid)"
+    " AS total FROM revision v JOIN object_state s ON s.zoid = v.zoid AND s.tid = v.tid),"
+    " kept AS (SELECT zoid, tid FROM sized WHERE total <= %s)"
+    " SELECT 0, zoid, tid, checksum, state FROM target"
+    " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
+    " JOIN object_state s ON s.zoid = k.zoid AND s.tid = k.tid"
+    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
+    " FROM object_ref r JOIN kept k ON r.zoid = k.zoid AND r.tid = k.tid LIMIT %s) f")
+
 
 def state_row(row: tuple[Any, ...] | None) -> StateRow | None:
     """A loaded ``(tid, checksum, state)`` row as a :class:`StateRow`."""
@@ -108,6 +170,10 @@ class MoverStatements:
     count_objects: str
     #: Exact revisions: ``{pairs}`` of (oid, tid); history-free ``{oids}``.
     load_revisions: str
+    #: Prefetch: several objects as of a snapshot, and a load with the states it refers
+    #: to (``{listed}``: the backend's test against a list of oids).
+    load_many: str
+    load_with_refs: str
     move_states: str
     move_refs: str
     move_blobs: str
@@ -127,15 +193,19 @@ class Mover:
         load_current=HP_LOAD_CURRENT, load_at=HP_LOAD_AT, load_serial=HP_LOAD_SERIAL,
         load_before=HP_LOAD_BEFORE, next_tid=HP_NEXT_TID, exists=HP_EXISTS,
         current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
-        load_revisions=HP_LOAD_REVISIONS, move_states=HP_MOVE_STATES, move_refs=HP_MOVE_REFS,
+        load_revisions=HP_LOAD_REVISIONS, load_many=HP_LOAD_MANY_AT,
+        load_with_refs=HP_LOAD_WITH_REFS, move_states=HP_MOVE_STATES, move_refs=HP_MOVE_REFS,
         move_blobs=HP_MOVE_BLOBS, set_current=HP_SET_CURRENT)
     HISTORY_FREE: ClassVar[MoverStatements] = MoverStatements(
         load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
         load_before=HF_LOAD_CURRENT, exists=HF_CURRENT_TID, current_tid=HF_CURRENT_TID,
         count_objects=HF_COUNT_OBJECTS, load_revisions=HF_LOAD_REVISIONS,
+        load_many=HF_LOAD_MANY, load_with_refs=HF_LOAD_WITH_REFS,
         move_states=HF_MOVE_STATES, move_refs=HF_MOVE_REFS, move_blobs=HF_MOVE_BLOBS,
         delete_removed=HF_DELETE_REMOVED, delete_old_refs=HF_DELETE_OLD_REFS,
         delete_old_blobs=HF_DELETE_OLD_BLOBS)
+    #: The most oids one statement lists (the rest go in further statements).
+    MAX_LISTED_OIDS = 1000
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
@@ -178,6 +248,56 @@ class Mover:
 
     def exists(self, conn: ConnectionRole, oid: int) -> bool:
         return conn.fetchone(self.sql.exists, (oid,)) is not None
+
+    def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
+        """The SQL test of a column against ``oids`` (not empty), and its parameters.
+
+        The list is padded (repeating its last oid) to a power of two, so that a few
+        statement texts serve every length and stay in the driver's statement cache.
+        """
+        padded = list(oids) + [oids[-1]] * (padded_length(len(oids)) - len(oids))
+        return "IN (" + ", ".join(["%s"] * len(padded)) + ")", padded
+
+    def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
+                     snapshot_tid: int) -> list[LoadedState]:
+        """Those of ``oids`` that exist, each as ``load_at`` would return it, in one
+        statement per ``MAX_LISTED_OIDS``."""
+        rows: list[LoadedState] = []
+        step = self.MAX_LISTED_OIDS
+        for start in range(0, len(oids), step):
+            test, params = self.listed(oids[start:start + step])
+            sql = self.sql.load_many.format(listed=test)
+            found = conn.fetchall(sql, [*params, snapshot_tid] if self.keep_history else params)
+            rows += [loaded_state(row) for row in found]
+        return rows
+
+    def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
+                             also: Sequence[int], limit: int, max_bytes: int,
+                             max_references: int,
+                             ) -> tuple[StateRow | None, list[LoadedState], list[Revision]]:
+        """``oid``'s row as ``load_at`` returns it; in the same statement up to ``limit``
+        states (``max_bytes`` bytes in all) at the same snapshot: of the objects it
+        refers to, then of those of ``also``, then of its siblings; and up to
+        ``max_references`` references ``(from, to)`` of those states."""
+        test, listed = self.listed(list(also[:self.MAX_LISTED_OIDS]) or [oid])
+        sql = self.sql.load_with_refs.format(listed=test)
+        if self.keep_history:
+            params = [oid, snapshot_tid, oid, oid, limit, *listed, snapshot_tid, oid, limit,
+                      oid, limit, snapshot_tid, snapshot_tid, max_bytes, max_references]
+        else:
+            params = [oid, oid, limit, *listed, oid, oid, limit, oid, limit, max_bytes,
+                      max_references]
+        row: StateRow | None = None
+        states: list[LoadedState] = []
+        references: list[Revision] = []
+        for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params):
+            if kind == 0:
+                row = state_row((tid, stored_checksum, state))
+            elif kind == 1:
+                states.append(loaded_state((zoid, tid, stored_checksum, state)))
+            else:
+                references.append((int(zoid), int(tid)))
+        return row, states, references
 
     def current_tid(self, conn: ConnectionRole, oid: int) -> int | None:
         row = conn.fetchone(self.sql.current_tid, (oid,))
@@ -262,3 +382,15 @@ class Mover:
                 conn.execute(sql.move_blobs, (tid,))
         if blobs and not self.backend.features.staging_emptied_by_transaction_end:
             conn.execute(sql.clear_blob)
+
+
+def padded_length(count: int) -> int:
+    """The power of two at or above ``count`` (``count`` itself above 512)."""
+    return count if count > 512 else 1 << max(0, count - 1).bit_length()
+
+
+def loaded_state(row: tuple[Any, ...]) -> LoadedState:
+    """A loaded ``(oid, tid, checksum, state)`` row as a :class:`LoadedState`."""
+    oid, tid, stored_checksum, state = row
+    return LoadedState(int(oid), int(tid), stored_checksum,
+                       bytes(state) if state is not None else None)

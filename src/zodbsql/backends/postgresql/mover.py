@@ -48,6 +48,12 @@ RESTAGE_ALL = (
 
 class PostgreSQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
+    # One array parameter whatever the number: the statement's text never changes, so
+    # it stays prepared.
+    MAX_LISTED_OIDS = 100_000
+
+    def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
+        return "= ANY(%s::BIGINT[])", [list(oids)]
 
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
               refs: Iterable[Revision]) -> None:

@@ -11,3 +11,6 @@ CREATE_TEMP_TABLES = (
 
 class SQLiteMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
+    # Under the oldest default limit on a statement's variables (999), with room for
+    # the other parameters of a prefetch.
+    MAX_LISTED_OIDS = 990

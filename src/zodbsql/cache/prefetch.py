@@ -1,0 +1,140 @@
+"""Reference-driven prefetch: which states come along when a load misses the cache.
+
+Every commit records the oids each new state refers to (``object_ref``).  A load that
+must ask the database asks, in the same statement, for the states its object refers
+to, and for the references of every state returned (oids only).  References not loaded
+wait in a queue, in the order they were found: when a load misses one of them, the
+oids queued after it come along too (the next children of the same container, the items
+of the next buckets of a BTree).  Walking a container therefore costs a statement per
+batch of children, not one per child.
+
+A batch holds at most ``bound`` states and ``max_bytes`` bytes.  ``bound`` adapts to
+what the process does with them: every prefetched state is remembered until a load
+finds it in the cache (used) or it drops out of the ``fresh`` record.  At each miss,
+once ``WINDOW`` states (a whole batch, for a bound below that) were prefetched since
+the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halves (a
+sparse walk: one child in a hundred), over ``GROW_ABOVE`` it grows fourfold, up to
+``limit`` (``prefetch-count``).  At 0 a load brings nothing along, except that every
+``PROBE_EVERY``-th miss tries ``PROBE`` states again so that a walk that becomes
+sequential is noticed.
+
+One ``Prefetcher`` serves every instance of a storage in the process; what it decides
+never affects which revision a load returns, only how many statements it takes (the
+states are cached by the state cache's rules).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Iterable
+
+#: The bound a process starts with: small, so that a sparse walk wastes little before
+#: the bound falls to 0; it grows fourfold at each miss while prefetches are used.
+START = 8
+GROWTH = 4
+#: Prefetched states counted before the bound is reconsidered.
+WINDOW = 16
+SHRINK_BELOW = 0.25
+GROW_ABOVE = 0.5
+#: With the bound at 0: how often a miss still tries, and how many states.
+PROBE_EVERY = 64
+PROBE = 8
+#: Queued references kept at most (the oldest go first).
+MAX_QUEUED = 200_000
+
+
+class Prefetcher:
+    """The queue of found references and the adaptive bound of one storage."""
+
+    def __init__(self, limit: int, max_bytes: int) -> None:
+        self.limit = max(0, limit)
+        self.max_bytes = max(0, max_bytes)
+        self.bound = min(self.limit, START)
+        self._queue: list[int] = []
+        self._position: dict[int, int] = {}     # oid -> its index in _queue
+        self._fresh: OrderedDict[int, bool] = OrderedDict()  # prefetched, not used yet
+        self._window_prefetched = 0
+        self._window_used = 0
+        self._misses = 0
+        self._lock = threading.Lock()
+        #: Totals since the storage was opened.
+        self.prefetched = 0
+        self.used = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit > 0 and self.max_bytes > 0
+
+    def note_hit(self, oid: int) -> None:
+        """A load found ``oid`` in the cache: count it if it was prefetched.
+        (Unlocked: a count lost to a race only nudges the bound.)"""
+        if self._fresh.pop(oid, False):
+            self._window_used += 1
+            self.used += 1
+
+    def plan(self, oid: int) -> tuple[int, list[int]]:
+        """At a miss of ``oid``: how many states may come along, and the queued oids
+        that follow ``oid`` (up to that many)."""
+        with self._lock:
+            self._misses += 1
+            self._reconsider()
+            bound = self.bound
+            if bound == 0 and self._misses % PROBE_EVERY == 0:
+                bound = PROBE
+            return bound, self._following(oid, bound)
+
+    def loaded(self, oid: int, prefetched: list[int],
+               references: Iterable[tuple[int, int]]) -> None:
+        """Record a load of ``oid`` that cached the ``prefetched`` states and found the
+        ``references`` ``(from, to)`` of the states it returned."""
+        with self._lock:
+            fetched = {oid, *prefetched}
+            for each in fetched:
+                self._position.pop(each, None)
+            self._fresh.pop(oid, None)
+            for each in prefetched:
+                self._fresh[each] = True
+            self._window_prefetched += len(prefetched)
+            self.prefetched += len(prefetched)
+            while len(self._fresh) > max(4 * self.limit, 4 * WINDOW):
+                self._fresh.popitem(last=False)
+            for _, to_oid in references:
+                if to_oid not in fetched and to_oid not in self._position:
+                    self._position[to_oid] = len(self._queue)
+                    self._queue.append(to_oid)
+            if len(self._queue) > MAX_QUEUED:
+                self._compact()
+
+    # -- inside the lock ------------------------------------------------------------------
+    def _reconsider(self) -> None:
+        if self._window_prefetched < max(1, min(WINDOW, self.bound)):
+            return
+        share = self._window_used / self._window_prefetched
+        if share < SHRINK_BELOW:
+            self.bound //= 2
+        elif share > GROW_ABOVE:
+            self.bound = min(self.limit, max(PROBE, GROWTH * self.bound))
+        self._window_prefetched = self._window_used = 0
+
+    def _following(self, oid: int, count: int) -> list[int]:
+        """Up to ``count`` oids still queued after ``oid`` (none if it isn't queued)."""
+        start = self._position.get(oid)
+        if start is None or count == 0:
+            return []
+        found: list[int] = []
+        queue, position = self._queue, self._position
+        end = min(len(queue), start + 1 + 4 * count)  # loaded oids leave gaps: skip a few
+        for index in range(start + 1, end):
+            candidate = queue[index]
+            if position.get(candidate) == index:
+                found.append(candidate)
+                if len(found) == count:
+                    break
+        return found
+
+    def _compact(self) -> None:
+        """Keep the newest half of the queued oids."""
+        live = [oid for index, oid in enumerate(self._queue)
+                if self._position.get(oid) == index]
+        self._queue = live[len(live) // 2:]
+        self._position = {oid: index for index, oid in enumerate(self._queue)}

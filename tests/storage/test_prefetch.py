@@ -1,0 +1,271 @@
+"""Prefetch: states loaded ahead into the shared cache, in one statement, never outside
+the snapshot of the instance that loads them.
+
+``prefetch(oids)`` (ZODB's ``Connection.prefetch``) loads the states it is given.
+Statements are counted with ``statement_count()``; "another process" is a second storage
+opened on the same database, with its own cache.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any, Callable, Iterator
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB import POSException
+
+from zodbsql.cache.prefetch import PROBE, PROBE_EVERY, START, Prefetcher
+
+CHILDREN = 500
+
+
+def fill(db: Any, count: int = CHILDREN) -> list[bytes]:
+    """A mapping of ``count`` small mappings under the root; their oids."""
+    with db.transaction() as conn:
+        conn.root()["items"] = items = PersistentMapping()
+        for i in range(count):
+            items[i] = PersistentMapping(v=0)
+    with db.transaction() as conn:
+        return [child._p_oid for child in conn.root()["items"].values()]
+
+
+def change_all(db: Any, value: int) -> None:
+    with db.transaction() as conn:
+        for child in conn.root()["items"].values():
+            child["v"] = value
+
+
+def value_of(instance: Any, oid: bytes) -> int:
+    """The ``v`` of the child mapping ``oid`` as ``instance`` loads it."""
+    state, _ = instance.load(oid)
+    unpickler = pickle.Unpickler(io.BytesIO(state))
+    unpickler.load()                 # the class
+    return int(unpickler.load()["data"]["v"])
+
+
+@pytest.fixture
+def storage_and_db(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    yield storage, db
+    db.close()
+    transaction.abort()
+
+
+@pytest.fixture
+def polled() -> Iterator[Callable[[Any], Any]]:
+    """``polled(storage)``: a new instance at the newest commit, released after the test
+    (also when it fails: an open read transaction would block dropping the database)."""
+    made: list[Any] = []
+
+    def new_instance(storage: Any) -> Any:
+        instance = storage.new_instance()
+        made.append(instance)
+        instance.poll_invalidations()
+        return instance
+    yield new_instance
+    for instance in made:
+        instance.release()
+
+
+def test_prefetch_is_one_statement_and_serves_the_loads(storage_and_db: Any,
+                                                        polled: Any) -> None:
+    storage, db = storage_and_db
+    oids = fill(db)
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    before = storage.statement_count()
+    instance.prefetch(oids)
+    assert storage.statement_count() - before == 1
+    before = storage.statement_count()
+    assert [value_of(instance, oid) for oid in oids] == [0] * CHILDREN
+    assert storage.statement_count() - before == 0
+    before = storage.statement_count()
+    instance.prefetch(oids)              # all cached: nothing to ask
+    assert storage.statement_count() - before == 0
+    instance.release()
+
+
+def test_prefetch_skips_what_does_not_exist(storage_and_db: Any, polled: Any) -> None:
+    storage, db = storage_and_db
+    oids = fill(db, 3)
+    instance = polled(storage)
+    missing = b"\x00" * 7 + b"\x7f"
+    instance.prefetch(oids + [missing])
+    assert [value_of(instance, oid) for oid in oids] == [0, 0, 0]
+    with pytest.raises(POSException.POSKeyError):
+        instance.load(missing)
+    instance.release()
+
+
+def test_prefetch_at_an_old_snapshot_reads_that_snapshot(storage_factory: Any,
+                                                         storage_and_db: Any,
+                                                         polled: Any) -> None:
+    storage, db = storage_and_db
+    other = storage_factory.open(storage_factory.path)   # another process
+    oids = fill(db)
+    storage.shared.cache.clear()
+    old = polled(storage)
+    change_all(ZODB.DB(other), 1)    # committed after old's snapshot
+    new = polled(storage)
+    new.prefetch(oids)               # newer revisions in the shared cache
+    old.prefetch(oids)               # old's own revisions, from the database
+    assert {value_of(old, oid) for oid in oids} == {0}
+    assert {value_of(new, oid) for oid in oids} == {1}
+    third = polled(storage)          # a newer snapshot reads the newest from the cache
+    before = storage.statement_count()
+    assert {value_of(third, oid) for oid in oids} == {1}
+    assert storage.statement_count() - before == 0
+    for instance in (old, new, third):
+        instance.release()
+
+
+# -- reference-driven prefetch ----------------------------------------------------------------
+def children_of(instance: Any, container: bytes) -> list[bytes]:
+    """The oids the container's state refers to (ZODB's own reading of the pickle)."""
+    from ZODB.serialize import referencesf
+    return referencesf(instance.load(container)[0])
+
+
+def container_oid(db: Any) -> bytes:
+    with db.transaction() as conn:
+        return conn.root()["items"]._p_oid
+
+
+def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any, polled: Any) -> None:
+    storage, db = storage_and_db
+    fill(db, START)                  # as many children as a first load brings along
+    container = container_oid(db)
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    before = storage.statement_count()
+    children = children_of(instance, container)
+    assert storage.statement_count() - before == 1
+    before = storage.statement_count()
+    assert [value_of(instance, oid) for oid in children] == [0] * START
+    assert storage.statement_count() - before == 0       # served from the cache
+    assert storage.shared.prefetcher.used == START
+    instance.release()
+
+
+def cold_walk(storage: Any, db: Any) -> int:
+    """Statements of reading every child of the container with every cache empty (the
+    transaction's poll included, its end not)."""
+    storage.shared.cache.clear()
+    db.cacheMinimize()
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.cacheMinimize()
+    before = storage.statement_count()
+    tm.begin()
+    values = [child["v"] for child in conn.root()["items"].values()]
+    statements = storage.statement_count() - before
+    tm.abort()
+    conn.close()
+    assert values == [0] * len(values)
+    return statements
+
+
+def test_a_cold_walk_of_a_thousand_children_is_a_few_statements(storage_and_db: Any) -> None:
+    storage, db = storage_and_db
+    fill(db, 1000)
+    assert cold_walk(storage, db) <= 10
+
+
+def test_prefetch_off_loads_one_state_per_statement(storage_factory: Any) -> None:
+    storage = storage_factory.open(prefetch_count=0)
+    db = ZODB.DB(storage)
+    try:
+        fill(db, 200)
+        assert cold_walk(storage, db) >= 202               # root, container, children
+        assert storage.shared.prefetcher.prefetched == 0
+    finally:
+        db.close()
+
+
+def test_a_prefetched_state_is_the_loading_snapshot_s(storage_factory: Any,
+                                                      storage_and_db: Any,
+                                                      polled: Any) -> None:
+    """Another process commits between the load that prefetched a state and its use:
+    the loading connection keeps its snapshot's revision, a newer one gets the new."""
+    storage, db = storage_and_db
+    other_db = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    fill(db, START)                  # as many children as a first load brings along
+    container = container_oid(db)
+    storage.shared.cache.clear()
+    old = polled(storage)
+    children = children_of(old, container)                # the children prefetched at 0
+    change_all(other_db, 1)
+    before = storage.statement_count()
+    assert {value_of(old, oid) for oid in children} == {0}
+    assert storage.statement_count() - before == 0        # as prefetched, from the cache
+    new = polled(storage)                                 # learns of the commit
+    assert {value_of(new, oid) for oid in children} == {1}
+    assert {value_of(old, oid) for oid in children} == {0}  # now from the database
+    # The other way round: a newer snapshot prefetches, an older one loads after it.
+    change_all(other_db, 2)
+    newest = polled(storage)
+    children_of(newest, container)                        # prefetches the revisions at 2
+    assert {value_of(new, oid) for oid in children} == {1}
+    assert {value_of(newest, oid) for oid in children} == {2}
+    for instance in (old, new, newest):
+        instance.release()
+    other_db.close()
+
+
+def test_a_sparse_walk_lowers_the_bound_and_a_full_walk_raises_it(storage_and_db: Any) -> None:
+    storage, db = storage_and_db
+    fill(db, 3000)
+    prefetcher = storage.shared.prefetcher
+    start = prefetcher.bound
+    storage.shared.cache.clear()
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.cacheMinimize()
+    tm.begin()
+    items = conn.root()["items"]
+    before = storage.statement_count()
+    sparse = [items[i]["v"] for i in range(0, 3000, 100)]  # one child in a hundred
+    sparse_statements = storage.statement_count() - before
+    assert sparse == [0] * 30
+    assert prefetcher.bound < start // 4
+    # Most of what is prefetched is never read: far fewer states than a full batch
+    # per child, and one statement per child read, as without prefetch.
+    assert prefetcher.prefetched < 2 * start + 30 * prefetcher.bound + 100
+    assert sparse_statements <= 31
+    before = prefetcher.bound
+    assert [items[i]["v"] for i in range(3000)] == [0] * 3000   # now every child
+    assert prefetcher.bound > before
+    tm.abort()
+    conn.close()
+
+
+# -- the adaptive bound, without a database ----------------------------------------------------
+def test_queued_references_come_along_in_the_order_found() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.loaded(1, [10], [(1, 10), (1, 11), (1, 12), (10, 20), (10, 21)])
+    bound, queued = prefetcher.plan(11)
+    assert (bound, queued) == (START, [12, 20, 21])
+    prefetcher.loaded(11, [12, 20], [])
+    assert prefetcher.plan(21) == (START, [])             # the last one queued
+
+
+def test_unused_prefetches_shrink_the_bound_to_zero_and_a_probe_grows_it_back() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    fresh = iter(range(1000, 10**7))
+    misses = 0
+    while prefetcher.bound:                               # nothing prefetched is used
+        bound, _ = prefetcher.plan(misses)
+        prefetcher.loaded(misses, [next(fresh) for _ in range(bound)], [])
+        misses += 1
+    assert misses <= 10
+    for miss in range(4 * PROBE_EVERY):                   # everything prefetched is used
+        bound, _ = prefetcher.plan(miss)
+        used = [next(fresh) for _ in range(bound)]
+        prefetcher.loaded(miss, used, [])
+        for oid in used:
+            prefetcher.note_hit(oid)
+    assert prefetcher.bound >= 2 * PROBE
