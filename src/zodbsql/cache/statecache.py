@@ -27,11 +27,13 @@ CPython allocates them: each state's ``bytes`` object (header included, rounded 
 pymalloc's 16-byte blocks), each key's ``int``, the hash tables of the dicts
 (``sys.getsizeof``, read whenever the count is checked, so a table that doubles is seen
 at once) and the frequency sketch.  A current state is kept as ``tid + state`` in one
-``bytes`` under the oid alone, so it costs one dict slot, one small int and one bytes
-header: measured with ``scripts/cache_memory.py`` (200,000 objects of 128 bytes, ~190
-byte states), RSS above the cache-off run stays within ~10% of ``cache-size-mb``, where
-the OrderedDict of ``(oid, tid)`` tuples it replaced, counted as ``len(state) + 64``,
-took 3 to 4.5 times the setting.
+``bytes`` under the oid alone: its pickle and ~180 bytes (one OrderedDict slot and
+node, one small int, one bytes header).  Measured with ``scripts/cache_memory.py``
+(200,000 objects of 128 bytes in an OOBTree, SQLite), peak RSS above the cache-off run
+was 14, 41, 80 and 107 MB at 10, 32, 64 and 256 MB (the last counting 100 MB: all of
+it fit), within 1.2 x ``cache-size-mb`` + 10 MB; the OrderedDict of ``(oid, tid)``
+tuples it replaced, counted as ``len(state) + 64``, took ~310 bytes besides the pickle
+where it counted 64, and an uncounted index entry for every state loaded.
 
 **Eviction: TinyLFU admission in front of a segmented LRU.**  Current states live in
 two ``OrderedDict``s: *probation*, where they arrive, and *protected* (80% of the bytes),
