@@ -40,16 +40,18 @@ two ``OrderedDict``s: *probation*, where they arrive, and *protected* (80% of th
 where a second hit moves them; protected's oldest fall back to probation, and
 probation's oldest is the eviction victim.  (A plain dict would save ~70 bytes a state,
 but finding its oldest key scans the slots its deletions left, until it is resized:
-a second pass ran at half the speed of the first.)  Before a new state may push the victim out,
-a count-min sketch of recent accesses (4 rows of 4-bit counters, halved every 10 x its
-width accesses, so it forgets) compares them: the newcomer enters only if it was asked
-for more often than the victim.  Compared on the same script (second pass over twice
+a second pass ran at half the speed of the first.)  Before a new state may push the
+victim out, a count-min sketch of recent accesses (4 rows of 4-bit counters, halved
+every 10 x its width accesses, so it forgets) compares them: the newcomer enters only
+if it was asked for at least two more times than the victim (with no margin, a loop's
+second pass pushes out, one by one, the states it is about to ask for).  Compared on the same script (second pass over twice
 the cache, 32 MB): plain LRU (the old policy) and segmented LRU alone both serve ~0% of
 a second pass, since in a loop larger than the cache every state is evicted before it
 is asked again and never reaches protected; with admission the states that filled the
 cache first stay, and the second pass is served in proportion to what fits.  A hot
 working set survives a scan for the same reason (a scanned state, asked once, does not
-out-count a hot one), and the sketch costs ~1 us per access, far less than a load.
+out-count a hot one).  The sketch is pure Python and every access pays it: 5 us of a
+cache hit's 9 us on this loaded machine, where a PostgreSQL load took ~1 ms.
 """
 from __future__ import annotations
 
