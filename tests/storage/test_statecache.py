@@ -3,10 +3,13 @@
 The storage-level tests (test_snapshots.py, the model test) show no connection reads
 outside its snapshot; these pin the cache's own rules: the index is reset by a poll
 that leaves a gap or grows it past its bound, states larger than a quarter of the cache
-are not kept, the memory bound holds exactly (64 bytes of overhead per state, least
-recently used first out), and the hit and miss counters count.
+are not kept, the memory bound holds (counted as CPython allocates, checked with
+tracemalloc), a state asked for often survives a scan, a poll retires the states it
+names, and the hit and miss counters count.
 """
 from __future__ import annotations
+
+import tracemalloc
 
 from zodbsql.cache.statecache import StateCache
 
@@ -51,7 +54,8 @@ def test_polls_feed_the_index_until_it_overflows() -> None:
     assert cache.get(0, 20) == (STATE, 20)
     cache.after_poll(20, 30, [(limit, 30)])      # one past the bound: emptied
     assert (cache.base, cache.polled) == (30, 30)
-    assert cache.get(0, 30) is None
+    assert cache.get(0, 25) is None               # before the new base: ask
+    assert cache.get(0, 30) == (STATE, 20)        # current states stay (not changed)
 
 
 def test_an_old_poll_changes_nothing() -> None:
@@ -86,25 +90,96 @@ def test_hits_and_misses_are_counted() -> None:
     assert (cache.hits, cache.misses) == (2, 2)
 
 
-def test_the_memory_bound_holds_exactly() -> None:
-    cache = StateCache(10 * ENTRY)               # room for exactly ten states
-    for oid in range(10):
-        cache.put_revision(oid, 1, STATE)
-    assert len(cache) == 10
-    cache.put_revision(10, 1, STATE)             # the eleventh pushes out the oldest
-    assert len(cache) == 10
+def test_the_memory_bound_holds() -> None:
+    cache = StateCache(64 * 1024)
     cache.after_poll(1, 1, [])
-    for oid in range(11):
+    empty = cache.bytes_used
+    assert 0 < empty < 4096                       # the sketch and four empty dicts
+    for oid in range(2000):                       # far more than fit
         cache.put_loaded(oid, 1, STATE, snapshot=1)
-    assert cache.get(0, 1) is None
-    assert cache.get(1, 1) == (STATE, 1)
-    cache.put_revision(1, 1, STATE)              # known already: nothing counted twice
-    cache.put_revision(11, 1, STATE)             # evicts 2, the least recently used
-    assert len(cache) == 10
-    assert cache.get(2, 1) is None and cache.get(1, 1) == (STATE, 1)
-    for oid in range(100, 500):                  # many evictions: the count stays exact
-        cache.put_revision(oid, 1, STATE)
-    assert len(cache) == 10
+        cache.get(oid, 1)
+        assert cache.bytes_used <= cache.limit
+    assert 200 < len(cache) < 400                 # ~200 bytes each, all told
+    kept = next(oid for oid in range(2000) if cache.get(oid, 1) is not None)
+    counted = cache.bytes_used
+    cache.put_loaded(kept, 1, STATE, snapshot=1)  # known already: nothing counted twice
+    cache.put_revision(kept, 1, STATE)
+    assert cache.bytes_used == counted
+    cache.clear()
+    assert cache.bytes_used == empty
+
+
+def test_the_count_is_what_python_allocates() -> None:
+    """tracemalloc sees what the cache's objects take (requested sizes, so a little
+    less than the count, which rounds up to pymalloc's blocks): never more than the
+    count, and the count never more than the limit."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache = StateCache(4 << 20)
+        cache.after_poll(1, 1, [])
+        for oid in range(40_000):                 # ~8 MB offered
+            cache.put_loaded(oid + (1 << 40), 1, bytes(190) + oid.to_bytes(4, "big"), 1)
+        for oid in range(0, 40_000, 7):           # some exact revisions too
+            cache.put_revision(oid, 2, bytes(150) + oid.to_bytes(4, "big"))
+        traced = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert traced <= cache.bytes_used <= cache.limit
+    assert traced > 0.85 * cache.bytes_used
+
+
+def test_a_hot_state_survives_a_scan() -> None:
+    """TinyLFU admission: states asked for once (a scan of many more than fit) don't
+    push out states asked for often; a plain LRU loses them."""
+    for policy in ("tinylfu", "lru"):
+        cache = StateCache(64 * 1024)
+        if policy == "lru":
+            cache._policy_for_comparison("lru")
+        cache.after_poll(1, 1, [])
+        hot = range(1_000_000, 1_000_020)
+        for _ in range(3):
+            for oid in hot:
+                if cache.get(oid, 1) is None:
+                    cache.put_loaded(oid, 1, STATE, snapshot=1)
+        for oid in range(5000):                   # the scan: each asked once
+            if cache.get(oid, 1) is None:
+                cache.put_loaded(oid, 1, STATE, snapshot=1)
+        kept = sum(cache.get(oid, 1) is not None for oid in hot)
+        assert kept == (20 if policy == "tinylfu" else 0), policy
+
+
+def test_a_second_pass_over_more_than_fits_is_served_in_part() -> None:
+    """A loop over twice what fits: LRU serves nothing on the second pass, TinyLFU
+    keeps what filled the cache first."""
+    cache = StateCache(64 * 1024)
+    cache.after_poll(1, 1, [])
+    for oid in range(400):
+        if cache.get(oid, 1) is None:
+            cache.put_loaded(oid, 1, STATE, snapshot=1)
+    assert 150 < len(cache) < 200                 # 400 is more than twice that
+    kept = len(cache)
+    for oid in range(400):
+        if cache.get(oid, 1) is None:
+            cache.put_loaded(oid, 1, STATE, snapshot=1)
+    assert cache.hits > 0.75 * kept
+
+
+def test_a_poll_retires_a_current_state_to_an_exact_revision() -> None:
+    """A state a poll names as changed is no longer current (get misses), but stays
+    the exact revision conflict resolution asks for; a commit's own revision becomes
+    current once a poll names it."""
+    cache = polled_cache()
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)
+    cache.put_revision(1, 20, b"one at 20")       # committed, not polled yet
+    assert cache.get(1, 10) == (b"one at 5", 5)
+    cache.after_poll(10, 20, [(1, 20)])
+    assert cache.get(1, 15) is None               # 15 < 20: which revision? ask
+    assert cache.get_revision(1, 5) == b"one at 5"
+    assert cache.get(1, 20) == (b"one at 20", 20)
+    assert cache.get_revision(1, 20) == b"one at 20"
+    cache.put_loaded(1, 5, b"one at 5", snapshot=15)   # an older snapshot's load
+    assert cache.get(1, 20) == (b"one at 20", 20)
 
 
 def test_large_states_are_not_kept() -> None:
@@ -124,9 +199,7 @@ def test_clear_forgets_everything() -> None:
     cache.clear()
     assert (len(cache), cache.base, cache.polled) == (0, -1, -1)
     assert cache.get(1, 1) is None
-    for oid in range(10):                         # the byte count starts from zero again
-        cache.put_revision(oid, 1, STATE)
-    assert len(cache) == 10
+    assert cache.bytes_used == StateCache(10 * ENTRY).bytes_used
 
 
 def test_a_disabled_cache_keeps_nothing() -> None:
