@@ -240,7 +240,6 @@ def test_a_load_at_an_older_snapshot_does_not_vouch_for_the_present() -> None:
     cache.put_loaded(5, 1, b"tid 1", snapshot=15)   # a connection still at 15 reads it
     assert cache.get(5, 25) is None                 # at 25 the object was at tid 20
     assert cache.get(5, 30) is None
-    assert cache.get_revision(5, 1) == b"tid 1"     # the revision itself is still exact
     # Loaded at the newest polled snapshot, the state is the one current there.
     cache.put_loaded(6, 7, b"tid 7", snapshot=30)
     assert cache.get(6, 30) == (b"tid 7", 7)
