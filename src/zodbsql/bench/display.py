@@ -162,7 +162,8 @@ class LiveView:
         if self.live_terminal:
             self.live.update(self._render())
         else:
-            self.console.print(result_line(run), highlight=False, markup=False)
+            self.console.print(result_line(run), highlight=False, markup=False,
+                               soft_wrap=True)
 
     def status(self, text: str) -> None:
         self.progress.update(self.task, description=text)
