@@ -1,7 +1,8 @@
 """The storage shoot-out: compare ZODB storages on the same workloads.
 
 With no arguments: zodbsql on the embedded SQLite default (history-preserving) against
-FileStorage, in a temporary directory removed at the end; about a minute.
+FileStorage, in a temporary directory removed at the end; about two minutes (1 min 33 s
+on the machine it was measured on).
 
 Tests (--tests / --exclude; default: all but soak):
   add          new objects, committed (one transaction per worker)
@@ -60,7 +61,7 @@ from zodbsql.masking import mask_config, mask_secrets
 
 HELP = "the storage shoot-out: zodbsql vs FileStorage, ZEO, RelStorage ... (charts, JSON)"
 EXAMPLE = """examples:
-  zodbsql bench                                 # zodbsql SQLite vs FileStorage, ~1 minute
+  zodbsql bench                                 # zodbsql SQLite vs FileStorage, ~2 minutes
   zodbsql bench --contender sqlite,sqlite-hf,zeo -n 100,1000 -c 1,2
   zodbsql bench --config shootout.conf --tests add,cold,hot -r 5 --warmup 1
   zodbsql bench compare bench-results/A/results.json bench-results/B/results.json
