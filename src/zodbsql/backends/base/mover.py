@@ -256,7 +256,7 @@ class Mover:
         statement texts serve every length and stay in the driver's statement cache.
         """
         padded = list(oids) + [oids[-1]] * (padded_length(len(oids)) - len(oids))
-        return "IN (" + ", ".join(["%s"] * len(padded)) + ")", padded
+        return f"IN ({in_list(len(padded))})", padded
 
     def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
                      snapshot_tid: int) -> list[LoadedState]:
