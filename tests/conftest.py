@@ -88,3 +88,14 @@ def storage_factory(request: pytest.FixtureRequest, tmp_path):
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return ["zodbsql storage matrix: " + ", ".join(p.id for p in PARAMS)]
+
+
+@pytest.fixture
+def storage_and_db(storage_factory):
+    """A storage of the cell and a ZODB.DB on it, closed afterwards."""
+    import ZODB
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    yield storage, db
+    db.close()
+    transaction.abort()

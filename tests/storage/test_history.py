@@ -12,11 +12,10 @@ from __future__ import annotations
 import base64
 import pickle
 import re
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import transaction
-import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError, POSKeyError, UndoError
@@ -30,15 +29,6 @@ from zodbsql.storage import pack
 
 HP_ONLY = (True,)
 NO_UNDO = "a history-free storage keeps no transactions to undo"
-
-
-@pytest.fixture
-def opened(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
-    """A storage of the cell and a ZODB.DB on it, closed afterwards."""
-    storage = storage_factory.open()
-    db = ZODB.DB(storage)
-    yield storage, db
-    db.close()
 
 
 def _commit_numbered(db: Any, count: int) -> tuple[bytes, list[bytes]]:
@@ -60,8 +50,8 @@ def _commit_numbered(db: Any, count: int) -> tuple[bytes, list[bytes]]:
 
 
 def test_history_gives_each_revision_with_its_transaction(storage_factory: Any,
-                                                           opened: Any) -> None:
-    storage, db = opened
+                                                           storage_and_db: Any) -> None:
+    storage, db = storage_and_db
     tm = transaction.TransactionManager()
     conn = db.open(tm)
     conn.root()["x"] = PersistentMapping(v=1)
@@ -97,8 +87,8 @@ class TestUndoLog:
     history_modes = HP_ONLY
     history_modes_reason = NO_UNDO
 
-    def test_pages_newest_first_across_batches_and_filters(self, opened: Any) -> None:
-        storage, db = opened
+    def test_pages_newest_first_across_batches_and_filters(self, storage_and_db: Any) -> None:
+        storage, db = storage_and_db
         _, tids = _commit_numbered(db, 45)
         newest = [f"t{i}".encode() for i in reversed(range(45))]
 
@@ -120,8 +110,8 @@ class TestUndoLog:
         assert entry["time"] == TimeStamp(tids[-1]).timeTime()
 
     def test_packed_transactions_leave_the_log_and_cannot_be_undone(
-            self, opened: Any) -> None:
-        storage, db = opened
+            self, storage_and_db: Any) -> None:
+        storage, db = storage_and_db
         _, tids = _commit_numbered(db, 3)
         pack.pack(storage, TimeStamp(tids[-1]).timeTime() + 1)   # now: all packed
         assert storage.undoLog(0, 10) == []
@@ -137,9 +127,9 @@ class TestUndoIds:
     history_modes_reason = NO_UNDO
 
     @pytest.mark.parametrize("form", ["bytes", "base64-bytes", "base64-str"])
-    def test_undo_accepts_the_id_and_its_base64_form(self, opened: Any,
+    def test_undo_accepts_the_id_and_its_base64_form(self, storage_and_db: Any,
                                                      form: str) -> None:
-        storage, db = opened
+        storage, db = storage_and_db
         oid, tids = _commit_numbered(db, 2)
         encoded = base64.encodebytes(tids[-1]).rstrip(b"\n")
         given = {"bytes": tids[-1], "base64-bytes": encoded,
@@ -153,9 +143,9 @@ class TestUndoIds:
             assert conn.root()["x"]["v"] == 0
 
     @pytest.mark.parametrize("bad", [b"\0" * 7, b"not base64!", "AAAAAAAAAAAAAAA=", b""])
-    def test_undo_refuses_an_id_that_names_no_transaction(self, opened: Any,
+    def test_undo_refuses_an_id_that_names_no_transaction(self, storage_and_db: Any,
                                                           bad: Any) -> None:
-        storage, db = opened
+        storage, db = storage_and_db
         _commit_numbered(db, 1)
         txn = TransactionMetaData()
         storage.tpc_begin(txn)
@@ -173,10 +163,10 @@ class TestUndoEdges:
     history_modes_reason = NO_UNDO
 
     def test_undoing_a_change_and_the_creation_at_once_removes_the_object(
-            self, opened: Any) -> None:
+            self, storage_and_db: Any) -> None:
         """Both undone in one transaction: the object's record there is a deletion that
         copies no earlier revision (a copy of the database must delete it too)."""
-        storage, db = opened
+        storage, db = storage_and_db
         with db.transaction() as conn:
             conn.root()["y"] = PersistentMapping(v=1)
         created = storage.lastTransaction()
@@ -196,8 +186,8 @@ class TestUndoEdges:
             storage.load(y)
 
     def test_a_stale_store_then_undo_of_the_same_object_still_conflicts(
-            self, opened: Any) -> None:
-        storage, db = opened
+            self, storage_and_db: Any) -> None:
+        storage, db = storage_and_db
         oid, tids = _commit_numbered(db, 2)
         txn = TransactionMetaData()
         storage.tpc_begin(txn)
@@ -208,11 +198,11 @@ class TestUndoEdges:
         storage.tpc_abort(txn)
 
     @pytest.mark.parametrize("undone", ["creation", "change", "change-then-deleted"])
-    def test_undo_of_what_a_later_transaction_changed_is_refused(self, opened: Any,
+    def test_undo_of_what_a_later_transaction_changed_is_refused(self, storage_and_db: Any,
                                                                  undone: str) -> None:
         """Undoing the creation, or a change, of an object a later transaction changed
         again (and that cannot merge the two) or deleted fails with UndoError naming it."""
-        storage, db = opened
+        storage, db = storage_and_db
         oid, tids = _commit_numbered(db, 2)
         created = storage.history(oid, 10)[-1]["tid"]
         if undone == "change-then-deleted":
@@ -230,9 +220,9 @@ class TestUndoEdges:
         storage.tpc_abort(txn)
 
     @pytest.mark.parametrize("damage", ["corrupt", "current-row-gone"])
-    def test_undo_in_a_damaged_database_names_the_object(self, opened: Any,
+    def test_undo_in_a_damaged_database_names_the_object(self, storage_and_db: Any,
                                                          damage: str) -> None:
-        storage, db = opened
+        storage, db = storage_and_db
         oid, tids = _commit_numbered(db, 2)
         if damage == "corrupt":
             run_sql(storage, CORRUPT, (b"not what was stored", u64(oid)))
@@ -255,8 +245,8 @@ class TestNoUndoWithoutHistory:
     history_modes = (False,)
     history_modes_reason = "checks that a history-free storage refuses undo (TestUndoIds undoes)"
 
-    def test_undo_log_is_empty_and_undo_refused(self, opened: Any) -> None:
-        storage, db = opened
+    def test_undo_log_is_empty_and_undo_refused(self, storage_and_db: Any) -> None:
+        storage, db = storage_and_db
         _, tids = _commit_numbered(db, 2)
         assert storage.undoLog(0, 10) == []
         txn = TransactionMetaData()
@@ -281,10 +271,10 @@ def test_iterator_lists_consecutive_tids_across_batches(storage_factory: Any) ->
     assert [[r.oid for r in t] for t in storage.iterator(tids[7], tids[7])] == [[p64(8)]]
 
 
-def test_record_iternext_visits_every_current_record_once(opened: Any) -> None:
+def test_record_iternext_visits_every_current_record_once(storage_and_db: Any) -> None:
     """Each existing object once, in oid order, with its current serial and state; an
     object deleted (deleteObject) is not among them."""
-    storage, db = opened
+    storage, db = storage_and_db
     oid, tids = _commit_numbered(db, 2)
     with db.transaction() as conn:
         conn.root()["gone"] = PersistentMapping()

@@ -47,15 +47,6 @@ def value_of(instance: Any, oid: bytes) -> int:
 
 
 @pytest.fixture
-def storage_and_db(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
-    storage = storage_factory.open()
-    db = ZODB.DB(storage)
-    yield storage, db
-    db.close()
-    transaction.abort()
-
-
-@pytest.fixture
 def polled() -> Iterator[Callable[[Any], Any]]:
     """``polled(storage)``: a new instance at the newest commit, released after the test
     (also when it fails: an open read transaction would block dropping the database)."""
