@@ -7,6 +7,9 @@ the reason, so nothing is left out silently.
 """
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 import transaction
 
@@ -99,3 +102,24 @@ def storage_and_db(storage_factory):
     yield storage, db
     db.close()
     transaction.abort()
+
+
+# ZODBSQL_RSS_LOG=FILE appends "rss_kib threads nodeid" after each test: the way to
+# find which tests make the test process grow (a CI run was once killed for memory).
+_RSS_LOG = os.environ.get("ZODBSQL_RSS_LOG")
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+if _RSS_LOG:
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+        with open(_RSS_LOG, "a") as log:
+            log.write(f"{_rss_kib()} {threading.active_count()} {nodeid}\n")

@@ -64,6 +64,9 @@ class StorageFactory:
     def close_storages(self) -> None:
         for storage in self.opened:
             storage.close()
+        # pytest keeps each test's class instance, and with it this factory, to the end
+        # of the session: hold no closed storage (a race test opens hundreds).
+        self.opened.clear()
 
     def cleanup(self) -> None:
         self.close_storages()

@@ -119,6 +119,21 @@ class Options:
     cache_size_mb: float = setting(
         64.0, doc="Size of the state cache shared by all connections of this storage in the "
                   "process, in MB (0 turns it off).")
+    cache_persistent_dir: str | None = setting(
+        None, doc="A directory where the state cache is saved (at close and every "
+                  "cache-persistent-interval seconds) and read back, in the background, after "
+                  "a restart; checked against the database before use.  Processes on one host "
+                  "may share it.  Unset: the cache starts empty.")
+    cache_persistent_interval: float = setting(
+        300.0, doc="Seconds between two saves of the state cache to cache-persistent-dir.")
+    cache_redis_url: str | None = setting(
+        None, repr=False,
+        doc="A Redis server (redis://host:port/db) that the processes of every host share "
+            "as a second-level state cache; keys name the database, the oid and a tid, so "
+            "no invalidation is needed.  When Redis is down, loads go to the database.  "
+            "Needs the redis extra.")
+    cache_redis_prefix: str = setting(
+        "zodbsql:", doc="What every key this storage writes to Redis starts with.")
     prefetch_count: int = setting(
         1000, doc="At most this many states come along with a load that misses the cache: "
                   "those its object refers to, then the next of the references found before "
@@ -160,10 +175,31 @@ class Options:
         1 << 20, zconfig="byte-size",
         doc="Blob data is written to and read from the database in pieces of this size "
             "(database layout).")
+    sql_trace: bool = setting(
+        False, doc="true: log every SQL statement, with its duration and the ZODB transaction "
+                   "it belongs to, to the zodbsql.sql logger at DEBUG.")
+    slow_statement: float | None = setting(
+        None, doc="Seconds: log the statements that take longer, at WARNING, to the "
+                  "zodbsql.sql logger (off when not set).")
+    metrics: bool = setting(
+        False, doc="true: report loads, commits, conflicts, durations, cache and pool figures "
+                   "to prometheus_client's default registry, labelled with the storage's name "
+                   "(needs the metrics extra).")
+    metrics_port: int | None = setting(
+        None, zconfig="port-number",
+        doc="With metrics: serve the registry over HTTP on this port of 127.0.0.1 (once per "
+            "process), for Prometheus to scrape.")
+    slow_statement_explain: bool = setting(
+        False, doc="true: a slow statement's log line carries the server's plan (EXPLAIN; "
+                   "EXPLAIN QUERY PLAN on SQLite).")
 
     def __post_init__(self) -> None:
         if self.cache_size_mb < 0:
             raise ConfigurationError(f"cache-size-mb must be 0 or more, got {self.cache_size_mb}")
+        if self.cache_persistent_interval <= 0:
+            raise ConfigurationError(
+                "cache-persistent-interval must be a positive number of seconds, got"
+                f" {self.cache_persistent_interval}")
         for key, value in (("prefetch-count", self.prefetch_count),
                            ("prefetch-bytes", self.prefetch_bytes)):
             if value < 0:
@@ -174,6 +210,9 @@ class Options:
         if self.row_lock_timeout is not None and self.row_lock_timeout <= 0:
             raise ConfigurationError(
                 f"row-lock-timeout must be a positive number of seconds, got {self.row_lock_timeout}")
+        if self.slow_statement is not None and self.slow_statement < 0:
+            raise ConfigurationError(
+                f"slow-statement must be 0 or more seconds, got {self.slow_statement}")
         if self.pack_batch_size < 1:
             raise ConfigurationError(f"pack-batch-size must be at least 1, got {self.pack_batch_size}")
         if not 0 < self.pack_duty_cycle <= 1:

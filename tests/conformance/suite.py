@@ -9,7 +9,7 @@ own methods, and answers ``assert*`` calls with a real ``unittest.TestCase``'s.
 from __future__ import annotations
 
 import unittest
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import transaction
@@ -39,10 +39,16 @@ class StorageSuite:
 
     @pytest.fixture(autouse=True)
     def _storage_under_test(self, storage_factory, tmp_path, monkeypatch):
+        yield from self._storage_from(storage_factory, tmp_path, monkeypatch)
+
+    def _storage_from(self, storage_factory: Any, tmp_path: Any,
+                      monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+        """Set up ``_storage`` from ``storage_factory``, yield, tear down."""
         monkeypatch.chdir(tmp_path)  # some suites write scratch files to the cwd
         transaction.abort()  # as ZODB's own test setup does: no leftovers between tests
         self.factory = storage_factory
-        self._storage = storage_factory.open()
+        self.cache_options = self.storage_options(tmp_path)
+        self._storage = storage_factory.open(**self.cache_options)
         self.setUp()
         yield
         self.tearDown()
@@ -53,6 +59,12 @@ class StorageSuite:
         transaction.manager.clearSynchs()
         if self._storage is not None:
             self._storage.close()
+        self._storage = None
+        self.factory = None
+
+    def storage_options(self, tmp_path: Any) -> dict[str, Any]:
+        """Settings every storage of the test is opened with (a subclass's cache levels)."""
+        return {}
 
     def setUp(self) -> None:
         """Hook for subclasses (runs after ``_storage`` is set)."""
@@ -64,11 +76,11 @@ class StorageSuite:
         """Reopen the storage on the same database (PersistentStorage, ReadOnlyStorage)."""
         if self._storage is not None:
             self._storage.close()
-        self._storage = self.factory.open(**options)
+        self._storage = self.factory.open(**{**self.cache_options, **options})
 
     def _new_storage_client(self) -> Any:
         """Another client of the same database (ZODB's race tests)."""
-        return self.factory.open()
+        return self.factory.open(**self.cache_options)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith(("assert", "fail")) or name in ("skipTest", "subTest"):

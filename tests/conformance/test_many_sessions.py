@@ -48,5 +48,8 @@ class TestBasicStorageManySessions(StorageSuite):
 def test_every_test_needing_many_sessions_runs_here() -> None:
     names = {f"TestBasicStorage::{name}" for name in dir(TestBasicStorageManySessions)
              if name.startswith("test_")}
-    assert set(SERVER_SESSIONS_NEEDED) == names
+    # The cache levels' cells of the race test (test_cache_levels.py) run on SQLite and
+    # MariaDB; on PostgreSQL they are skipped with their reason: here each took about
+    # 1.5 minutes (9 minutes for the six), too long for CI.
+    assert {key for key in SERVER_SESSIONS_NEEDED if key.startswith("TestBasicStorage::")} == names
     assert all(needed <= MAX_CONNECTIONS - 10 for needed, _ in SERVER_SESSIONS_NEEDED.values())

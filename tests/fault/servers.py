@@ -223,6 +223,16 @@ class PrivateMariaDB(PrivateServer):
         self.install_binary = install
 
     def setup(self) -> None:
+        self.install_datadir()
+        self.start()
+        conn = self.admin()
+        try:
+            conn.cursor().execute("CREATE DATABASE test")
+        finally:
+            conn.close()
+
+    def install_datadir(self) -> None:
+        """A fresh data directory (``mariadb-install-db``), nothing started."""
         result = subprocess.run(
             [self.install_binary, "--no-defaults", f"--datadir={self.data}",
              f"--user={self.os_user}",
@@ -232,23 +242,23 @@ class PrivateMariaDB(PrivateServer):
         if result.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed ({result.returncode}):\n"
                                f"{result.stdout}{result.stderr}")
-        self.start()
-        conn = self.admin()
-        try:
-            conn.cursor().execute("CREATE DATABASE test")
-        finally:
-            conn.close()
+
+    def command(self) -> list[str]:
+        """The server's command line (``options`` last, so they override)."""
+        return [self.server_binary, "--no-defaults", f"--datadir={self.data}",
+                f"--socket={self.socket_path}", f"--port={self.port}",
+                "--bind-address=127.0.0.1", f"--user={self.os_user}", "--skip-name-resolve",
+                f"--pid-file={self.directory / 'mysqld.pid'}", "--skip-ssl",
+                # Its own temporary directory: on-disk temporary tables of one server
+                # can't be touched by whatever cleans the machine's /tmp.
+                f"--tmpdir={self.directory}",
+                "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=32M",
+                "--max-connections=100", *self.options]
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [self.server_binary, "--no-defaults", f"--datadir={self.data}",
-                 f"--socket={self.socket_path}", f"--port={self.port}",
-                 "--bind-address=127.0.0.1", f"--user={self.os_user}", "--skip-name-resolve",
-                 f"--pid-file={self.directory / 'mysqld.pid'}", "--skip-ssl",
-                 "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=32M",
-                 "--max-connections=100", *self.options],
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.directory)
+            self.process = subprocess.Popen(self.command(), stdout=log,
+                                            stderr=subprocess.STDOUT, cwd=self.directory)
         self.wait_until_accepting(self.log)
 
     def stop_immediately(self) -> None:
@@ -267,6 +277,53 @@ class PrivateMariaDB(PrivateServer):
         name, module = load_driver("auto")
         return module.connect(host="127.0.0.1", port=self.port, user="root",
                               autocommit=True, connect_timeout=5)
+
+
+class PrivateRedis(PrivateServer):
+    """A Redis server on a free port, keeping nothing on disk (the Redis cache's
+    outage test kills it)."""
+
+    name = "Redis"
+
+    def __init__(self) -> None:
+        binary = find_binary("redis-server")
+        if binary is None:
+            raise FileNotFoundError("redis-server is not on PATH")
+        self.server_binary = binary
+        self.directory = pathlib.Path(tempfile.mkdtemp(prefix="zodbsql-redis-"))
+        self.log = self.directory / "redis.log"
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def setup(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [self.server_binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
+                stdout=log, stderr=subprocess.STDOUT)
+        self.wait_until_accepting(self.log)
+
+    def stop_immediately(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(30)
+            self.process = None
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def admin(self) -> Any:
+        import redis
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)
+        client.ping()
+        return client
 
 
 def start_private(kind: type[PrivateServer], **settings: Any) -> PrivateServer:

@@ -30,6 +30,7 @@ from tests.fault.checks import run_verify
 from tests.fault.conftest import MakeScratch
 from tests.fault.proxy import CommitCutProxy, Mode
 from tests.fault.sqlite_faults import CommitFault
+from zodbsql.errors import CommitOutcomeUnknown
 
 pytestmark = pytest.mark.fault
 
@@ -179,3 +180,59 @@ def test_sqlite_commit_error(make_scratch: MakeScratch, keep_history: bool, case
     finally:
         account.close()
     run_verify(url)
+
+
+def overwrite_before_lookup(account: Account, proxy: CommitCutProxy,
+                            monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make another client commit over the balance (the root) between the cut COMMIT
+    and the storage's lookup of its outcome, as busy writers do after a failover.  The
+    data then shows a later tid on every object the cut commit wrote; only a record of
+    the commit itself tells whether it happened.  Returns the list of overwrites made."""
+    backend = account.storage.shared.backend
+    connect = backend.connect
+    other_tm = transaction.TransactionManager()
+    other = account.reader_db.open(other_tm)
+    made: list[int] = []
+
+    def overwrite_then_connect(*args: Any, **kwargs: Any) -> Any:
+        if proxy.cuts > len(made):  # the first connection after this round's cut
+            made.append(proxy.cuts)
+            with other_tm:
+                other.root()["overwritten"] = proxy.cuts
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "connect", overwrite_then_connect)
+    return made
+
+
+@HISTORY
+@pytest.mark.parametrize("mode", [Mode.FORWARD, Mode.DROP], ids=["committed", "dropped"])
+def test_cut_commit_outcome_after_overwrites(
+        proxied: tuple[CommitCutProxy, Any], keep_history: bool, mode: Mode,
+        server_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy, scratch = proxied
+    account = Account(scratch.url(keep_history, port=proxy.port), scratch.url(keep_history))
+    made = overwrite_before_lookup(account, proxy, monkeypatch)
+    # PostgreSQL's history-free commits are logged with a nonce (commit_log); MySQL's are
+    # not, so there an overwritten commit's outcome honestly stays unknown.
+    undecidable = server_backend == "mysql" and not keep_history
+    rounds = min(ROUNDS, 20)
+    try:
+        for round_ in range(rounds):
+            account.reset()
+            proxy.arm(mode)
+            attempts, error = account.withdraw()
+            proxy.disarm()
+            assert len(made) == round_ + 1, f"round {round_}: no overwrite before the lookup"
+            balance, _ = account.committed()
+            if undecidable:
+                assert isinstance(error, CommitOutcomeUnknown), (
+                    f"round {round_}: {error!r} after {attempts} attempts")
+                assert attempts == 1 and balance in (OPENING, OPENING - WITHDRAWAL)
+            elif mode is Mode.FORWARD:
+                assert_committed_once(account, round_, attempts, error)
+            else:
+                assert_retried_once(account, round_, attempts, error)
+    finally:
+        account.close()
+    run_verify(scratch.url(keep_history))

@@ -18,9 +18,8 @@ from tests.fault.checks import assert_consistent, create_bank
 from tests.fault.conftest import MakeScratch
 from tests.fault.servers import PrivateServer
 from tests.fault.targets import private_address
-from tests.fault.writer import WriterConfig
-from tests.fault.writers import (ACCOUNTS, acknowledged, logged, start_writer,
-                                 unknown_outcome, writer_config)
+from tests.fault.writers import (ACCOUNTS, acknowledged, logged, start_ready,
+                                 unknown_outcome, wait_for_progress, writer_config)
 
 pytestmark = pytest.mark.fault
 
@@ -28,15 +27,6 @@ WRITERS = 2
 RESTARTS = 3
 PROGRESS_TIMEOUT = 60.0
 SERVERS = {"postgresql": "private_postgresql", "mysql": "private_mariadb"}
-
-
-def wait_for_progress(configs: list[WriterConfig], beyond: int) -> None:
-    """Until more than ``beyond`` transfers are acknowledged (the writers recovered)."""
-    deadline = time.monotonic() + PROGRESS_TIMEOUT
-    while len(acknowledged(*configs)) <= beyond:
-        assert time.monotonic() < deadline, (
-            f"no transfer acknowledged within {PROGRESS_TIMEOUT}s after the restart")
-        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
@@ -51,15 +41,13 @@ def test_server_restarts_under_load(backend: str, keep_history: bool,
     url = scratch.url(keep_history, commit_lock_timeout=10)
     create_bank(url, ACCOUNTS)
     configs = [writer_config(url, tmp_path, f"w{n}", rng) for n in range(WRITERS)]
-    children = [start_writer(c, tmp_path) for c in configs]
+    children = start_ready(configs, tmp_path)
     try:
-        for child in children:
-            child.wait_for("ready")
         for _ in range(RESTARTS):
-            wait_for_progress(configs, len(acknowledged(*configs)))
+            wait_for_progress(configs, len(acknowledged(*configs)), PROGRESS_TIMEOUT)
             time.sleep(rng.uniform(0.2, 1.0))
             server.restart(down_seconds=rng.uniform(0.0, 1.0))
-        wait_for_progress(configs, len(acknowledged(*configs)))
+        wait_for_progress(configs, len(acknowledged(*configs)), PROGRESS_TIMEOUT)
         pathlib.Path(configs[0].stop_file).touch()
         for child in children:
             child.wait_for("done")

@@ -123,7 +123,9 @@ def transfer_once(tm: transaction.TransactionManager, conn: Any, move: bank.Tran
             tm.abort()
             retryable = isinstance(exc, TransientError)
             if not retryable:
-                log.write("unknown", move.id)
+                # The error on one line, so that a failing test can say what it was.
+                summary = " ".join(f"{type(exc).__name__}: {exc}".split())
+                log.write("unknown", move.id, summary)
             elif not isinstance(exc, ConflictError):
                 # Conflicts are found at vote; any other error may have hit the COMMIT.
                 log.write("retried", move.id, type(exc).__name__)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import random
+import time
 from typing import Any
 
 from tests.fault.children import Child
@@ -22,6 +23,31 @@ def writer_config(url: str, tmp_path: pathlib.Path, name: str, rng: random.Rando
 
 def start_writer(config: WriterConfig, tmp_path: pathlib.Path) -> Child:
     return Child("tests.fault.writer", vars(config), tmp_path / f"{config.name}.err")
+
+
+def start_ready(configs: list[WriterConfig], tmp_path: pathlib.Path) -> list[Child]:
+    """A writer for each of ``configs``, each past its ``ready`` (killed if one fails)."""
+    children = [start_writer(c, tmp_path) for c in configs]
+    try:
+        for child in children:
+            child.wait_for("ready")
+    except BaseException:
+        for child in children:
+            child.kill()
+        raise
+    return children
+
+
+def wait_for_progress(configs: list[WriterConfig], beyond: int,
+                      timeout: float = 60.0) -> int:
+    """Until more than ``beyond`` transfers are acknowledged; how many are."""
+    deadline = time.monotonic() + timeout
+    while (count := len(acknowledged(*configs))) <= beyond:
+        assert time.monotonic() < deadline, (
+            f"no transfer acknowledged within {timeout}s (still {count}, waiting for"
+            f" more than {beyond})")
+        time.sleep(0.1)
+    return count
 
 
 def logged(kind: str, *configs: WriterConfig) -> dict[str, str]:

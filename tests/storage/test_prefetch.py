@@ -16,8 +16,11 @@ import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB import POSException
+from ZODB.utils import u64
 
+from tests.storage.test_verify import CORRUPT, run_sql
 from zodbsql.cache.prefetch import PROBE, PROBE_EVERY, START, Prefetcher
+from zodbsql.errors import CorruptRecordError
 
 CHILDREN = 500
 
@@ -260,3 +263,58 @@ def test_unused_prefetches_shrink_the_bound_to_zero_and_a_probe_grows_it_back() 
         for oid in used:
             prefetcher.note_hit(oid)
     assert prefetcher.bound >= 2 * PROBE
+
+
+def test_prefetch_of_more_oids_than_one_statement_lists_serves_them_all(
+        storage_and_db: Any, polled: Any) -> None:
+    """Past MAX_LISTED_OIDS the oids go in further statements; every state of every
+    statement is cached, none is asked for again."""
+    storage, db = storage_and_db
+    count = storage.shared.backend.mover.MAX_LISTED_OIDS + 200
+    if count > 5000:
+        count = 1200            # PostgreSQL lists any number in one array
+    oids = fill(db, count)
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    instance.prefetch(oids)
+    before = storage.statement_count()
+    assert [value_of(instance, oid) for oid in oids] == [0] * count
+    assert storage.statement_count() - before == 0
+    instance.release()
+
+
+def test_a_corrupt_state_is_not_prefetched(storage_and_db: Any, polled: Any) -> None:
+    """A state whose bytes do not match its stored checksum stays out of the cache:
+    its load reads it again and reports it."""
+    storage, db = storage_and_db
+    oids = fill(db, 3)
+    run_sql(storage, CORRUPT, (b"not what was stored", u64(oids[1])))
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    instance.prefetch(oids)
+    assert value_of(instance, oids[0]) == 0
+    with pytest.raises(CorruptRecordError):
+        instance.load(oids[1])
+    instance.release()
+
+
+def test_oid_lists_up_to_512_use_ten_statement_texts(storage_factory: Any) -> None:
+    """The oids of a prefetch are padded (repeating the last) to a power of two, so
+    that a few statement texts serve every length and stay in the driver's cache;
+    longer lists (rarer, and padding would double them) go unpadded."""
+    mover = storage_factory.open().shared.backend.mover
+    texts = set()
+    for count in range(1, 513):
+        oids = list(range(1000, 1000 + count))
+        text, params = mover.listed(oids)
+        texts.add(text)
+        if text.startswith("IN"):
+            assert params[:count] == oids and set(params[count:]) <= {oids[-1]}
+            assert len(params) & (len(params) - 1) == 0 and len(params) < 2 * count
+        else:                   # PostgreSQL: one array parameter, one text
+            assert params == [oids]
+    assert len(texts) <= 10
+    for count in (513, 700, 1000):      # above 512 the list goes as it is
+        oids = list(range(1000, 1000 + count))
+        text, params = mover.listed(oids)
+        assert params == (oids if text.startswith("IN") else [oids])

@@ -9,9 +9,12 @@ names, and the hit and miss counters count.
 """
 from __future__ import annotations
 
+import random
+import sys
 import tracemalloc
 
-from zodbsql.cache.statecache import StateCache
+from zodbsql.cache.statecache import (REVISIONS_SHARE, FrequencySketch, StateCache, allocated,
+                                      state_cost)
 
 STATE = b"s" * 100
 ENTRY = len(STATE) + 64
@@ -202,6 +205,28 @@ def test_clear_forgets_everything() -> None:
     assert cache.bytes_used == StateCache(10 * ENTRY).bytes_used
 
 
+def test_close_gives_the_memory_back() -> None:
+    """A closed storage can stay referenced (pytest keeps every test's instance); its
+    cache, admission sketch included, must not stay allocated (CI was once killed
+    for memory by a race test that opens hundreds of storages)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache = StateCache(64 << 20)
+        cache.after_poll(1, 1, [])
+        for oid in range(1000):
+            cache.put_loaded(oid, 1, bytes(200), 1)
+        assert tracemalloc.get_traced_memory()[0] - before > 1 << 20
+        cache.close()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 16 << 10
+    assert not cache.enabled
+    cache.put_loaded(1, 1, STATE, snapshot=1)
+    assert cache.get(1, 1) is None
+
+
 def test_a_disabled_cache_keeps_nothing() -> None:
     cache = StateCache(0)
     assert not cache.enabled
@@ -243,3 +268,163 @@ def test_a_load_at_an_older_snapshot_does_not_vouch_for_the_present() -> None:
     # Loaded at the newest polled snapshot, the state is the one current there.
     cache.put_loaded(6, 7, b"tid 7", snapshot=30)
     assert cache.get(6, 30) == (b"tid 7", 7)
+
+
+def test_random_histories_never_serve_a_stale_state() -> None:
+    """Random commits, polls by instances at different points, loads at their
+    snapshots and small caches (evictions, retired states, exact revisions), against
+    the true history: ``get`` answers nothing or the revision current at the snapshot,
+    ``has`` says exactly whether ``get`` would answer, ``get_revision`` nothing or the
+    exact revision."""
+    rng = random.Random(23)
+    for run in range(40):
+        oids = range(1, rng.choice([4, 12, 40]))
+        cache = StateCache(rng.choice([6000, 16384, 1 << 20]))
+        history: dict[int, list[tuple[int, bytes]]] = {oid: [(1, b"%d@1" % oid)] for oid in oids}
+        last = 1
+        snapshots = [1]                           # tids some instance polled up to
+        cache.after_poll(-1, 1, [])
+        for _ in range(300):
+            step = rng.random()
+            if step < 0.2:                        # a commit; its states go in as revisions
+                last += rng.choice([1, 7])
+                for oid in rng.sample(list(oids), rng.randint(1, 3)):
+                    state = b"%d@%d" % (oid, last) + bytes(rng.choice([0, 40, 300]))
+                    history[oid].append((last, state))
+                    if rng.random() < 0.7:
+                        cache.put_revision(oid, last, state)
+            elif step < 0.35:                     # an instance polls from where it was
+                since = rng.choice(snapshots[-4:]) if rng.random() < 0.9 else last
+                changes = [(oid, revs[-1][0]) for oid, revs in history.items()
+                           if since < revs[-1][0] <= last]
+                cache.after_poll(since, last, changes)
+                snapshots.append(last)
+            else:                                 # a load at some instance's snapshot
+                oid = rng.choice(list(oids))
+                snapshot = rng.choice(snapshots[-5:])
+                tid, state = [r for r in history[oid] if r[0] <= snapshot][-1]
+                would = cache.has(oid, snapshot)
+                found = cache.get(oid, snapshot)
+                assert would == (found is not None), (run, oid, snapshot)
+                if found is None:
+                    cache.put_loaded(oid, tid, state, snapshot)
+                else:
+                    assert found == (state, tid), (run, oid, snapshot)
+                old_tid, old_state = rng.choice(history[oid])
+                exact = cache.get_revision(oid, old_tid)
+                assert exact in (None, old_state), (run, oid, old_tid)
+            assert_counts_add_up(cache)
+
+
+def test_exact_revisions_are_kept_first_in_first_out_within_their_share() -> None:
+    """Revisions not known current (a commit's own states, retired ones) take at most
+    half the cache: the newest stay, the oldest go first, as many as that half holds."""
+    cache = StateCache(64 * 1024)
+    state = bytes(200)
+    for tid in range(1, 1001):
+        cache.put_revision(9, tid, state)
+    kept = [tid for tid in range(1, 1001) if cache.get_revision(9, tid) is not None]
+    assert kept == list(range(1001 - len(kept), 1001))     # the newest, none missing
+    each = state_cost(state) + allocated(sys.getsizeof(1 << 127))   # state and key
+    assert 0.8 * REVISIONS_SHARE * cache.limit / each <= len(kept)
+    assert len(kept) <= REVISIONS_SHARE * cache.limit / each
+    assert len(cache) == len(kept)
+    assert cache.bytes_used <= cache.limit
+
+
+def test_a_poll_that_grows_the_index_keeps_the_bound() -> None:
+    """The index of changed oids counts in the bound: a poll naming many oids the
+    cache does not hold makes room for them at once (not at the next insert)."""
+    cache = StateCache(256 * 1024)
+    cache.after_poll(1, 1, [])
+    for oid in range(5000):
+        cache.put_loaded(oid, 1, STATE, snapshot=1)
+    assert cache.limit - 2 * ENTRY < cache.bytes_used <= cache.limit   # full
+    held = len(cache)
+    cache.after_poll(1, 2, [(1_000_000 + n, 2) for n in range(600)])
+    assert cache.bytes_used <= cache.limit
+    assert 0 < len(cache) < held
+    assert cache.get(1_000_000, 2) is None        # named by the poll: not known
+
+
+def assert_counts_add_up(cache: StateCache) -> None:
+    """The running byte counts behind ``bytes_used`` are what the states held take."""
+    protected = sum(state_cost(v) for v in cache._protected.values())
+    current = protected + sum(state_cost(v) for v in cache._probation.values())
+    key = allocated(sys.getsizeof(1 << 127))
+    revisions = sum(state_cost(v) + key for v in cache._revisions.values())
+    assert (cache._protected_bytes, cache._current_bytes, cache._revision_bytes) == (
+        protected, current, revisions)
+
+
+def test_a_state_served_from_either_segment_is_also_its_exact_revision() -> None:
+    """get_revision finds a current state wherever the policy put it: asked for once
+    (probation) or again (protected); a poll naming it keeps it as a revision."""
+    cache = polled_cache()
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)
+    assert cache.get_revision(1, 5) == b"one at 5"             # probation
+    cache.put_loaded(2, 6, b"two at 6", snapshot=10)
+    assert cache.get(2, 10) == (b"two at 6", 6)                 # now protected
+    assert cache.get_revision(2, 6) == b"two at 6"
+    cache.after_poll(10, 20, [(1, 20), (2, 20)])                # both changed
+    assert cache.get(1, 20) is None and cache.get(2, 20) is None
+    assert cache.get_revision(1, 5) == b"one at 5"
+    assert cache.get_revision(2, 6) == b"two at 6"
+    cache.put_loaded(1, 20, b"one at 20", snapshot=20)          # the new revision
+    cache.put_loaded(2, 20, b"two at 20", snapshot=20)
+    assert cache.get(1, 20) == (b"one at 20", 20)
+    assert cache.get(2, 20) == (b"two at 20", 20)
+    assert_counts_add_up(cache)
+
+
+def test_the_lru_comparison_policy_keeps_the_newest_state() -> None:
+    """scripts/cache_memory.py's plain LRU: no admission filter, the least recently
+    used state goes, the one just loaded always stays."""
+    cache = StateCache(64 * 1024)
+    cache._policy_for_comparison("lru")
+    cache.after_poll(1, 1, [])
+    for oid in range(3):                          # often asked for, then not again
+        for _ in range(5):
+            if cache.get(oid, 1) is None:
+                cache.put_loaded(oid, 1, STATE, snapshot=1)
+    for oid in range(3, 2000):
+        assert cache.get(oid, 1) is None
+        cache.put_loaded(oid, 1, STATE, snapshot=1)
+        assert cache.has(oid, 1), oid
+    assert not any(cache.has(oid, 1) for oid in range(3))
+    assert_counts_add_up(cache)
+
+
+def test_a_frequent_newcomer_enters_when_every_state_is_protected() -> None:
+    """When the index of changed oids takes much of the cache, every current state
+    can sit in protected; a newcomer asked for more often than protected's oldest
+    still gets in (that one goes), one asked for once does not."""
+    cache = StateCache(256 * 1024)
+    cache.after_poll(1, 1, [])
+    cache.after_poll(1, 2, [(10_000_000 + n, 2) for n in range(900)])   # a big index
+    for oid in range(2000):
+        if cache.get(oid, 2) is None:
+            cache.put_loaded(oid, 1, STATE, snapshot=2)
+        cache.get(oid, 2)                          # a second hit: protected
+    assert not cache._probation and cache._protected
+    for _ in range(6):
+        assert cache.get(5000, 2) is None
+    cache.put_loaded(5000, 1, STATE, snapshot=2)
+    assert cache.has(5000, 2)
+    assert cache.get(5001, 2) is None
+    cache.put_loaded(5001, 1, STATE, snapshot=2)
+    assert not cache.has(5001, 2)
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
+
+
+def test_the_frequency_sketch_saturates_at_15_and_forgets() -> None:
+    """Admission compares recent popularity: 4-bit counters (a state asked for 100
+    times counts 15), halved every 10 x width accesses, so old popularity fades."""
+    sketch = FrequencySketch(64)                  # 64 counters a row: halved every 640
+    for _ in range(100):
+        sketch.add(7)
+    assert sketch.count(7) == 15
+    for oid in range(1000, 1000 + 10 * 64):       # others, once each
+        sketch.add(oid)
+    assert sketch.count(7) <= 8

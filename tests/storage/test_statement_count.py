@@ -33,7 +33,10 @@ def test_statement_count_covers_loads_and_commits(tmp_path: pathlib.Path) -> Non
         storage.shared.cache.clear()         # nothing cached, the index starts afresh
         instance = storage.new_instance()
         before = storage.statement_count()
-        instance.poll_invalidations()
+        instance.poll_invalidations()         # PRAGMA data_version, then the poll
+        assert storage.statement_count() - before == 2
+        before = storage.statement_count()
+        instance.poll_invalidations()         # nothing committed: the PRAGMA alone
         assert storage.statement_count() - before == 1
         before = storage.statement_count()
         instance.load(oid)                    # not cached: one statement
@@ -41,7 +44,7 @@ def test_statement_count_covers_loads_and_commits(tmp_path: pathlib.Path) -> Non
         other = storage.new_instance()
         before = storage.statement_count()
         other.poll_invalidations()
-        assert storage.statement_count() - before == 1
+        assert storage.statement_count() - before == 2
         before = storage.statement_count()
         other.load(oid)                       # the same snapshot's state, cached
         assert storage.statement_count() - before == 0

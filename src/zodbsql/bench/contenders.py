@@ -108,7 +108,7 @@ def from_config_text(text: str, owned: bool = False) -> list[Contender]:
 SQLITE = """
 <zodb {name}>
   <zodbsql>
-    keep-history {keep_history}
+    keep-history {keep_history}{cache}
     <sqlite3>
       path {dir}/Data.sqlite
     </sqlite3>
@@ -140,7 +140,7 @@ ZEOCLIENT = """
 POSTGRESQL = """
 <zodb {name}>
   <zodbsql>
-    keep-history {keep_history}
+    keep-history {keep_history}{cache}
     <postgresql>
       dsn {dsn}
       schema {schema}
@@ -181,6 +181,8 @@ CREATE_DATABASE = "CREATE DATABASE {name}"
 DROP_DATABASE = "DROP DATABASE IF EXISTS {name}"
 END_SESSIONS = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
 MYSQL_URL = os.environ.get("ZODBSQL_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+#: The Redis server of the -redis shortcuts.
+REDIS_URL = os.environ.get("ZODBSQL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 class Servers:
@@ -240,6 +242,31 @@ class Servers:
         params["dbname"] = name
         return psycopg.conninfo.make_conninfo("", **params)
 
+    def redis_prefix(self, url: str) -> str:
+        """A key prefix of its own on the Redis server at ``url``, for one contender;
+        its keys are deleted when the bench ends."""
+        import uuid
+        try:
+            import redis
+        except ImportError:
+            raise ConfigurationError(
+                "the -redis contenders need redis-py: pip install 'zodbsql[redis]'") from None
+        prefix = f"zodbsql-bench-{uuid.uuid4().hex[:12]}:"
+        client = redis.Redis.from_url(url)
+        try:
+            client.ping()
+        except (redis.RedisError, OSError) as exc:
+            raise ConfigurationError(f"the Redis server at {url} does not answer: {exc}"
+                                     " (ZODBSQL_BENCH_REDIS_URL names it)") from None
+
+        def delete() -> None:
+            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+            for start in range(0, len(keys), 1000):
+                client.delete(*keys[start:start + 1000])
+            client.close()
+        self.scratch.callback(delete)
+        return prefix
+
     def close(self) -> None:
         self.scratch.close()
         for process in self.processes:
@@ -253,10 +280,23 @@ class Servers:
         self.processes.clear()
 
 
-def _sqlite(keep_history: bool) -> Callable[[str, str, Servers], str]:
+def _cache_line(persistent: bool, directory: str, servers: Servers, redis: bool = False
+                ) -> str:
+    """The settings of the -pcache shortcuts (a persistent cache beside the data) and
+    the -redis ones (the Redis level, with a key prefix of the contender's own)."""
+    line = f"\n    cache-persistent-dir {directory}/state-cache" if persistent else ""
+    if redis:
+        line += (f"\n    cache-redis-url {REDIS_URL}"
+                 f"\n    cache-redis-prefix {servers.redis_prefix(REDIS_URL)}")
+    return line
+
+
+def _sqlite(keep_history: bool, persistent: bool = False, redis: bool = False
+            ) -> Callable[[str, str, Servers], str]:
     def make(name: str, directory: str, servers: Servers) -> str:
         return "%import zodbsql\n" + SQLITE.format(
-            name=name, dir=directory, keep_history=str(keep_history).lower())
+            name=name, dir=directory, keep_history=str(keep_history).lower(),
+            cache=_cache_line(persistent, directory, servers, redis))
     return make
 
 
@@ -264,8 +304,8 @@ def _zeo(name: str, directory: str, servers: Servers) -> str:
     return ZEOCLIENT.format(name=name, address=servers.start_zeo(directory))
 
 
-def _postgresql(keep_history: bool, relstorage: bool = False
-                ) -> Callable[[str, str, Servers], str]:
+def _postgresql(keep_history: bool, relstorage: bool = False, persistent: bool = False,
+                redis: bool = False) -> Callable[[str, str, Servers], str]:
     def make(name: str, directory: str, servers: Servers) -> str:
         from zodbsql.backends.postgresql.options import PostgreSQLOptions
         # A database of its own, as RelStorage's: PostgreSQL counts deadlocks per
@@ -277,7 +317,8 @@ def _postgresql(keep_history: bool, relstorage: bool = False
         scratch = servers.scratch_database(PostgreSQLOptions(dsn=dsn))
         return "%import zodbsql\n" + POSTGRESQL.format(
             name=name, dsn=dsn, schema=scratch.schema,
-            keep_history=str(keep_history).lower())
+            keep_history=str(keep_history).lower(),
+            cache=_cache_line(persistent, directory, servers, redis))
     return make
 
 
@@ -298,6 +339,11 @@ def _mysql(keep_history: bool) -> Callable[[str, str, Servers], str]:
 SHORTCUTS: dict[str, tuple[str, Callable[[str, str, Servers], str]]] = {
     "sqlite": ("zodbsql on SQLite, history-preserving", _sqlite(True)),
     "sqlite-hf": ("zodbsql on SQLite, history-free", _sqlite(False)),
+    "sqlite-pcache": ("zodbsql on SQLite, history-preserving, with a persistent cache"
+                      " (cache-persistent-dir)", _sqlite(True, persistent=True)),
+    "sqlite-redis": ("zodbsql on SQLite, history-preserving, with the Redis level"
+                     " (cache-redis-url: ZODBSQL_BENCH_REDIS_URL, default the local"
+                     " server)", _sqlite(True, redis=True)),
     "filestorage": ("ZODB FileStorage", lambda n, d, s: FILESTORAGE.format(name=n, dir=d)),
     "mappingstorage": ("ZODB MappingStorage (in memory)",
                        lambda n, d, s: MAPPINGSTORAGE.format(name=n)),
@@ -306,6 +352,12 @@ SHORTCUTS: dict[str, tuple[str, Callable[[str, str, Servers], str]]] = {
                    _postgresql(True)),
     "postgresql-hf": ("zodbsql on PostgreSQL (a scratch database), history-free",
                       _postgresql(False)),
+    "postgresql-pcache": ("zodbsql on PostgreSQL (a scratch database), history-preserving,"
+                          " with a persistent cache (cache-persistent-dir)",
+                          _postgresql(True, persistent=True)),
+    "postgresql-redis": ("zodbsql on PostgreSQL (a scratch database), history-preserving,"
+                         " with the Redis level (cache-redis-url: ZODBSQL_BENCH_REDIS_URL,"
+                         " default the local server)", _postgresql(True, redis=True)),
     "mysql": ("zodbsql on MySQL/MariaDB (a scratch database), history-preserving",
               _mysql(True)),
     "mysql-hf": ("zodbsql on MySQL/MariaDB (a scratch database), history-free",

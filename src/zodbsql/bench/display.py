@@ -115,6 +115,12 @@ def result_line(run: dict[str, Any]) -> str:
         line += f", {run['retries_per_commit']:.2f} retries/commit"
     if run.get("peak_rss_mb") is not None:
         line += f", peak {run['peak_rss_mb']:,.0f} MB"
+    measured = run.get("metrics") or {}
+    loads = sum(v for k, v in measured.items() if k.startswith("loads_"))
+    if loads:
+        served = measured.get("loads_cache", 0) + measured.get("loads_prefetch", 0)
+        line += (f", {served / loads:.0%} of {loads:,.0f} loads from the cache"
+                 f" ({measured.get('loads_prefetch', 0):,.0f} prefetched)")
     return line
 
 

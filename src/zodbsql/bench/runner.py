@@ -25,6 +25,7 @@ from zodbsql.bench import soak, workloads
 from zodbsql.bench.memory import memory
 from zodbsql.bench.contenders import Contender
 from zodbsql.bench.workloads import Outcome, Params, TESTS, Unit
+from zodbsql.errors import ConfigurationError
 
 BARRIER_TIMEOUT = 300
 
@@ -46,6 +47,26 @@ class HostSpec:
 def _statements(db: Any) -> int | None:
     count = getattr(db.storage, "statement_count", None)
     return count() if count is not None else None
+
+
+def _metrics(db: Any) -> dict[str, float] | None:
+    """A zodbsql storage's metrics now (turned on for the bench when prometheus_client
+    is installed), or None for other storages."""
+    enable = getattr(db.storage, "enable_metrics", None)
+    if enable is None:
+        return None
+    try:
+        return dict(enable().snapshot())
+    except ConfigurationError:        # no prometheus_client: the bench goes on without
+        return None
+
+
+def _delta(before: dict[str, float] | None,
+           after: dict[str, float] | None) -> dict[str, float] | None:
+    if before is None or after is None:
+        return None
+    return {key: value - before.get(key, 0.0) for key, value in after.items()
+            if value != before.get(key, 0.0)}
 
 
 def host_main(spec: HostSpec, commands: Any, results: Any, barriers: dict[str, Any]) -> None:
@@ -124,6 +145,10 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
         return db, []
     if kind.reopen:
         db = _reopen(spec, db, units)
+    if kind.restart:
+        for unit in mine:
+            kind.prepare(unit, {"key": f"{tag}-{unit.index}", "tag": tag})
+        db = _reopen(spec, db, units)
     barrier = barriers[kind.role] if kind.workers == "all" else None
     replies: list[dict[str, Any] | None] = [None] * len(mine)
     errors: list[str] = []
@@ -131,11 +156,13 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
     def work(slot: int, unit: Unit) -> None:
         try:
             state = {"key": f"{tag}-{unit.index}", "tag": tag}
-            kind.prepare(unit, state)
+            if not kind.restart:
+                kind.prepare(unit, state)
             if barrier is not None:
                 barrier.wait(BARRIER_TIMEOUT)
             profile = cProfile.Profile() if spec.profile_dir else None
             statements = _statements(unit.db)
+            measured = _metrics(unit.db)
             start = time.perf_counter()
             if profile is not None:
                 profile.enable()
@@ -144,6 +171,7 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
                 profile.disable()
             end = time.perf_counter()
             after = _statements(unit.db)
+            measured = _delta(measured, _metrics(unit.db))
             if profile is not None:
                 name = f"{spec.contender.name}-{test}-{tag}-{unit.role}{unit.index}.prof"
                 profile.dump_stats(os.path.join(spec.profile_dir or ".", name))
@@ -153,7 +181,7 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
                 "statements": None if statements is None or after is None
                 else after - statements,
                 "extra": outcome.extra, "unit": f"{unit.role}{unit.index}",
-                "series": outcome.series,
+                "series": outcome.series, "metrics": measured, "pid": os.getpid(),
                 **memory(unit.db)}
         except BaseException:
             if barrier is not None:
@@ -332,6 +360,18 @@ def figure(test: str, units: list[dict[str, Any]]) -> dict[str, Any]:
         result[key] = max(values) if values else None
     result["sql_per_txn"] = (result["statements"] / transactions
                              if result["statements"] is not None and transactions else None)
+    # A process's metrics are those of its one storage, which all its units share: add
+    # up one unit per process.
+    by_process: dict[int, dict[str, float]] = {}
+    for u in units:
+        if u.get("metrics") is not None:
+            by_process.setdefault(u.get("pid", 0), u["metrics"])
+    if by_process:
+        totals: dict[str, float] = {}
+        for measured in by_process.values():
+            for key, count in measured.items():
+                totals[key] = totals.get(key, 0.0) + count
+        result["metrics"] = totals
     for key in ("conflicts_raised", "conflicts_resolved"):
         if any(key in u["extra"] for u in units):
             total = sum(u["extra"].get(key, 0) for u in units)
@@ -347,6 +387,12 @@ def figure(test: str, units: list[dict[str, Any]]) -> dict[str, Any]:
                     name = key.split(":", 1)[1]
                     retried[name] = retried.get(name, 0) + count
         result["retried"] = retried
+    for key, combine in (("first_ms", max), ("warmup_wait_ms", max), ("db_loads", sum),
+                         ("adopted", sum),            # the restart test
+                         ("redis_hits", sum)):        # reads with cache-redis-url
+        values = [u["extra"][key] for u in units if key in u["extra"]]
+        if values:
+            result[key] = combine(values)
     series = [u["series"] for u in units if u.get("series")]
     if series:
         result["soak"] = soak.summarise(series, series[0]["slot_seconds"])

@@ -212,11 +212,15 @@ def setup_database(db: Any, prepopulate: int, batch: int = 10_000,
 
 # -- the tests: prepare(unit, state) before the barrier, run(unit, state) after -----------
 def _read(unit: Unit) -> Outcome:
+    # zodbsql with cache-redis-url: the states Redis served ("redis_hits").
+    second = getattr(getattr(unit.db.storage, "shared", None), "second_level", None)
+    hits = second.hits if second is not None else 0
     unit.tm.begin()
     before = unit.loads
     count = unit.read_all()
     unit.tm.abort()
-    return Outcome(count, 1, unit.loads - before)
+    extra = {"redis_hits": float(second.hits - hits)} if second is not None else {}
+    return Outcome(count, 1, unit.loads - before, extra=extra)
 
 
 def sparse_run(unit: Unit, state: dict[str, Any]) -> Outcome:
@@ -242,6 +246,33 @@ def walk_run(unit: Unit, state: dict[str, Any]) -> Outcome:
         count += 1
     unit.tm.abort()
     return Outcome(count, 1, unit.loads - before)
+
+
+def restart_run(unit: Unit, state: dict[str, Any]) -> Outcome:
+    """After a restart (the runner reopened the storage after ``hot_prepare`` read the
+    objects): the first object (how long the first request takes), then, once a
+    zodbsql persistent cache was read back, all of them; "db_loads" counts the state
+    cache's misses (each a load statement), for zodbsql."""
+    storage = unit.db.storage
+    shared = getattr(storage, "shared", None)
+    unit.tm.begin()
+    before = unit.loads
+    misses = shared.cache.misses if shared is not None else 0
+    start = time.perf_counter()
+    next(iter(unit.container().values())).count
+    first = time.perf_counter() - start
+    persistent = getattr(shared, "persistent", None)
+    if persistent is not None:
+        persistent.loaded.wait(300)
+    waited = time.perf_counter() - start - first
+    count = unit.read_all()
+    unit.tm.abort()
+    extra = {"first_ms": first * 1000, "warmup_wait_ms": waited * 1000}
+    if shared is not None:
+        extra["db_loads"] = shared.cache.misses - misses
+        if persistent is not None:
+            extra["adopted"] = persistent.adopted
+    return Outcome(count, 1, unit.loads - before, extra=extra)
 
 
 def add_prepare(unit: Unit, state: dict[str, Any]) -> None:
@@ -471,6 +502,7 @@ class Test:
     unit: str = "objects/s"   # what the figure counts
     lower_is_better: bool = False
     reopen: bool = False      # a new DB/storage instance in the reader before it runs
+    restart: bool = False     # ... after its prepare (what prepare read is "before")
     workers: str = "all"      # all | one
     # The server's deadlock counter is read around the test; the workers end their
     # sessions after it (a new DB), so PostgreSQL's figure is complete.
@@ -490,6 +522,8 @@ TESTS: dict[str, Test] = {t.name: t for t in [
          lambda u, s: _read(u), reopen=True),
     Test("hot", "read hot (storage cache kept)", "reader", hot_prepare,
          lambda u, s: _read(u)),
+    Test("restart", "read after a restart (what it read before)", "reader", hot_prepare,
+         restart_run, restart=True, on_request=True),
     Test("steamin", "read steamin' (all cached)", "reader", steamin_prepare,
          lambda u, s: _read(u)),
     Test("sparse", "read sparse (1 child in 100, cold)", "reader", nothing, sparse_run,
@@ -509,7 +543,7 @@ TESTS: dict[str, Test] = {t.name: t for t in [
          lower_is_better=True, workers="one"),
 ]}
 #: Tests that need the objects written by ``add``.
-NEEDS_OBJECTS = {"update", "warm", "cold", "hot", "steamin", "readcurrent"}
-READS = {"warm", "cold", "hot", "steamin", "sparse", "btree-walk"}
+NEEDS_OBJECTS = {"update", "warm", "cold", "hot", "restart", "steamin", "readcurrent"}
+READS = {"warm", "cold", "hot", "restart", "steamin", "sparse", "btree-walk"}
 #: Tests that read a shared structure setup_database builds once per database.
 STRUCTURES = ("sparse", "btree-walk")

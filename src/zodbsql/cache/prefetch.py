@@ -65,12 +65,14 @@ class Prefetcher:
     def enabled(self) -> bool:
         return self.limit > 0 and self.max_bytes > 0
 
-    def note_hit(self, oid: int) -> None:
-        """A load found ``oid`` in the cache: count it if it was prefetched.
-        (Unlocked: a count lost to a race only nudges the bound.)"""
+    def note_hit(self, oid: int) -> bool:
+        """A load found ``oid`` in the cache: count it if it was prefetched, and say
+        whether it was.  (Unlocked: a count lost to a race only nudges the bound.)"""
         if self._fresh.pop(oid, False):
             self._window_used += 1
             self.used += 1
+            return True
+        return False
 
     def plan(self, oid: int) -> tuple[int, list[int]]:
         """At a miss of ``oid``: how many states may come along, and the queued oids

@@ -187,6 +187,7 @@ class StateCache:
             if len(self._changed) > self._max_index:
                 self._changed.clear()
                 self.base = upto
+            self._shrink(None)      # the index counts: a poll that grew it makes room
 
     def _retire(self, oid: int) -> None:
         """A poll saw ``oid`` change: its current state is now only an exact revision."""
@@ -203,6 +204,90 @@ class StateCache:
         self._probation.clear()
         self._protected.clear()
         self._current_bytes = self._protected_bytes = 0
+
+    # -- restoring (the persistent and shared caches) ------------------------------------------
+    def cover(self, since: int, upto: int, changes: list[tuple[int, int]]) -> bool:
+        """Take a poll over ``(since, upto]`` that may reach back before ``base``: the
+        index then covers ``(min(base, since), max(polled, upto)]``, so states known
+        current at a tid from ``since`` on can be checked against it.  False (and nothing
+        changed) when it can't: too many changes, or a gap between the two ranges
+        (``since`` after ``polled``, or ``upto`` before ``base``: a poll that started before
+        an instance's first one ended after it)."""
+        if not self.enabled:
+            return False
+        with self._lock:
+            if self.polled >= 0 and (since > self.polled or upto < self.base):
+                return False
+            if len(self._changed) + len(changes) > self._max_index:
+                return False
+            if self.polled < 0:
+                self._changed.clear()
+                self._drop_current()
+                self.base = self.polled = since
+            for oid, tid in changes:
+                # A poll names each oid with its newest tid; the index keeps the newest.
+                if tid > self._changed.get(oid, -1):
+                    self._changed[oid] = tid
+                if tid > self.polled:
+                    self._retire(oid)
+            self.base = min(self.base, since)
+            self.polled = max(self.polled, upto)
+            return True
+
+    def adopt(self, entries: list[tuple[int, int, bytes]], as_of: int) -> tuple[int, bool]:
+        """Take states known current at ``as_of``, ``(oid, tid, tid + state)`` (the
+        value as the cache keeps it), hottest first, as current ones where
+        the index shows them unchanged since; they go to probation's old end, behind what
+        this process loaded itself.  How many were taken, and False once no more can be:
+        the index no longer reaches back to ``as_of``, or the cache is full."""
+        if not self.enabled:
+            return 0, False
+        with self._lock:
+            if not self.base <= as_of <= self.polled:
+                return 0, False
+            taken = 0
+            used = self._bytes()    # then counted as they come; the tables at the end
+            full = False
+            for oid, tid, value in entries:
+                changed = self._changed.get(oid)
+                if (tid > as_of or (changed is not None and changed != tid)
+                        or oid in self._probation or oid in self._protected):
+                    continue
+                cost = state_cost(value)
+                used += cost + _OID_BYTES
+                if used > self.limit:
+                    full = True
+                    break
+                self._probation[oid] = value
+                self._probation.move_to_end(oid, last=False)
+                self._current_bytes += cost
+                taken += 1
+            self._shrink(None)
+            return taken, not full
+
+    def shared_key(self, oid: int, snapshot: int, checkpoint: int) -> int | None:
+        """The tid ``at`` under which a shared cache keeps the state of ``oid`` current at
+        ``snapshot`` (see ``secondlevel``): the oid's newest change when it is after
+        ``checkpoint`` and not after ``snapshot``, else ``checkpoint`` when the index
+        reaches back to it; None when the index can't tell."""
+        if not self.enabled or checkpoint < 0:
+            return None
+        with self._lock:
+            if not self.base <= checkpoint <= snapshot <= self.polled:
+                return None
+            changed = self._changed.get(oid)
+            if changed is None or changed <= checkpoint:
+                return checkpoint
+            return changed if changed <= snapshot else None
+
+    def current_states(self) -> tuple[int, list[tuple[int, bytes]]]:
+        """``polled`` and the states current there, ``(oid, tid + state)``, hottest
+        first (protected's newest to probation's oldest)."""
+        with self._lock:
+            if not self.enabled or self.polled < 0:
+                return -1, []
+            return self.polled, [*reversed(self._protected.items()),
+                                 *reversed(self._probation.items())]
 
     # -- reading -------------------------------------------------------------------------------------
     def get(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
@@ -394,6 +479,15 @@ class StateCache:
             self._revision_bytes = 0
             self._changed.clear()
             self.base = self.polled = -1
+
+    def close(self) -> None:
+        """Give the memory back: a closed storage may stay referenced (by a test
+        framework, a DB kept for its name), and its cache must not stay allocated."""
+        self.clear()
+        with self._lock:
+            self.limit = 0
+            self._sketch = FrequencySketch(0)
+            self._fixed_bytes = self._sketch.size_bytes
 
     def __len__(self) -> int:
         return len(self._probation) + len(self._protected) + len(self._revisions)

@@ -9,8 +9,15 @@ Tests (--tests / --exclude; default: all but soak):
   update       change every object written by add
   warm         another process reads them; storage caches as they are
   cold         all caches cleared: a new DB and storage instance (a new zodbsql state
-               cache), then read
+               cache), then read; with sqlite-redis or postgresql-redis the writer
+               process filled the shared Redis level, and redis_hits counts what it
+               served
   hot          pickle cache cleared, storage caches kept, then read
+  restart      only when named: a reader reads its objects, its storage is closed and
+               opened again (as a restarted process: every cache empty but a
+               cache-persistent-dir file), then reads them again: objects/s, the
+               first object's time (first_ms), the wait for the file's read-back
+               and the state cache misses (db_loads); compare sqlite and sqlite-pcache
   steamin      everything in the pickle cache: storage load calls are counted and the
                bench fails if there is one
   readcurrent  readCurrent on every object, then a commit that must check them

@@ -19,7 +19,7 @@ from zodbsql.masking import mask_secrets
 
 #: The tools, each a module ``zodbsql.cli.NAME`` with `add_arguments(parser)`,
 #: `run(args) -> int`, a `HELP` line and an `EXAMPLE`.
-TOOLS = ("bench", "demo", "convert", "pack", "verify", "doctor", "blobspeed")
+TOOLS = ("bench", "demo", "convert", "pack", "verify", "report", "doctor", "blobspeed")
 #: The packages of the ``cli`` extra.
 CLI_EXTRA = ("rich", "matplotlib")
 

@@ -25,7 +25,8 @@ from ZODB.utils import newTid, p64, u64
 
 from zodbsql.backends.base.contract import (Conflict, ConnectionRole, ResolvedState,
                                             Revision, StagedState)
-from zodbsql.errors import CommitOutcomeUnknown, ConnectionLost, DatabaseError
+from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
+                            DatabaseError)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
 from zodbsql.storage.records import checksum, references, verified
 from zodbsql.storage.shared import Shared
@@ -245,6 +246,10 @@ class PendingCommit:
                     files.link_revision(oid, data_tid, tid)
         try:
             conn.commit()
+        except DatabaseConflict:
+            # The server answered: rolled back as a whole (a Galera certification
+            # failure arrives here, at COMMIT).  Retryable, nothing to settle.
+            raise
         except Exception as exc:
             self._settle_lost_commit(tid, exc)  # returns only if the commit is durable
         self.tid = tid

@@ -55,6 +55,13 @@ def pack(storage: HasShared, t: float, gc: bool = True,
         pack_duty_cycle=duty_cycle or shared.options.pack_duty_cycle)
     if not shared.pack_lock.acquire(blocking=False):
         raise POSException.StorageError("a pack of this storage is already running")
+    measured = shared.metrics
+    if measured is not None:
+        told = progress or (lambda phase, done: None)
+
+        def progress(phase: str, done: int) -> None:
+            measured.pack_progress(phase, done)
+            told(phase, done)
     conn = shared.connect()
     try:
         counts = _Pack(shared, conn, gc, progress, dry_run, options).run(time_to_tid(t))

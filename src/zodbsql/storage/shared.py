@@ -14,8 +14,12 @@ from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.connections import ConnectionPool, StatementTally
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.cache import StateCache
+from zodbsql.cache.persistent import PersistentCache
 from zodbsql.cache.prefetch import Prefetcher
+from zodbsql.cache.secondlevel import RedisCache
+from zodbsql.backends.base.trace import Tracer
 from zodbsql.options import Options
+from zodbsql.storage.metrics import StorageMetrics
 from zodbsql.storage.blobs import BlobFiles
 
 #: Committing connections one storage keeps open at most.
@@ -46,10 +50,32 @@ class Shared:
         self.pack_lock = threading.Lock()
         self.closed = False
         self.blob_files = BlobFiles(options) if options.blob_dir else None
+        #: The cache's file (cache-persistent-dir), once the storage has opened it.
+        self.persistent: PersistentCache | None = None
+        #: The Redis level (cache-redis-url), once the storage has opened it.
+        self.second_level: RedisCache | None = None
+        #: The newest tid this process committed: no snapshot read on a standby may be
+        #: older (read-your-writes).
+        self.last_commit = 0
+        #: The backend's server generation the cache was filled from (a failover
+        #: empties it).
+        self.generation = backend.server_generation
+        #: The storage's metrics (``metrics``; None: off), made by the root storage.
+        self.metrics: StorageMetrics | None = None
+        #: The SQL trace every connection of this storage reports to (None: off).
+        self.tracer = (Tracer(options.sql_trace, options.slow_statement,
+                              options.slow_statement_explain,
+                              options.name or backend.describe())
+                       if options.sql_trace or options.slow_statement is not None else None)
+        #: Whether a transaction start may keep its snapshot (backends/base/wakeup.py);
+        #: started by the storage once its schema is ready.
+        self.watch = backend.watch_commits()
 
     def counted(self, conn: ConnectionRole) -> ConnectionRole:
-        """Add ``conn``'s statements from now on to this storage's running total."""
+        """Add ``conn``'s statements from now on to this storage's running total, and
+        trace them when the trace is on."""
         conn.tally = self.statements
+        conn.tracer = self.tracer
         return conn
 
     def connect(self) -> ConnectionRole:

@@ -5,6 +5,12 @@ One ``SQLStorage`` is made per database; ZODB asks it for an instance per connec
 cache, oid block, pool of committing connections); each has its own connection for
 loading and its own snapshot tid, set by ``poll_invalidations``.  An instance that has
 never polled (the root storage, used directly) reads the newest committed data.
+
+With standbys configured (``backend.connect_replica``), a poll and the loads of its
+snapshot go to one standby session, as long as the tid it polls is not older than the
+instance's previous snapshot nor than the process's last commit; else that snapshot
+is read from the primary.  A snapshot never mixes servers, except that a standby lost
+in the middle hands over to the primary, which has every revision the snapshot sees.
 """
 from __future__ import annotations
 
@@ -24,12 +30,12 @@ from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
                              IStorageRestoreable, IStorageUndoable)
 from ZODB.utils import p64, u64
 
-from zodbsql.backends.base import oidalloc
+from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
                                             StateRow)
-from zodbsql.errors import CorruptRecordError, SchemaError, ZodbsqlError
+from zodbsql.errors import CommitLockTimeout, CorruptRecordError, SchemaError, ZodbsqlError
 from zodbsql.options import Options
-from zodbsql.storage import history, iteration, pack
+from zodbsql.storage import caches, history, identity, iteration, metrics, pack, records
 from zodbsql.storage.blobs import BlobFiles
 from zodbsql.storage.commit import PendingCommit
 from zodbsql.storage.records import as_bytes, verified
@@ -43,6 +49,9 @@ BLOB_LAYOUT = "blob_layout"
 #: References of prefetched states a load brings along, per state it may prefetch (they
 #: name what a later miss brings: the items of a BTree's next buckets).
 REFERENCES_PER_STATE = 4
+
+#: Seconds an instance that found no usable standby waits before looking again.
+REPLICA_RETRY = 1.0
 
 @zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
                             IStorageCurrentRecordIteration, IExternalGC)
@@ -59,11 +68,15 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self._is_root = True
             if options.blob_dir:
                 self._check_blob_layout(backend, options)
+            caches.open_caches(shared, self._load)
+            shared.watch.start()
         else:
             self._is_root = False
         self.shared = shared
         self._options = shared.options
         self.__name__ = shared.options.name or backend.describe()
+        if self._is_root and shared.options.metrics:
+            self.enable_metrics(shared.options.metrics_port)
         if shared.options.keep_history:
             zope.interface.alsoProvides(self, IStorageUndoable)
         if shared.blob_files is not None:
@@ -72,8 +85,13 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 self.fshelper = shared.blob_files.fshelper
         self._snapshot: int | None = None   # None: read the newest data
         self._polled: int | None = None
+        self._watch_token: object = None     # the commit watch's, from before the last poll
         self._own_tids: set[int] = set()
         self._read_txn = False               # history-free snapshot transaction open
+        self._replica: ConnectionRole | None = None   # a standby session, if any
+        self._on_replica = False             # this snapshot is read on _replica
+        self._replica_retry = 0.0            # no standby was usable: ask again after this
+        self._generation = shared.generation
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()
         self._pending: PendingCommit | None = None
@@ -100,18 +118,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         assert self._load is not None
         want = "shared-directory" if options.shared_blob_dir else "database"
         conn = self._load
-        stored = backend.history.get_meta(conn, BLOB_LAYOUT)
-        if stored is None and not options.read_only:
-            conn.begin_write()
-            try:
-                stored = backend.history.get_meta(conn, BLOB_LAYOUT)
-                if stored is None:
-                    backend.history.set_meta(conn, BLOB_LAYOUT, want)
-                    stored = want
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
+        stored = identity.recorded_once(backend, conn, BLOB_LAYOUT, want, options.read_only)
         if stored is not None and stored != want:
             conn.close()
             self._load = None
@@ -128,11 +135,13 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def release(self) -> None:
         with self._load_lock:
-            if self._load is not None:
-                self._load.rollback()
-                self._load.close()
-                self._load = None
-            self._read_txn = False
+            for conn in (self._load, self._replica):
+                if conn is not None:
+                    conn.rollback()
+                    conn.close()
+            self._load = self._replica = None
+            self._read_txn = self._on_replica = False
+            self._watch_token = None
 
     def sync(self, force: bool = True) -> None:
         self._end_read_txn()
@@ -140,33 +149,132 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
     def afterCompletion(self) -> None:
         self._end_read_txn()
 
-    def poll_invalidations(self) -> list[bytes]:
-        """Move this instance's snapshot to the newest commit; return the oids changed."""
+    def poll_invalidations(self) -> list[bytes] | None:
+        """Move this instance's snapshot to the newest commit; return the oids changed
+        (None: everything, after a failover to a server that may lack what was seen)."""
         shared = self.shared
         with self._load_lock:
             self._end_read_txn()
-            conn = self._conn()
-            if not shared.options.keep_history:
-                # History-free data has no old revisions to name: the snapshot is a
-                # read transaction, held until the ZODB transaction ends.
-                conn.begin_read()
-                self._read_txn = True
+            quiet, token = self._unchanged()
+            if quiet:
+                return []
+            self._watch_token = None    # until this poll has succeeded
             since = self._polled if self._polled is not None else (
                 shared.cache.polled if shared.cache.polled >= 0 else None)
-            upto, changes = shared.backend.poller.poll(conn, since)
+            polled = self._poll_replica(since)
+            reset = False
+            if polled is None:
+                polled = self._poll(self._conn(), since)
+                reset = self._server_changed(since, polled[0])
+            upto, changes = polled
             shared.cache.after_poll(since if since is not None else upto, upto, changes)
-            invalidated: list[bytes] = []
-            if self._polled is not None:
+            second = shared.second_level
+            if second is not None and shared.cache.base > second.checkpoint:
+                second.publish_checkpoint(shared.cache.base)   # the index moved past it
+            invalidated: list[bytes] | None = []
+            if reset:
+                invalidated = None
+            elif self._polled is not None:
                 own = self._own_tids
                 invalidated = [p64(oid) for oid, tid in changes if tid not in own]
             self._own_tids = set()
             self._snapshot = self._polled = upto
+            if shared.tracer is not None:
+                trace.context.set(f"snapshot 0x{upto:016x}")
+            if shared.metrics is not None:
+                shared.metrics.polled(len(invalidated) if invalidated is not None
+                                      else len(changes))
+            self._watch_token = token
             return invalidated
+
+    def _unchanged(self) -> tuple[bool, object]:
+        """May this start keep the snapshot (nothing committed since its poll)?  The
+        commit watch says, without a statement when it can; the token it returns is
+        kept with the poll that follows otherwise."""
+        # -1 for an instance that never polled: no skip, but a token for its first poll.
+        polled = self._polled if self._polled is not None else -1
+        watch = self.shared.watch
+        try:
+            if watch.reads_connection and not self._options.keep_history:
+                self._snapshot_conn()     # the check and the poll in one read transaction
+            quiet, token = watch.quiet(self._conn, polled, self._watch_token)
+        except ZodbsqlError:
+            return False, None
+        # The shared cache takes loaded states only at its newest poll: one emptied
+        # (``clear``) or moved on by another instance wants this start to poll too.
+        cache = self.shared.cache
+        quiet = quiet and (not cache.enabled or cache.polled == polled)
+        if quiet:
+            self._watch_token = token
+        return quiet, token
+
+    def _poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[tuple[int, int]]]:
+        if not self.shared.options.keep_history and not conn.in_transaction:
+            # History-free data has no old revisions to name: the snapshot is a
+            # read transaction, held until the ZODB transaction ends.
+            conn.begin_read()
+            self._read_txn = True
+        return self.shared.backend.poller.poll(conn, since)
+
+    def _poll_replica(self, since: int | None) -> tuple[int, list[tuple[int, int]]] | None:
+        """Poll on a standby; None when none is usable or it has not replayed this
+        instance's last snapshot or the process's last commit (then the primary polls)."""
+        backend = self.shared.backend
+        self._on_replica = False
+        replica = self._replica
+        if replica is not None and (replica.broken or not backend.replica_in_bounds(replica)):
+            replica.close()
+            self._replica = replica = None
+        if replica is None:
+            now = time.monotonic()
+            if now < self._replica_retry:
+                return None
+            found = backend.connect_replica()
+            if found is None:
+                self._replica_retry = now + REPLICA_RETRY
+                return None
+            replica = self._replica = self.shared.counted(found)
+        try:
+            upto, changes = self._poll(replica, since)
+        except ZodbsqlError as exc:
+            log.info("standby poll failed, reading from the primary: %s", exc)
+            replica.rollback()
+            replica.close()
+            self._replica, self._read_txn = None, False
+            return None
+        if upto < max(self._polled or 0, self.shared.last_commit):
+            replica.rollback()
+            self._read_txn = False
+            return None
+        self._on_replica = True
+        return upto, changes
+
+    def _server_changed(self, since: int | None, upto: int) -> bool:
+        """After a poll on the primary: has it changed (a failover) or gone back in
+        time since what this process saw?  Then the shared cache is emptied (once)
+        and this instance's ZODB connection must forget everything."""
+        shared = self.shared
+        generation = shared.backend.server_generation
+        rewound = since is not None and upto < since
+        if not rewound and generation == self._generation:
+            return False
+        with shared.oid_lock:
+            if rewound or shared.generation != generation:
+                log.warning("%s: the primary changed or went back in time (last tid"
+                            " 0x%016x, seen 0x%016x): every cached state is dropped",
+                            self.__name__, upto, since or 0)
+                shared.cache.clear()
+                shared.generation = generation
+                shared.last_commit = min(shared.last_commit, upto)
+        self._generation = generation
+        return True
 
     def _end_read_txn(self) -> None:
         with self._load_lock:
-            if self._read_txn and self._load is not None:
-                self._load.rollback()
+            if self._read_txn:
+                conn = self._replica if self._on_replica else self._load
+                if conn is not None:
+                    conn.rollback()
             self._read_txn = False
 
     def _conn(self) -> ConnectionRole:
@@ -175,8 +283,21 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if self._load is not None:
                 self._load.close()
             self._load = self.shared.connect()
-            self._read_txn = False
+            if not self._on_replica:
+                self._read_txn = False
         return self._load
+
+    def _reading(self) -> ConnectionRole:
+        """The connection of this snapshot: the standby it was polled on, else the
+        primary's.  A standby lost in the middle hands over to the primary, which has
+        every revision the snapshot sees (history-free: a fresh read transaction,
+        whose newer states are read conflicts)."""
+        if self._on_replica:
+            replica = self._replica
+            if replica is not None and not replica.broken:
+                return replica
+            self._on_replica = self._read_txn = False
+        return self._conn()
 
     def _check_open(self) -> None:
         if self.shared.closed:
@@ -191,21 +312,60 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if snapshot is None:
                 row = shared.backend.mover.load_current(self._conn(), oid_int)
             else:
+                source = "cache"
                 hit = shared.cache.get(oid_int, snapshot)
+                if hit is None and shared.second_level is not None:
+                    hit = self._load_shared(oid_int, snapshot)
+                    source = "redis"
                 if hit is not None:
-                    shared.prefetcher.note_hit(oid_int)
+                    prefetched = shared.prefetcher.note_hit(oid_int)
+                    if shared.metrics is not None:
+                        shared.metrics.loaded("prefetch" if prefetched and source == "cache"
+                                              else source)
                     return hit[0], p64(hit[1])
                 row = self._load_at(oid_int, snapshot)
                 if row is not None and row.tid > snapshot:
+                    if shared.metrics is not None:
+                        shared.metrics.conflict("read_conflict")
                     raise POSException.ReadConflictError(
                         oid=oid, serials=(p64(row.tid), p64(snapshot)))
             if row is None or row.state is None:
                 raise POSException.POSKeyError(oid)
             tid, state = row.tid, row.state
             verified(oid_int, tid, row.checksum, state)
+            if shared.metrics is not None:
+                shared.metrics.loaded("database", len(state))
             if snapshot is not None:
                 shared.cache.put_loaded(oid_int, tid, state, snapshot)
+                if shared.second_level is not None:
+                    shared.second_level.store([(oid_int, tid, state)], snapshot)
             return state, p64(tid)
+
+    def _load_shared(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
+        """``oid``'s state at the snapshot from the Redis level, into the shared cache;
+        with prefetch on, the oids the prefetch plan queued after it come in the same
+        round trip, and the references of what came feed the plan, as a database load's
+        do (``_load_at``)."""
+        shared = self.shared
+        second = shared.second_level
+        assert second is not None
+        prefetcher, cache = shared.prefetcher, shared.cache
+        if not (prefetcher.enabled and cache.enabled):
+            hit = second.load(oid, snapshot)
+            if hit is not None:
+                cache.put_loaded(oid, hit[1], hit[0], snapshot)
+            return hit
+        _, queued = prefetcher.plan(oid)
+        found = second.load_many(
+            [oid, *(each for each in queued if not cache.has(each, snapshot))], snapshot)
+        references: list[tuple[int, int]] = []
+        for each, (state, tid) in found.items():
+            cache.put_loaded(each, tid, state, snapshot)
+            references.extend((each, to) for to in sorted(records.references(each, state)))
+        hit = found.pop(oid, None)
+        # A miss here goes on to the database, whose load plans again for ``oid``.
+        prefetcher.loaded(oid if hit is not None else -1, list(found), references)
+        return hit
 
     def _load_at(self, oid: int, snapshot: int) -> StateRow | None:
         """``oid``'s row as of the snapshot from the database; with prefetch on, the
@@ -229,7 +389,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def _snapshot_conn(self) -> ConnectionRole:
         """The load connection, ready to read as of the snapshot."""
-        conn = self._conn()
+        conn = self._reading()
         if not self._options.keep_history and not self._read_txn:
             # The transaction ended without a new poll (afterCompletion, sync): a fresh
             # read transaction still gives every state as of the snapshot, or a read
@@ -263,6 +423,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         ``load`` reports it)."""
         cache = self.shared.cache
         cached = []
+        shared_rows = []
         for oid, tid, stored_checksum, state in rows:
             if state is None or tid > snapshot:
                 continue
@@ -272,6 +433,11 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 continue
             cache.put_loaded(oid, tid, state, snapshot)
             cached.append(oid)
+            shared_rows.append((oid, tid, state))
+        if self.shared.metrics is not None:
+            self.shared.metrics.read(sum(len(state) for _, _, state in shared_rows))
+        if self.shared.second_level is not None:
+            self.shared.second_level.store(shared_rows, snapshot)
         return cached
 
     def resolve_conflict(self, oid: int, committed_tid: int, old_tid: int,
@@ -284,6 +450,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 p64(oid), p64(committed_tid), p64(old_tid), new_state, committed_state)
         finally:
             self._resolving = False
+        if self.shared.metrics is not None:
+            self.shared.metrics.conflict("resolved")
         return resolved
 
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
@@ -375,6 +543,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             raise POSException.StorageTransactionError(
                 "Duplicate tpc_begin calls for same transaction")
         self._tpc_lock.acquire()
+        if self.shared.tracer is not None:
+            trace.context.set(commit_label(transaction))
         self._pending = PendingCommit(self.shared, self.resolve_conflict, transaction, tid,
                                       status)
 
@@ -416,20 +586,46 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def tpc_vote(self, transaction: Any) -> Iterable[bytes]:
         pending = self._pending_for(transaction)
-        return pending.vote()
+        measured = self.shared.metrics
+        if measured is None:
+            return pending.vote()
+        started = time.perf_counter()
+        try:
+            voted = pending.vote()
+        except (POSException.ConflictError, CommitLockTimeout) as exc:
+            measured.conflict(metrics.conflict_kind(exc))
+            raise
+        measured.voted(time.perf_counter() - started)
+        return voted
 
     def tpc_finish(self, transaction: Any, func: Callable[[bytes], Any] = lambda tid: None) -> bytes:
         pending = self._pending_for(transaction)
+        started = time.perf_counter()
         try:
-            tid = pending.finish()
+            try:
+                tid = pending.finish()
+            except (POSException.ConflictError, CommitLockTimeout) as exc:
+                if self.shared.metrics is not None:
+                    self.shared.metrics.conflict(metrics.conflict_kind(exc))
+                raise
             tid_bytes = as_bytes(tid)
             self._own_tids.add(tid)
             self._last_commit = tid
+            shared = self.shared
+            shared.last_commit = max(shared.last_commit, tid)
+            shared.watch.committed(tid)
             cache = self.shared.cache
             for oid, (_, state) in pending.states.items():
                 if state is not None:
                     cache.put_revision(oid, tid, state)
+            if self.shared.second_level is not None:
+                self.shared.second_level.store(
+                    [(oid, tid, state) for oid, (_, state) in pending.states.items()
+                     if state is not None], None)
             func(tid_bytes)
+            if shared.metrics is not None:
+                shared.metrics.committed(time.perf_counter() - started, sum(
+                    len(state) for _, state in pending.states.values() if state is not None))
             return tid_bytes
         finally:
             self._end_commit(pending)
@@ -446,6 +642,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
     def _end_commit(self, pending: PendingCommit) -> None:
         pending.release()
         self._pending = None
+        if self.shared.tracer is not None:
+            trace.context.set("")
         self._tpc_lock.release()
 
     def tpc_transaction(self) -> Any:
@@ -575,6 +773,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         pack.pack(self, t, gc and self._options.pack_gc)
 
     # -- bookkeeping ------------------------------------------------------------------------------
+    def enable_metrics(self, port: int | None = None) -> metrics.StorageMetrics:
+        """Turn metrics on for this storage (what ``metrics true`` does at open), and
+        serve them on ``port`` of 127.0.0.1 when given; returns the storage's series."""
+        shared = self.shared
+        if shared.metrics is None:
+            shared.metrics = metrics.StorageMetrics(self.__name__, shared.cache, shared.pool)
+        if port is not None:
+            metrics.serve(port)
+        return shared.metrics
+
     def statement_count(self) -> int:
         """SQL statements sent so far by every instance of this storage in this process
         (loads, polls and commits; connection set-up excluded)."""
@@ -621,11 +829,14 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if self._options.read_only:
             raise POSException.ReadOnlyError()
         shared = self.shared
+        caches.close_caches(shared, save=False)  # its database is going away
         self.release()
         shared.pool.close()
         shared.backend.destroy()
         self._load = self._open_checked(shared.backend, self._options)
         shared.cache.clear()
+        caches.open_caches(shared, self._load)
+        shared.watch.reset()
         if shared.blob_files is not None:
             shared.blob_files.hashes.clear()
         with shared.oid_lock:
@@ -641,6 +852,11 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 pass
         self.release()
         if self._is_root and not self.shared.closed:
+            caches.close_caches(self.shared)
+            if self.shared.metrics is not None:
+                self.shared.metrics.close()
+            self.shared.watch.close()
+            self.shared.cache.close()
             self.shared.closed = True
             self.shared.pool.close()
             if self.shared.blob_files is not None:
@@ -656,6 +872,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def __repr__(self) -> str:
         return f"<SQLStorage {self.__name__}>"
+
+
+def commit_label(transaction: Any) -> str:
+    """How the SQL trace names a ZODB transaction: its id in this process, and the
+    start of its description."""
+    description = getattr(transaction, "description", "") or ""
+    if isinstance(description, bytes):
+        description = description.decode("utf-8", "replace")
+    text = " ".join(str(description).split())[:60]
+    return f"commit {id(transaction):x}" + (f" {text!r}" if text else "")
 
 
 def _serial_bytes(serial: bytes | str) -> bytes:

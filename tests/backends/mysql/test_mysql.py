@@ -189,7 +189,10 @@ def test_overlapping_commit_times_out(factory: MySQLFactory) -> None:
         b.tpc_vote(txn_b)
     b.tpc_abort(txn_b)
     assert "commit-lock-timeout" in str(info.value)
-    assert "innodb_lock_wait_timeout" in str(info.value)
+    assert ("another commit held the row lock of an object this one changes for longer"
+            " than row-lock-timeout (default: commit-lock-timeout; 1s," in str(info.value))
+    assert ("applied as innodb_lock_wait_timeout); the transaction can be retried"
+            in str(info.value))
     tid_a = a.tpc_finish(txn_a)
     assert factory.open().load(oids[0]) == (_state("a"), tid_a)
     # B retries and now sees A's commit as a conflict to resolve or report, not a hang.
@@ -372,3 +375,35 @@ def test_a_user_without_rights_on_the_database_is_told_to_grant(factory: MySQLFa
         assert "hunter2" not in message and not isinstance(info.value, ConnectionLost)
     finally:
         cursor.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def test_a_second_pack_waits_for_the_first_then_gives_up(factory: MySQLFactory) -> None:
+    """One pack per database at a time (GET_LOCK): while another session holds the pack
+    lock, a pack waits commit-lock-timeout and fails naming the database, deleting
+    nothing; once the lock is free it packs."""
+    import time
+    from zodbsql.storage import pack
+    storage = factory.open(commit_lock_timeout=1.0)
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        conn.root()["gone"] = PersistentMapping(v=1)
+    with db.transaction() as conn:
+        gone = conn.root()["gone"]._p_oid
+        del conn.root()["gone"]
+    holder = mysql_admin(factory.driver)
+    try:
+        cursor = holder.cursor()
+        cursor.execute(f"SELECT GET_LOCK('zodbsql.pack.{factory.db}', 0)")
+        assert cursor.fetchone()[0] == 1
+        started = time.monotonic()
+        with pytest.raises(DatabaseError, match=f"another process has been packing .*"
+                                                f"{factory.db}.* for more than 1s"):
+            pack.pack(storage, time.time())
+        assert time.monotonic() - started >= 0.9      # it waited for the lock
+        assert storage.load(gone)[0]                  # nothing was deleted
+    finally:
+        holder.close()
+    pack.pack(storage, time.time())
+    with pytest.raises(Exception, match="0x|POSKey"):
+        storage.load(gone)
+    db.close()

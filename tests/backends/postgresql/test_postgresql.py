@@ -369,3 +369,50 @@ def test_a_refused_login_is_not_retryable(factory):
 def test_options_repr_masks_the_password():
     options = PostgreSQLOptions(dsn="host=db user=zodb password=hunter2 dbname=zodb")
     assert "hunter2" not in repr(options) and "password=***" in repr(options)
+
+
+def test_history_free_commits_are_logged_and_old_entries_go():
+    """commit_log holds each history-free commit (tid and nonce) for an hour of tids."""
+    made = PostgreSQLFactory(Param("postgresql", False))
+    try:
+        db = ZODB.DB(made.open())
+        for n in range(3):
+            with db.transaction() as conn:
+                conn.root()["n"] = n
+        last = u64(db.storage.lastTransaction())
+        schema = made.path
+        logged = made.admin.execute(
+            f'SELECT tid, nonce FROM "{schema}".commit_log ORDER BY tid').fetchall()
+        assert len(logged) == 4 and logged[-1][0] == last  # the root's creation too
+        assert len({nonce for _, nonce in logged}) == 4
+        # An entry an hour of tids older than a new commit is pruned by it.
+        made.admin.execute(f'INSERT INTO "{schema}".commit_log VALUES (%s, 1)',
+                           (last - (61 << 32),))
+        with db.transaction() as conn:
+            conn.root()["n"] = 4
+        tids = [row[0] for row in made.admin.execute(
+            f'SELECT tid FROM "{schema}".commit_log').fetchall()]
+        assert len(tids) == 5 and min(tids) >= logged[0][0]
+        db.close()
+    finally:
+        made.cleanup()
+
+
+def test_a_database_made_before_commit_log_gets_it():
+    made = PostgreSQLFactory(Param("postgresql", False))
+    try:
+        made.open().close()
+        schema = made.path
+        # As a database made by an older zodbsql: no commit_log, the older procedures.
+        made.admin.execute(f'DROP TABLE "{schema}".commit_log')
+        made.admin.execute(f'DROP FUNCTION "{schema}".zodbsql_commit_log_window()')
+        read_only = made.open(read_only=True)  # can't install anything, still reads
+        read_only.close()
+        db = ZODB.DB(made.open())
+        with db.transaction() as conn:
+            conn.root()["x"] = 1
+        count = made.admin.execute(f'SELECT count(*) FROM "{schema}".commit_log').fetchone()
+        assert count == (2,)  # the root, then x
+        db.close()
+    finally:
+        made.cleanup()

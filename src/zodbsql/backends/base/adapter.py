@@ -8,6 +8,8 @@ imports this one.
 """
 from __future__ import annotations
 
+import logging
+import time
 from typing import ClassVar, Generic, TypeVar
 
 from zodbsql.backends.base.blobs import Blobs
@@ -24,9 +26,15 @@ from zodbsql.backends.base.packer import Packer
 from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.base.schema import Schema
 from zodbsql.backends.base.txncontrol import TransactionControl
+from zodbsql.backends.base.wakeup import CommitWatch
+from zodbsql.errors import DatabaseError
 
 #: The type of a backend's own options (``SQLiteOptions``, ...).
 OptionsT = TypeVar("OptionsT", bound=BackendOptions)
+#: Seconds between two checks of a replica session's lag.
+LAG_CHECK_INTERVAL = 1.0
+
+log = logging.getLogger(__name__)
 
 
 class Backend(Generic[OptionsT]):
@@ -51,6 +59,10 @@ class Backend(Generic[OptionsT]):
     inspector_class: ClassVar[type[Inspector]] = Inspector
     blobs_class: ClassVar[type[Blobs]] = Blobs
 
+    #: Raised by one each time :meth:`connect` reaches another server than before (a
+    #: failover): what the storage cached from the old one may not be on the new one.
+    server_generation = 0
+
     def __init__(self, options: OptionsT, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:
         #: The backend's own options object (SQLiteOptions, PostgreSQLOptions, ...).
@@ -58,6 +70,10 @@ class Backend(Generic[OptionsT]):
         self.keep_history = keep_history
         self.lock_timeout = lock_timeout
         self.read_only = read_only
+        #: Seconds of lag above which a replica is skipped (a backend with replicas
+        #: sets it from its replica-max-lag); the replica to try first next time.
+        self.replica_max_lag = 0.0
+        self._next_replica = 0
         self.features = self.features_class()
         self.schema = self.schema_class(self)
         self.locker = self.locker_class(self)
@@ -74,6 +90,62 @@ class Backend(Generic[OptionsT]):
     def connect(self) -> DBConnection:
         """Open a new connection (autocommit between explicit transactions)."""
         raise NotImplementedError
+
+    # -- replicas: a backend that has them gives their count, a session, and its lag -----
+    def replica_count(self) -> int:
+        return 0
+
+    def open_replica(self, index: int) -> DBConnection:
+        """A session on replica ``index`` (of ``replica_count``), whatever its lag."""
+        raise NotImplementedError
+
+    def replica_lag(self, conn: DBConnection) -> float:
+        """Seconds the replica session ``conn`` is behind its primary."""
+        raise NotImplementedError
+
+    def connect_replica(self) -> DBConnection | None:
+        """A session on a replica within ``replica_max_lag``, or None (none configured,
+        or none reachable within the bound).  The replicas are tried in turn, starting
+        one further on each time, so that sessions spread over them."""
+        count = self.replica_count()
+        if count == 0:
+            return None
+        start, self._next_replica = self._next_replica, (self._next_replica + 1) % count
+        for step in range(count):
+            try:
+                conn = self.open_replica((start + step) % count)
+            except DatabaseError as exc:
+                log.info("replica skipped: %s", exc)
+                continue
+            try:
+                lag = self.replica_lag(conn)
+            except DatabaseError as exc:
+                log.info("replica skipped: %s", exc)
+                conn.close()
+                continue
+            if lag <= self.replica_max_lag:
+                conn.lag_checked = time.monotonic()
+                conn.statements = 0
+                return conn
+            log.info("replica skipped: %s is %.1fs behind (replica-max-lag %gs)", conn.where,
+                     lag, self.replica_max_lag)
+            conn.close()
+        return None
+
+    def replica_in_bounds(self, conn: ConnectionRole) -> bool:
+        """Is the replica ``conn`` reads from still within its lag bound?  Read on the
+        replica at most once per LAG_CHECK_INTERVAL."""
+        if not isinstance(conn, DBConnection):
+            return True
+        now = time.monotonic()
+        if now - conn.lag_checked < LAG_CHECK_INTERVAL:
+            return True
+        try:
+            lag = self.replica_lag(conn)
+        except DatabaseError:
+            return False
+        conn.lag_checked = now
+        return lag <= self.replica_max_lag
 
     def check_exists(self) -> None:
         """Raise :class:`SchemaError` if the database is missing, before anything
@@ -96,6 +168,10 @@ class Backend(Generic[OptionsT]):
     def database_size(self, conn: ConnectionRole) -> int:
         """Approximate size of the stored data in bytes."""
         return 0
+
+    def watch_commits(self) -> CommitWatch:
+        """A watch for one storage (``wakeup.py``); the base one never skips a poll."""
+        return CommitWatch()
 
     def destroy(self) -> None:
         """Remove every zodbsql table (tests and the benchmark's scratch databases)."""

@@ -8,11 +8,13 @@ round-trip tests read ``statements``).
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from zodbsql.backends.base.contract import ConnectionRole, StatementCounter
+from zodbsql.backends.base.trace import Tracer
 from zodbsql.errors import ConnectionLost, DatabaseError
 
 #: A row as the driver returns it; the roles turn rows into the named rows of
@@ -53,6 +55,14 @@ class DBConnection:
     #: connect (MySQL's max_allowed_packet) sets it on the connection.
     max_state_size: int | None = None
     max_state_size_detail: str | None = None
+    #: Where the session is, for messages (a subclass names the server and database).
+    where = ""
+    #: A replica session (``Backend.connect_replica``): when its lag was last read.
+    lag_checked = 0.0
+    #: The SQL trace (None: off, the usual case), set by the storage that owns this.
+    tracer: Tracer | None = None
+    #: How a driver asks for a statement's plan (``slow-statement-explain``).
+    explain_prefix = "EXPLAIN "
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -108,51 +118,101 @@ class DBConnection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; return the number of rows it changed."""
         self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
         try:
             cursor = self.raw.cursor()
             cursor.execute(self._sql(sql), params)
-            return int(cursor.rowcount)
+            changed = int(cursor.rowcount)
         except Exception as exc:  # driver errors have no common base class
+            self._traced(sql, params, started, exc)
             raise self._fail(exc, sql) from exc
+        self._traced(sql, params, started)
+        return changed
 
     def execute_script(self, sql: str) -> None:
         """Run SQL text without parameters, as written (procedure definitions)."""
         self.statements += 1
         try:
-            self.raw.cursor().execute(sql)
+            with self.tracing(sql):
+                self.raw.cursor().execute(sql)
         except Exception as exc:
             raise self._fail(exc, sql) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
         try:
             self.raw.cursor().executemany(self._sql(sql), rows)
         except Exception as exc:
+            self._traced(sql, None, started, exc)
             raise self._fail(exc, sql) from exc
+        self._traced(sql, None, started)
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
         try:
             cursor = self.raw.cursor()
             cursor.execute(self._sql(sql), params)
-            return list(cursor.fetchall())
+            rows = list(cursor.fetchall())
         except Exception as exc:
+            self._traced(sql, params, started, exc)
             raise self._fail(exc, sql) from exc
+        self._traced(sql, params, started)
+        return rows
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
         try:
             cursor = self.raw.cursor()
             cursor.execute(self._sql(sql), params)
             row = cursor.fetchone()
-            return tuple(row) if row is not None else None
         except Exception as exc:
+            self._traced(sql, params, started, exc)
             raise self._fail(exc, sql) from exc
+        self._traced(sql, params, started)
+        return tuple(row) if row is not None else None
+
+    # -- the SQL trace ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def tracing(self, sql: str) -> Iterator[None]:
+        """Trace what runs inside as the statement ``sql`` (COMMIT, ROLLBACK)."""
+        tracer = self.tracer
+        if tracer is None:
+            yield
+            return
+        started = tracer.start()
+        try:
+            yield
+        except Exception as exc:
+            self._traced(sql, None, started, exc)
+            raise
+        self._traced(sql, None, started)
+
+    def _traced(self, sql: str, params: Sequence[Any] | None, started: float,
+                error: BaseException | None = None) -> None:
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.done(self.where or self.driver_name, sql, params, started,
+                        error, self._plan)
+
+    def _plan(self, sql: str, params: Sequence[Any] | None) -> list[str]:
+        """The server's plan for ``sql``, one line per row (slow-statement-explain)."""
+        self.statements += 1
+        cursor = self.raw.cursor()
+        cursor.execute(self._sql(self.explain_prefix + sql), params)
+        return [" | ".join(str(value) for value in row) for row in cursor.fetchall()]
 
     def commit(self) -> None:
         self.statements += 1
         try:
-            self.raw.commit()
+            with self.tracing("COMMIT"):
+                self.raw.commit()
         except Exception as exc:
             raise self._fail(exc, "COMMIT") from exc
         finally:
@@ -164,10 +224,11 @@ class DBConnection:
             return
         self.statements += 1
         self.in_transaction = False
-        try:
-            self.raw.rollback()
-        except Exception:
-            self.broken = True
+        with self.tracing("ROLLBACK"):
+            try:
+                self.raw.rollback()
+            except Exception:
+                self.broken = True
 
     def close(self) -> None:
         try:
@@ -188,6 +249,8 @@ class ConnectionPool:
         self._idle: queue.LifoQueue[ConnectionRole] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(max_size)
         self.max_size = max_size
+        #: Connections handed out and not yet given back (read by the metrics).
+        self.in_use = 0
 
     def acquire(self, timeout: float | None = None) -> ConnectionRole:
         if not self._slots.acquire(timeout=timeout if timeout is not None else -1):
@@ -195,17 +258,18 @@ class ConnectionPool:
                 f"all {self.max_size} pooled connections stayed busy for {timeout}s"
                 " (raise the pool size or find the long commits)")
         try:
-            return self._idle.get_nowait()
+            conn = self._idle.get_nowait()
         except queue.Empty:
-            pass
-        try:
-            conn = self._open()
-        except BaseException:
-            self._slots.release()
-            raise
+            try:
+                conn = self._open()
+            except BaseException:
+                self._slots.release()
+                raise
+        self.in_use += 1
         return conn
 
     def release(self, conn: ConnectionRole) -> None:
+        self.in_use -= 1
         conn.rollback()
         if conn.broken:
             conn.close()

@@ -198,6 +198,8 @@ class ConnectionRole(Protocol):
     driver_name: str
     #: Where counted statements are also added (the owning storage's tally), or None.
     tally: StatementCounter | None
+    #: The SQL trace (``sql-trace``, ``slow-statement``), or None: off.
+    tracer: Any
     #: The server's id of this session, for ending it from another connection.
     session_id: int | None
     #: The largest state one statement may carry on this connection, in bytes (None:
@@ -408,6 +410,33 @@ class PollerRole(Protocol):
         """``(snapshot tid, [(oid, tid), ...])``: the objects changed after ``since``,
         as of the snapshot tid, in one statement.  With ``since`` None only the
         snapshot tid is read."""
+
+
+class CommitWatchRole(Protocol):
+    """May a transaction start keep its snapshot instead of polling (``wakeup.py``)?"""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def reads_connection(self) -> bool:
+        """Does the check send a statement on the load connection?"""
+
+    def start(self) -> None:
+        """Begin watching (at storage open)."""
+
+    def quiet(self, conn: Callable[[], ConnectionRole], snapshot: int,
+              token: object) -> tuple[bool, object]:
+        """``(skip, token)``: skip only if provably nothing committed after ``snapshot``
+        (the instance's last poll, made after the check that returned ``token``)."""
+
+    def committed(self, tid: int) -> None:
+        """This process committed ``tid``."""
+
+    def reset(self) -> None:
+        """The database was emptied and made again: forget what was seen."""
+
+    def close(self) -> None:
+        """Stop watching."""
 
 
 class OidAllocatorRole(Protocol):
@@ -633,6 +662,14 @@ class InspectorRole(Protocol):
         """A context giving backend options for a throw-away database beside this one,
         removed on exit."""
 
+    #: An SQL expression, with ``{state}`` for a state column, giving the class a state
+    #: was pickled for (``module.Name``, read from the pickle's first opcode, the way
+    #: ZODB writes it) or ``(other)`` (``zodbsql report``).
+    CLASS_OF_STATE: str
+    #: An SQL expression of column ``tid``: its whole days in ZODB's time stamp
+    #: calendar (the tid's high 32 bits count minutes), an integer.
+    DAY_OF_TID: str
+
 
 # -- the backend ------------------------------------------------------------------------------
 
@@ -697,6 +734,27 @@ class BackendContract(Protocol):
         :class:`DatabaseError` when it refuses the login or database,
         :class:`ConfigurationError` for a DSN it can't parse."""
 
+    @property
+    def server_generation(self) -> int:
+        """Raised by one each time :meth:`connect` reaches another server than before
+        (a failover to a promoted standby)."""
+
+    def replica_count(self) -> int:
+        """How many replicas (standbys) are configured."""
+
+    def open_replica(self, index: int) -> ConnectionRole:
+        """A session on replica ``index``, whatever its lag (doctor).  Raises
+        :class:`DatabaseError` when it can't be reached."""
+
+    def connect_replica(self) -> ConnectionRole | None:
+        """A connection to a standby (read-only) that may serve polls and loads, or
+        None: none configured, or none reachable within its lag bound.  Never raises
+        for a standby that is down or lagging (it is skipped)."""
+
+    def replica_in_bounds(self, conn: ConnectionRole) -> bool:
+        """Is the standby ``conn`` (from :meth:`connect_replica`) still within its lag
+        bound?  False also when it can't be asked."""
+
     def check_exists(self) -> None:
         """Raise :class:`SchemaError` if the database is missing, before anything
         connects and so creates it (SQLite); return otherwise."""
@@ -716,3 +774,6 @@ class BackendContract(Protocol):
 
     def destroy(self) -> None:
         """Remove every zodbsql table (tests, the benchmark's scratch databases)."""
+
+    def watch_commits(self) -> CommitWatchRole:
+        """A new watch for one storage: whether a transaction start may skip its poll."""

@@ -42,6 +42,10 @@ class Inspector:
                             f"this zodbsql needs schema version {SCHEMA_VERSION}")]
         return [Finding(OK, "schema", f"version {version}, {mode}")]
 
+    CLASS_OF_STATE = "'(other)'"
+    # Integer division on SQLite and PostgreSQL ('%' would be a placeholder).
+    DAY_OF_TID = "(tid >> 32) / 1440"
+
     #: A server backend's scratch: statements creating and dropping a schema or database
     #: named ``{name}`` (generated, never from input), and the options field naming it.
     CREATE_SCRATCH = ""

@@ -8,7 +8,7 @@ one round trip.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
 from zodbsql.backends.base.statements import for_mode
@@ -53,7 +53,11 @@ class Poller:
         """
         if since is None:
             return self.last_tid(conn), []
-        rows = conn.fetchall(self.sql.poll, (since,))
+        return self.parse_poll(conn.fetchall(self.sql.poll, (since,)))
+
+    @staticmethod
+    def parse_poll(rows: list[Any]) -> tuple[int, list[Revision]]:
+        """The poll statement's rows as ``(snapshot tid, [(oid, tid), ...])``."""
         upto = 0
         changes: list[Revision] = []
         for kind, oid, tid in rows:

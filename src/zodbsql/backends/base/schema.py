@@ -14,7 +14,7 @@ SCHEMA_VERSION = 1
 
 #: Every table zodbsql creates, in an order that drops cleanly.
 TABLES = ("blob_ref", "blob_chunk", "blob_content", "object_ref", "current_object", "object_state", "transactions",
-          "oid_counter", "commit_row", "zodbsql_meta")
+          "oid_counter", "commit_row", "commit_log", "zodbsql_meta")
 
 SELECT_META = "SELECT name, value FROM zodbsql_meta"
 INSERT_META = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"

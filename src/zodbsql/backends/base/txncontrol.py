@@ -143,9 +143,10 @@ class TransactionControl:
             if row_tid == tid and _same(row_checksum, written[oid]):
                 return True
             if row_tid < tid:
-                older += 1
-        # Every object still shows a state from before this tid: ours never landed.
-        # Otherwise later commits replaced what ours may have written.
+                # Ours would have replaced it, and later commits only raise the tid.
+                return False
+        # No object shows a state ours wrote: ours never landed.  Otherwise later commits
+        # replaced what ours may have written.
         return False if older == len(probe) else None
 
 

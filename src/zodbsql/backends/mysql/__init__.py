@@ -29,7 +29,9 @@ Design note.
   newer (index range scans).  History-preserving loads name the snapshot tid
   (``tid <= snapshot``), so no transaction is held between ZODB transactions.
   History-free loads read inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT, READ
-  ONLY`` opened by the poll and ended with the ZODB transaction.
+  ONLY`` opened by the poll and ended with the ZODB transaction.  Every start polls:
+  the server sends no notification, and no exact check is cheaper than the poll's one
+  round trip (the README's "Transaction starts without a poll" has the figures).
 * Storage layout.  InnoDB clusters rows on the primary key: ``object_state (zoid, tid)``
   keeps an object's revisions together and a load is one descent of that b-tree.
   Oids and tids are signed BIGINT everywhere, states LONGBLOB, text utf8mb4.  Upserts
@@ -41,6 +43,61 @@ Design note.
 * Size limit.  A statement may not exceed the server's ``max_allowed_packet``; it is
   read at connect and a state that can't fit (escaped, up to twice its size) is refused
   in vote before anything is sent, naming max_allowed_packet and the sizes.
+
+* Galera (MariaDB Galera Cluster, any node writable).  Found by probing, not
+  configured: the first connection reads ``wsrep_on`` and ``wsrep_provider``
+  (``connections.is_galera``), and every connection of the backend then knows
+  (``MySQLConnection.galera``).  What the design above relies on and Galera does not
+  give, and what is done instead:
+
+  - Row locks are local to a node.  A commit on another node that changes the same
+    rows is caught by certification at COMMIT: the later one is rolled back as a
+    whole and gets error 1213, which on Galera is raised as a retryable
+    ``DatabaseConflict`` (a ZODB ConflictError; never a half-visible commit: the write
+    set is applied everywhere or nowhere).  Since every commit updates ``commit_row``,
+    any two commits that did not see each other conflict there, so certification
+    orders all commits of the cluster; a commit rolled back at COMMIT reaches the
+    application from ``tpc_finish`` (``transaction`` logs that as critical, and
+    retries it under ``attempts()``).  ``storage/commit.py`` raises it at once:
+    the server answered, so there is no lost COMMIT to settle.
+  - The tid.  The commit-row lock reads ``last_tid`` on the committing node.  A commit
+    from another node that replaces that row afterwards either reaches this node
+    while the row is locked (its applier aborts the local transaction: 1213) or
+    after this commit was sent for certification (which rejects it: 1213).  So every
+    commit that gets through read the ``last_tid`` of the one before it in the
+    cluster's commit order: tids are strictly increasing in that order, and each
+    node applies write sets in that order, so on every node commits become visible
+    in tid order, as on one server.
+  - Causal reads.  A node applies other nodes' commits shortly after they were
+    acknowledged, so a poll could miss a commit acknowledged elsewhere.  The
+    statements that must see every commit made before them are prefixed with
+    ``SET STATEMENT wsrep_sync_wait = 15 FOR`` (``MySQLConnection.causal``; the same
+    round trip, the server first waits until it has applied what the cluster had
+    committed): the history-preserving poll and last-tid read, the history-free
+    ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, the vote's locking read (so a
+    conflict with a commit already made elsewhere is found in vote, where conflict
+    resolution can merge it, not at COMMIT) and the commit-row lock.  The session's
+    ``wsrep_sync_wait`` is left alone: loads name their snapshot and need no wait.
+  - Oid blocks.  Two nodes advancing ``oid_counter`` at once: one is rolled back
+    (1213, nothing applied); the autocommitted statement is sent again.
+  - ``GET_LOCK`` is local to a node.  The schema lock orders the creation of the
+    schema on one node only: on Galera the schema is read causally, and a node that
+    finds the tables (each CREATE is replicated at once) without their meta rows
+    (committed last) waits for the other node's creation to end.  The pack lock
+    keeps two packs from sharing the work tables: on Galera the pack also locks the
+    row of ``pack_lock`` from a companion session with streaming replication (each
+    changed row replicated at once, so the row is locked on every node), whose
+    transaction stays open until the pack's session ends; a node that dies takes
+    its lock with it, as the cluster rolls back what it was streaming.  (A pack and
+    a commit on different nodes that touch the same rows are settled by
+    certification, like two commits.)
+  - Temporary tables (the staged states) are not replicated, which is what they are
+    for; every permanent table is InnoDB with a primary key, as Galera needs.
+  - A node outside the primary component (or still joining) answers error 1047; it
+    is raised as ``ConnectionLost``, retryable.
+
+  ``tests/cluster`` runs ZODB's suites against a node, a writer per node with exact
+  totals afterwards on every node, and a node killed with SIGKILL under load.
 
 * Round trips.  A commit that writes one object and creates one sends 13 statements on
   its pooled connection: START TRANSACTION, two temp-table clears, the staged states and

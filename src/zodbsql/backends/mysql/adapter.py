@@ -1,13 +1,16 @@
 """The MySQL/MariaDB backend: its parts, and how a session is opened and set up."""
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, SERVER_GONE,
-                                                MySQLConnection, error_number,
+from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, CAUSAL_READ,
+                                                SERVER_GONE, WSREP_SETTINGS,
+                                                MySQLConnection, error_number, is_galera,
                                                 load_driver, prepare_for_writing,
                                                 pymysql_connection_class)
 from zodbsql.backends.mysql.blobs import MySQLBlobs
@@ -18,6 +21,8 @@ from zodbsql.backends.mysql.mover import MySQLMover
 from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
 from zodbsql.backends.mysql.options import MySQLOptions
 from zodbsql.backends.mysql.packer import MySQLPacker
+from zodbsql.backends.mysql.poller import MySQLPoller
+from zodbsql.backends.mysql.replicas import replica_lag
 from zodbsql.backends.mysql.schema import MySQLSchema
 from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl, server_started
 from zodbsql.errors import ConnectionLost, DatabaseError
@@ -31,6 +36,8 @@ UNREACHABLE = CANT_CONNECT | SERVER_GONE | {1040, 1053}
 #: Bytes of a statement that are not the state itself (column values, SQL text).
 PACKET_OVERHEAD = 64 * 1024
 
+log = logging.getLogger(__name__)
+
 
 class MySQLBackend(Backend[MySQLOptions]):
     name: ClassVar[str] = "mysql"
@@ -38,6 +45,7 @@ class MySQLBackend(Backend[MySQLOptions]):
     schema_class = MySQLSchema
     locker_class = MySQLLocker
     mover_class = MySQLMover
+    poller_class = MySQLPoller
     oids_class = MySQLOidAllocator
     packer_class = MySQLPacker
     blobs_class = MySQLBlobs
@@ -48,14 +56,18 @@ class MySQLBackend(Backend[MySQLOptions]):
                  read_only: bool = False) -> None:
         super().__init__(options, keep_history, lock_timeout, read_only)
         self.driver_name, self.module = load_driver(options.driver)
+        #: Whether the server is a Galera node: probed on the first connection.
+        self.galera: bool | None = None
+        #: Each replica's options (replica-dsns).
+        self.replicas = options.replicas
+        self.replica_max_lag = options.replica_max_lag
 
-    def _where(self) -> str:
-        o = self.options
+    def _where(self, o: MySQLOptions | None = None) -> str:
+        o = o or self.options
         server = f"unix socket {o.unix_socket}" if o.unix_socket else f"{o.host}:{o.port}"
         return f"MySQL database {o.db!r} on {server}"
 
-    def _connect_args(self) -> dict[str, Any]:
-        o = self.options
+    def _connect_args(self, o: MySQLOptions) -> dict[str, Any]:
         args: dict[str, Any] = {"user": o.user, "charset": "utf8mb4", "autocommit": True,
                                 "port": int(o.port), "connect_timeout": 10}
         if self.driver_name == "mysqlclient":
@@ -70,12 +82,15 @@ class MySQLBackend(Backend[MySQLOptions]):
         return args
 
     def connect(self) -> MySQLConnection:
-        where = self._where()
+        return self._connect(self.options)
+
+    def _connect(self, options: MySQLOptions, role: str = "") -> MySQLConnection:
+        where = role + self._where(options)
         try:
             if self.driver_name == "pymysql":
-                raw = pymysql_connection_class(self.module)(**self._connect_args())
+                raw = pymysql_connection_class(self.module)(**self._connect_args(options))
             else:
-                raw = self.module.connect(**self._connect_args())
+                raw = self.module.connect(**self._connect_args(options))
         except Exception as exc:
             raise self._connect_failure(where, exc) from exc
         conn = MySQLConnection(raw, self.driver_name, where, self.module)
@@ -95,6 +110,13 @@ class MySQLBackend(Backend[MySQLOptions]):
             conn.max_state_size_detail = (
                 f"the server's max_allowed_packet is {conn.max_allowed_packet} bytes and"
                 " a state is sent escaped, up to twice its size; raise max_allowed_packet")
+            if not role:
+                # A replica's session reads what it has applied; the causal wait is
+                # for the primary's Galera nodes only.
+                if self.galera is None:
+                    self.galera = is_galera(conn.fetchall(WSREP_SETTINGS))
+                conn.galera = self.galera
+                conn.causal = CAUSAL_READ if self.galera else ""
             # Loads read at REPEATABLE READ (the history-free snapshot); whatever the
             # server's default, say so explicitly.
             conn.set_isolation("REPEATABLE READ")
@@ -103,6 +125,16 @@ class MySQLBackend(Backend[MySQLOptions]):
             raise
         conn.statements = 0
         return conn
+
+    def replica_count(self) -> int:
+        return len(self.replicas)
+
+    def open_replica(self, index: int) -> MySQLConnection:
+        return self._connect(self.replicas[index], "replica of ")
+
+    def replica_lag(self, conn: DBConnection) -> float:
+        assert isinstance(conn, MySQLConnection)
+        return replica_lag(conn)
 
     def _connect_failure(self, where: str, exc: Exception) -> DatabaseError:
         """The error for a failed connection attempt, with what to do about it;

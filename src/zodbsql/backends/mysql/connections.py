@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
-                            DriverNotFound)
+from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseConflict, DatabaseError,
+                            DeadlockError, DriverNotFound)
 
 #: Driver names in the order "auto" tries them, with the module each imports.
 DRIVERS = (("mysqlclient", "MySQLdb"), ("pymysql", "pymysql"))
@@ -26,6 +26,17 @@ DEADLOCK = 1213
 #: MySQL 8's answer to a NOWAIT locking read that met a lock (MariaDB answers 1205).
 LOCK_NOWAIT = 3572
 PACKET_TOO_LARGE = {1153, 1301, 2020}
+#: Galera: "WSREP has not yet prepared node for application use" (the node is joining,
+#: donating or cut off from the primary component; another node, or this one later,
+#: takes the transaction).
+NODE_NOT_READY = 1047
+#: Galera (wsrep): the statement prefix of a causal read, which first waits until this
+#: node has applied every transaction the cluster committed before it was sent (15:
+#: whatever kind of statement follows).
+CAUSAL_READ = "SET STATEMENT wsrep_sync_wait = 15 FOR "
+#: Galera is on when wsrep_on is ON with a provider loaded.
+WSREP_SETTINGS = ("SHOW GLOBAL VARIABLES WHERE Variable_name IN"
+                  " ('wsrep_on', 'wsrep_provider')")
 
 
 def load_driver(choice: str) -> tuple[str, Any]:
@@ -101,6 +112,22 @@ class MySQLConnection(DBConnection):
         self.server_started: float | None = None
         self.connection_id = int(raw.thread_id())
         self.session_id = self.connection_id
+        #: A node of a Galera cluster (probed at connect, ``is_galera``): rows locked
+        #: here are not locked on the other nodes, and a conflict with a commit on
+        #: another node shows as error 1213 (certification failure), often at COMMIT.
+        self.galera = False
+        #: Put before the statements that must see every commit the cluster made
+        #: before them (CAUSAL_READ on Galera, nothing on a single server).
+        self.causal = ""
+        #: A session that lives and dies with this one (the pack's cluster-wide lock
+        #: on Galera, see packer.py): closed with it.
+        self.companion: "MySQLConnection | None" = None
+
+    def close(self) -> None:
+        if self.companion is not None:
+            self.companion.close()
+            self.companion = None
+        super().close()
 
     # -- session settings (each sent only when it changes) ----------------------------------
     def set_isolation(self, level: str) -> None:
@@ -116,8 +143,9 @@ class MySQLConnection(DBConnection):
 
     # -- transactions -----------------------------------------------------------------------
     def begin_read(self) -> None:
-        # History-free snapshot: one consistent view for the whole ZODB transaction.
-        self.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        # History-free snapshot: one consistent view for the whole ZODB transaction
+        # (on Galera, of this node once it has applied what the cluster committed).
+        self.execute(self.causal + "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         self.in_transaction = True
 
     def begin_write(self) -> None:
@@ -140,9 +168,10 @@ class MySQLConnection(DBConnection):
         """Run one statement and return the LAST_INSERT_ID it set (from the OK packet)."""
         self.statements += 1
         try:
-            cursor = self.raw.cursor()
-            cursor.execute(sql, params)
-            return int(cursor.lastrowid)
+            with self.tracing(sql):
+                cursor = self.raw.cursor()
+                cursor.execute(sql, params)
+                return int(cursor.lastrowid)
         except Exception as exc:
             raise self._fail(exc, sql) from exc
 
@@ -158,6 +187,16 @@ class MySQLConnection(DBConnection):
                 f"a row or commit lock on {self.where} was not granted within"
                 f" {self.lock_timeout or '?'}s (commit-lock-timeout, applied as the"
                 f" session's innodb_lock_wait_timeout); the transaction can be retried")
+        if self.galera and number == DEADLOCK:
+            return DatabaseConflict(
+                f"Galera rolled this transaction back on {self.where}: a transaction"
+                " committed on another node changed the same rows first (certification"
+                f" failure or brute-force abort); it can be retried ({exc})")
+        if self.galera and number == NODE_NOT_READY:
+            return ConnectionLost(
+                f"the Galera node {self.where} is not ready for queries (joining, donating"
+                f" or outside the primary component: {exc}); the transaction can be"
+                " retried, on this node once it has synced or on another", sql)
         if number == DEADLOCK:
             return DeadlockError(
                 f"InnoDB deadlock on {self.where}; the transaction was rolled back and can"
@@ -176,3 +215,10 @@ def prepare_for_writing(conn: ConnectionRole, lock_timeout: float) -> None:
     assert isinstance(conn, MySQLConnection)
     conn.set_isolation("READ COMMITTED")
     conn.set_lock_timeout(lock_timeout)
+
+
+def is_galera(rows: Sequence[Any]) -> bool:
+    """Whether ``WSREP_SETTINGS`` answered as a Galera node (MySQL answers no rows)."""
+    settings = {str(name).lower(): str(value) for name, value in rows}
+    provider = settings.get("wsrep_provider", "none").strip().lower()
+    return settings.get("wsrep_on", "OFF").upper() == "ON" and provider not in ("", "none")

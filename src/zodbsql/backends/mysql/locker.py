@@ -18,6 +18,15 @@ PostgreSQL's, see backends/postgresql/locker.py):
    locks, so inserting new oids waits for nobody).
 4. A pack batch locks the rows it deletes with SKIP LOCKED (never waiting) before it
    takes the commit lock.
+
+On Galera these locks hold on one node only: a commit on another node that writes the
+same rows is caught by certification instead, and the later of the two is rolled back
+(error 1213, a retryable ``DatabaseConflict``).  Every commit updates ``commit_row``, so
+any two commits that did not see each other conflict there.  The locking reads are
+causal reads (``conn.causal``): the node first applies what the cluster committed, so
+a conflict with an already committed transaction is still found in vote (and resolved
+by conflict resolution when it can be), and certification only settles commits that
+truly overlap in time.
 """
 from __future__ import annotations
 
@@ -67,8 +76,10 @@ class MySQLLocker(Locker):
 
     def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
                      ) -> tuple[list[Conflict], list[Conflict]]:
+        assert isinstance(conn, MySQLConnection)
         try:
-            rows = conn.fetchall(self.sql.find_conflicts)
+            # Causal on Galera: rows committed on other nodes are applied here first.
+            rows = conn.fetchall(conn.causal + self.sql.find_conflicts)
         except CommitLockTimeout as exc:
             seconds = getattr(conn, "lock_timeout", None) or "?"
             raise CommitLockTimeout(
@@ -113,5 +124,6 @@ class MySQLLocker(Locker):
         return locked
 
     def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
-        row = conn.fetchone(LOCK_COMMIT)
+        assert isinstance(conn, MySQLConnection)
+        row = conn.fetchone(conn.causal + LOCK_COMMIT)
         return int(row[0]) if row else 0

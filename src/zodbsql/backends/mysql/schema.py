@@ -3,12 +3,16 @@
 InnoDB clusters every table on its primary key, so ``object_state``'s (zoid, tid) key
 keeps an object's revisions together and a load is one b-tree descent.  DDL commits
 implicitly in MySQL, so creating the schema is serialised with a named lock instead of
-a transaction.
+a transaction.  On Galera, where that lock holds on one node only, the schema is read
+with causal reads and a node that sees another node's creation half done waits for it.
 """
 from __future__ import annotations
 
+import time
+
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.base.schema import TABLES, Schema
+from zodbsql.backends.base.schema import SELECT_META, TABLES, Schema
+from zodbsql.backends.mysql.connections import MySQLConnection
 from zodbsql.errors import SchemaError
 
 TABLE_OPTIONS = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
@@ -64,10 +68,12 @@ HISTORY_FREE_DDL = COMMON_DDL + (
 LIST_TABLES = ("SELECT table_name FROM information_schema.tables"
                " WHERE table_schema = DATABASE()")
 #: Pack's work tables (permanent: see packer.py); dropped with the schema.
-WORK_TABLES = ("pack_reach", "pack_object")
+WORK_TABLES = ("pack_reach", "pack_object", "pack_lock")
 #: Named locks are server-wide: the database name keeps them per database.
 SCHEMA_LOCK = "SELECT GET_LOCK(CONCAT('zodbsql.schema.', DATABASE()), %s)"
 SCHEMA_UNLOCK = "SELECT RELEASE_LOCK(CONCAT('zodbsql.schema.', DATABASE()))"
+#: Seconds to wait for the schema lock, or on Galera for another node's creation.
+SCHEMA_WAIT = 60
 
 
 class MySQLSchema(Schema):
@@ -79,12 +85,13 @@ class MySQLSchema(Schema):
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
+        self._await_creation_elsewhere(conn)
         if read_only or not create:
             super().prepare(conn, keep_history, create, read_only)
             return
         # Two processes opening an empty database at once: one creates, the other waits
         # and then finds the schema (the base re-reads the meta table under the lock).
-        row = conn.fetchone(SCHEMA_LOCK, (60,))
+        row = conn.fetchone(SCHEMA_LOCK, (SCHEMA_WAIT,))
         if not row or row[0] != 1:
             raise SchemaError(f"{self.backend.describe()}: another process held the schema"
                               " lock for 60s while creating the schema")
@@ -94,7 +101,25 @@ class MySQLSchema(Schema):
             conn.fetchone(SCHEMA_UNLOCK)
 
     def list_tables(self, conn: ConnectionRole) -> set[str]:
-        return super().list_tables(conn) - set(WORK_TABLES)
+        assert isinstance(conn, MySQLConnection)
+        # Causal on Galera: a schema another node created is seen here.
+        rows = conn.fetchall(conn.causal + LIST_TABLES)
+        return {str(row[0]).lower() for row in rows} - set(WORK_TABLES)
+
+    def read_meta(self, conn: ConnectionRole) -> dict[str, str] | None:
+        assert isinstance(conn, MySQLConnection)
+        if "zodbsql_meta" not in self.list_tables(conn):
+            return None
+        return {str(n): str(v) for n, v in conn.fetchall(conn.causal + SELECT_META)}
+
+    def _await_creation_elsewhere(self, conn: ConnectionRole) -> None:
+        """On Galera the schema lock is local to a node: while another node creates
+        the schema, its tables (each CREATE replicated at once) can be here before the
+        meta rows (committed at the end).  Wait for those, as the lock would."""
+        assert isinstance(conn, MySQLConnection)
+        deadline = time.monotonic() + SCHEMA_WAIT
+        while conn.galera and self.read_meta(conn) == {} and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def drop_all(self, conn: ConnectionRole) -> None:
         present = super().list_tables(conn)

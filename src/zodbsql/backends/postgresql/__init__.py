@@ -51,6 +51,9 @@ Design note.
   transaction.  History-free data has no old revisions, so the poll opens
   ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY``: the poll and every load until the
   ZODB transaction ends see one snapshot (the core ends it at ``afterCompletion``).
+  History-preserving, a start skips the poll while nothing committed: every commit
+  announces its tid with ``pg_notify`` inside ``zodbsql_finish``, and one session per
+  storage listens (``listener.py``, ``listen-for-commits``).
 * Storing.  Oids and tids are BIGINT, states BYTEA.  A commit stages into session-local
   TEMPORARY tables (no WAL, invisible to others) and moves them with set-based
   ``INSERT ... SELECT``/``ON CONFLICT`` statements.  Oids come from a SEQUENCE, which
@@ -75,6 +78,16 @@ Design note.
   sequence. The staging tables are ``ON COMMIT DELETE ROWS``, so nothing is spent
   clearing them. History-free adds the read transaction (BEGIN and ROLLBACK) that holds
   its snapshot.
+* Standbys, failover, poolers.  Polls and loads may go to a hot standby
+  (``replica-dsns``): the lag is read on the standby itself (``standbys.py``), so
+  choosing one costs the primary nothing, and the core reads a snapshot there only if
+  it is not older than the process's last commit.  ``failover-dsns`` lists the next
+  primaries; libpq's ``target_session_attrs=primary`` passes over a standby still in
+  recovery, so a promoted one is found by the next session.  Session state (TEMPORARY
+  staging tables, prepared statements, ``SET search_path``) rules out poolers that
+  share server sessions between transactions: ``pooler.py`` tells them at the first
+  session and the storage refuses to start.  ``tests/replica`` runs all three on a
+  real primary, standby and pgbouncer.
 * Schemas.  Tables live in the configured schema (``search_path``), so one PostgreSQL
   database can hold several zodbsql databases; only the current schema's tables count
   when the schema is checked.

@@ -1,11 +1,16 @@
 """The PostgreSQL backend: its parts, and how a session is opened."""
 from __future__ import annotations
 
-from typing import ClassVar
+import logging
+import time
+from typing import Any, ClassVar
 
 from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.contract import ConnectionRole
+from zodbsql.backends.base.wakeup import CommitWatch
+from zodbsql.backends.postgresql import pooler
+from zodbsql.backends.postgresql.standbys import standby_lag
 from zodbsql.backends.postgresql.blobs import PostgreSQLBlobs
 from zodbsql.backends.postgresql.connections import (MIN_SERVER_VERSION, PREPARE_THRESHOLD,
                                                      PostgreSQLConnection, load_driver)
@@ -16,10 +21,13 @@ from zodbsql.backends.postgresql.oidalloc import PostgreSQLOidAllocator
 from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.backends.postgresql.packer import PostgreSQLPacker
 from zodbsql.backends.postgresql.inspector import PostgreSQLInspector
+from zodbsql.backends.postgresql.listener import LISTENER_PARAMETERS, CommitListener
 from zodbsql.backends.postgresql.schema import PostgreSQLSchema
 from zodbsql.backends.postgresql.txncontrol import PostgreSQLTransactionControl
 from zodbsql.errors import ConfigurationError, ConnectionLost, DatabaseError
 from zodbsql.masking import mask_secrets
+
+log = logging.getLogger(__name__)
 
 DATABASE_SIZE = (
     "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
@@ -62,32 +70,113 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
                  read_only: bool = False) -> None:
         super().__init__(options, keep_history, lock_timeout, read_only)
         self.psycopg = load_driver(options.driver)
+        #: The primaries in the order they are tried (``dsn``, then ``failover-dsns``);
+        #: with more than one, libpq accepts only a server that is not in recovery.
+        self.primaries = [options.dsn, *options.failovers]
+        self.replicas = list(options.replicas)
+        for dsn in self.primaries + self.replicas:
+            self._parse(dsn)
+        self.params = self._parse(options.dsn)
+        self.current = 0            # the primary the last session reached
+        self._reached = False
+        self.replica_max_lag = options.replica_max_lag
+        self.dbname, self.address = self._where(options.dsn)
+        self.first_address = f"{self.address}/{self.dbname}"
+        #: What is between the storage and its primary (``pooler.probe``), learned at
+        #: the first session.
+        self.pooling: str | None = None
+
+    def _parse(self, dsn: str) -> dict[str, Any]:
         try:
-            params = self.psycopg.conninfo.conninfo_to_dict(options.dsn)
+            return dict(self.psycopg.conninfo.conninfo_to_dict(dsn))
         except self.psycopg.Error as exc:
             raise ConfigurationError(f"invalid postgresql dsn: {mask_secrets(str(exc))}") from exc
-        self.params = params
+
+    def _where(self, dsn: str) -> tuple[str, str]:
+        params = self._parse(dsn)
         host = params.get("host") or "localhost"
         port = params.get("port") or "5432"
-        self.dbname = params.get("dbname") or params.get("user") or "(default)"
-        self.address = f"{host}:{port}"
+        return str(params.get("dbname") or params.get("user") or "(default)"), f"{host}:{port}"
 
-    def connect(self) -> DBConnection:
+    def connect(self, **extra: str) -> DBConnection:
+        """A session on the primary: the one reached last, else each in order.
+        ``extra``: more libpq parameters (those the DSN sets win)."""
+        extra = {key: value for key, value in extra.items() if key not in self.params}
+        if len(self.primaries) == 1:
+            conn = self._session(self._open(self.options.dsn, self.describe(), **extra),
+                                 self.describe())
+            return self._checked(conn)
+        order = [self.current] + [i for i in range(len(self.primaries)) if i != self.current]
+        failures: list[DatabaseError] = []
+        for index in order:
+            dbname, address = self._where(self.primaries[index])
+            where = f"PostgreSQL database {dbname} at {address}"
+            try:
+                raw = self._open(self.primaries[index], where, target_session_attrs="primary",
+                                 **extra)
+            except DatabaseError as exc:
+                failures.append(exc)
+                continue
+            if index != self.current and self._reached:
+                # Another primary than before: a failover.  What the old one held may
+                # be missing here (commits it acknowledged before the standby had them).
+                self.server_generation += 1
+            self.current, self._reached = index, True
+            self.dbname, self.address = dbname, address
+            return self._checked(self._session(raw, self.describe()))
+        error = ConnectionLost if any(isinstance(f, ConnectionLost) for f in failures) \
+            else DatabaseError
+        raise error("no primary could be reached (dsn, then failover-dsns, in order): "
+                    + "; ".join(str(f) for f in failures))
+
+    def _checked(self, conn: PostgreSQLConnection) -> PostgreSQLConnection:
+        """``conn``, once the first session has made sure no pooler shares server
+        sessions between transactions (a storage on one is refused at start-up)."""
+        if self.pooling is None:
+            try:
+                found = pooler.probe(conn, pooler.client_port(conn.raw), lambda: self._session(
+                    self._open(self.primaries[self.current], conn.where), conn.where))
+            except BaseException:
+                conn.close()
+                raise
+            conn.statements = 0
+            if found == pooler.TRANSACTION_POOLING:
+                conn.close()
+                raise pooler.refuse_transaction_pooling(self.describe())
+            self.pooling = found
+        return conn
+
+    def replica_count(self) -> int:
+        return len(self.replicas)
+
+    def open_replica(self, index: int) -> DBConnection:
+        dsn = self.replicas[index]
+        dbname, address = self._where(dsn)
+        where = f"PostgreSQL standby {dbname} at {address}"
+        return self._session(self._open(dsn, where), where)
+
+    def replica_lag(self, conn: DBConnection) -> float:
+        return standby_lag(conn)
+
+    def _open(self, dsn: str, where: str, **extra: str) -> Any:
         psycopg = self.psycopg
         try:
-            raw = psycopg.connect(self.options.dsn, autocommit=True,
-                                  prepare_threshold=PREPARE_THRESHOLD)
+            return psycopg.connect(dsn, autocommit=True, prepare_threshold=PREPARE_THRESHOLD,
+                                   **extra)
         except psycopg.ProgrammingError as exc:
             raise ConfigurationError(f"invalid postgresql dsn: {mask_secrets(str(exc))}") from exc
         except psycopg.Error as exc:
-            raise connect_failure(self.describe(), exc) from exc
-        conn = PostgreSQLConnection(raw, self.describe(), self.lock_timeout)
+            raise connect_failure(where, exc) from exc
+
+    def _session(self, raw: Any, where: str) -> PostgreSQLConnection:
+        psycopg = self.psycopg
+        conn = PostgreSQLConnection(raw, where, self.lock_timeout)
         try:
             conn.session_id = raw.info.backend_pid
             version = raw.info.server_version
             if version < MIN_SERVER_VERSION:
                 raise DatabaseError(
-                    f"{self.describe()} runs PostgreSQL {version // 10000}.{version % 10000};"
+                    f"{where} runs PostgreSQL {version // 10000}.{version % 10000};"
                     f" zodbsql needs PostgreSQL {MIN_SERVER_VERSION // 10000} or newer")
             if self.options.schema is not None:
                 conn.execute("SET search_path TO "
@@ -100,12 +189,21 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
         conn.statements = 0
         return conn
 
+    def watch_commits(self) -> CommitWatch:
+        # History-free, the snapshot is the read transaction the poll begins: a start
+        # that skipped it would begin it at its first load instead, and a commit in
+        # between would make that load a read conflict.  So that mode polls.
+        if not (self.options.listen_for_commits and self.keep_history):
+            return CommitWatch()
+        return CommitListener(self, lambda: self.connect(**LISTENER_PARAMETERS))
+
     def describe(self) -> str:
         schema = f", schema {self.options.schema}" if self.options.schema else ""
         return f"PostgreSQL database {self.dbname} at {self.address}{schema}"
 
     def sort_key(self) -> str:
-        return f"zodbsql:postgresql:{self.address}/{self.dbname}/{self.options.schema or ''}"
+        # The first primary's, whichever serves now: the key must not change.
+        return f"zodbsql:postgresql:{self.first_address}/{self.options.schema or ''}"
 
     def database_size(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(DATABASE_SIZE)

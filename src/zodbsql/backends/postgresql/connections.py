@@ -60,6 +60,8 @@ class PostgreSQLConnection(DBConnection):
     #: The server's id of the transaction being committed (read by zodbsql_finish's
     #: statement), so that a lost COMMIT can be looked up with txid_status.
     commit_xid: int | None = None
+    #: The random number a history-free commit logs with its tid (commit_log).
+    commit_nonce: int | None = None
 
     def __init__(self, raw: Any, where: str, lock_timeout: float) -> None:
         super().__init__(raw)
@@ -77,6 +79,10 @@ class PostgreSQLConnection(DBConnection):
             return
         self.statements += 1
         self.in_transaction = False
+        with self.tracing("COMMIT"):
+            self._commit()
+
+    def _commit(self) -> None:
         try:
             from psycopg.pq import TransactionStatus
             if self.raw.pgconn.transaction_status == TransactionStatus.INERROR:
@@ -95,16 +101,39 @@ class PostgreSQLConnection(DBConnection):
             return
         self.statements += 1
         self.in_transaction = False
-        try:
-            self.raw.execute("ROLLBACK")
-        except Exception:
-            self.broken = True
+        with self.tracing("ROLLBACK"):
+            try:
+                self.raw.execute("ROLLBACK")
+            except Exception:
+                self.broken = True
 
     def close(self) -> None:
         try:
             self.raw.close()
         except Exception:
             pass
+
+    def _plan(self, sql: str, params: Any) -> list[str]:
+        # The server plans EXPLAIN of a statement with $n parameters only when it knows
+        # their types: a client-side cursor sends the values inline instead.
+        # In a transaction, a savepoint keeps a failed EXPLAIN from aborting it.
+        import psycopg
+        from psycopg.pq import TransactionStatus
+        inside = self.raw.pgconn.transaction_status == TransactionStatus.INTRANS
+        cursor = psycopg.ClientCursor(self.raw)
+        if inside:
+            cursor.execute("SAVEPOINT zodbsql_explain")
+        self.statements += 1
+        try:
+            cursor.execute(self.explain_prefix + self._sql(sql), params)
+            return [str(row[0]) for row in cursor.fetchall()]
+        except BaseException:
+            if inside:
+                cursor.execute("ROLLBACK TO SAVEPOINT zodbsql_explain")
+            raise
+        finally:
+            if inside:
+                cursor.execute("RELEASE SAVEPOINT zodbsql_explain")
 
     def translate_error(self, exc: Exception, sql: str | None) -> Exception:
         import psycopg

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.inspector import ERROR, OK, WARNING, Finding, Inspector
+from zodbsql.backends.postgresql.options import PostgreSQLOptions
+from zodbsql.backends.postgresql.standbys import IN_RECOVERY, REPLICATION, standby_lag
+from zodbsql.errors import DatabaseError
+from zodbsql.masking import mask_secrets
 
 
 SETTING = "SELECT setting, unit FROM pg_settings WHERE name = %s"
@@ -17,10 +21,25 @@ CREATE_SCRATCH = "CREATE SCHEMA {name}"
 DROP_SCRATCH = "DROP SCHEMA IF EXISTS {name} CASCADE"
 
 
+def _pg_class_from(offset: int) -> str:
+    head = f"encode(substring({{state}} from {offset} for 256), 'escape')"
+    return f"split_part({head}, E'\\n', 1) || '.' || split_part({head}, E'\\n', 2)"
+
+
+#: ZODB pickles a state's class first: protocol 2+ as 0x80, the protocol, then GLOBAL
+#: ('c' module LF name LF); protocol 1 (old databases) as GLOBAL at once.
+CLASS_OF_STATE = (
+    "CASE WHEN length({state}) > 4 AND get_byte({state}, 0) = 128"
+    " AND get_byte({state}, 2) = 99 THEN " + _pg_class_from(4) +
+    " WHEN length({state}) > 2 AND get_byte({state}, 0) = 99 THEN " + _pg_class_from(2) +
+    " ELSE '(other)' END")
+
+
 class PostgreSQLInspector(Inspector):
     CREATE_SCRATCH = CREATE_SCRATCH
     DROP_SCRATCH = DROP_SCRATCH
     SCRATCH_FIELD = "schema"
+    CLASS_OF_STATE = CLASS_OF_STATE
 
     def _setting(self, conn: ConnectionRole, name: str) -> tuple[str, str]:
         row = conn.fetchone(SETTING, (name,))
@@ -62,4 +81,51 @@ class PostgreSQLInspector(Inspector):
                             f"CREATE {'yes' if can_create else 'no'}, TEMP {'yes' if can_temp else 'no'}",
                             "GRANT CREATE ON SCHEMA <schema> and GRANT TEMP ON DATABASE"
                             " <database> to the storage's user"))
+        findings += self.pooler_findings() + self.replication_findings(conn)
         return findings + self.schema_findings(conn)
+
+    def pooler_findings(self) -> list[Finding]:
+        pooling = getattr(self.backend, "pooling", None)
+        if pooling == "session":
+            return [Finding(OK, "pooler", "a pooler or proxy keeps one server session per"
+                                          " client session (pgbouncer pool_mode = session)")]
+        if pooling == "direct":
+            return [Finding(OK, "pooler", "none: sessions go straight to the server")]
+        return []
+
+    def replication_findings(self, conn: ConnectionRole) -> list[Finding]:
+        """The standbys the primary streams to, and each of replica-dsns."""
+        findings = []
+        row = conn.fetchone(IN_RECOVERY)
+        if row and row[0]:
+            findings.append(Finding(ERROR, "primary", "the dsn names a standby (in recovery)",
+                                    "name the primary in dsn; standbys go in replica-dsns"))
+        streaming = conn.fetchall(REPLICATION)
+        findings += [Finding(OK if state == "streaming" else WARNING, f"standby {name or addr}",
+                             f"{state}, {sync} replication, replay lag {lag:.3f}s",
+                             "" if state == "streaming" else "check the standby's log")
+                     for name, addr, state, sync, lag in streaming]
+        options = self.backend.options
+        if not isinstance(options, PostgreSQLOptions):
+            return findings
+        bound = options.replica_max_lag
+        for index, dsn in enumerate(options.replicas):
+            where = mask_secrets(dsn)
+            try:
+                standby = self.backend.open_replica(index)
+            except DatabaseError as exc:
+                findings.append(Finding(WARNING, f"replica {where}", f"unreachable: {exc}",
+                                        "its reads go to the primary until it is back"))
+                continue
+            try:
+                lag = standby_lag(standby)
+            except DatabaseError as exc:
+                findings.append(Finding(WARNING, f"replica {where}", str(exc), ""))
+                continue
+            finally:
+                standby.close()
+            findings.append(Finding(OK, f"replica {where}", f"replay lag {lag:.3f}s") if lag <= bound
+                            else Finding(WARNING, f"replica {where}", f"replay lag {lag:.1f}s",
+                                         f"above replica-max-lag ({bound:g}s): skipped, its"
+                                         " reads go to the primary"))
+        return findings

@@ -1,7 +1,21 @@
+-- How long a history-free database keeps a commit in commit_log, in tid units: an hour
+-- (a tid's high 32 bits count minutes).  A lost COMMIT is looked up within
+-- commit-lock-timeout, so an hour leaves ample room.
+CREATE OR REPLACE FUNCTION zodbsql_commit_log_window() RETURNS BIGINT
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT 60::BIGINT << 32
+$$;
+-- The channel this schema's commits are announced on (listener.py listens on it): named
+-- after the schema, hashed to fit the 63 bytes of a channel name.
+CREATE OR REPLACE FUNCTION zodbsql_channel() RETURNS TEXT
+LANGUAGE sql STABLE AS $$
+    SELECT 'zodbsql_' || left(encode(sha256(convert_to(current_schema(), 'UTF8')), 'hex'), 40)
+$$;
 -- The part of a commit's final step both history modes share (see txncontrol.py): take
 -- the commit lock (commit_row) within commit-lock-timeout, allocate the tid (the clock's,
 -- or one past the last; a restore's own, which must come after the last), check that the
--- blob contents vote found are still complete, and record the tid as the last one.
+-- blob contents vote found are still complete, record the tid as the last one and
+-- announce it to the listening processes.
 CREATE OR REPLACE FUNCTION zodbsql_allocate_tid(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_lock_timeout_ms INTEGER,
     p_check_blobs BOOLEAN) RETURNS BIGINT
@@ -32,6 +46,8 @@ BEGIN
             USING ERRCODE = 'ZS002';
     END IF;
     UPDATE commit_row SET last_tid = v_tid;
+    -- Delivered when this transaction commits, and only if it does: no round trip.
+    PERFORM pg_notify(zodbsql_channel(), v_tid::text);
     RETURN v_tid;
 END
 $$;

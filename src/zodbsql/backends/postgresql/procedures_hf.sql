@@ -1,16 +1,25 @@
 -- The final step of a history-free commit in one round trip (see txncontrol.py):
 -- allocate the tid (procedures_common.sql), replace the states, delete the deleted ones
--- and replace their references.  Returns the new tid.
+-- and replace their references, and log the commit with the client's nonce.  Returns the
+-- new tid.
+--
+-- A history-free database keeps no record of old transactions, so when COMMIT's answer
+-- is lost and later commits have replaced the states, the data alone can't say whether
+-- the commit happened.  commit_log can: a row (tid, nonce) is there if and only if this
+-- very commit is durable (a later commit may get the same tid, and after a crash the same
+-- xid, but not the same random nonce).  Rows older than zodbsql_commit_log_window() go.
 CREATE OR REPLACE FUNCTION zodbsql_finish(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_user BYTEA, p_description BYTEA,
     p_extension BYTEA, p_has_states BOOLEAN, p_lock_timeout_ms INTEGER,
-    p_check_blobs BOOLEAN) RETURNS BIGINT
+    p_check_blobs BOOLEAN, p_nonce BIGINT) RETURNS BIGINT
 LANGUAGE plpgsql AS $$
 DECLARE
     v_tid BIGINT;
 BEGIN
     v_tid := zodbsql_allocate_tid(p_clock_tid, p_requested_tid, p_lock_timeout_ms,
                                   p_check_blobs);
+    INSERT INTO commit_log (tid, nonce) VALUES (v_tid, p_nonce);
+    DELETE FROM commit_log WHERE tid < v_tid - zodbsql_commit_log_window();
     IF p_has_states THEN
         INSERT INTO object_state (zoid, tid, checksum, state_size, state)
             SELECT zoid, v_tid, checksum, state_size, state FROM temp_store

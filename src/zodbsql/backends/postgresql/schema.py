@@ -53,6 +53,10 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid))",
     "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
 ) + HISTORY_PRESERVING_BLOB_DDL
+# A history-free database's record of recent commits (procedures_hf.sql says why).  IF
+# NOT EXISTS: databases made before it get it when their procedures are installed again.
+COMMIT_LOG_DDL = ("CREATE TABLE IF NOT EXISTS commit_log (tid BIGINT NOT NULL,"
+                  " nonce BIGINT NOT NULL, PRIMARY KEY (tid, nonce))")
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL,"
     " checksum BIGINT, state_size BIGINT NOT NULL, state BYTEA)",
@@ -66,16 +70,21 @@ LIST_TABLES = (
 HAS_SEQUENCE = (
     "SELECT 1 FROM information_schema.sequences"
     " WHERE sequence_schema = current_schema() AND sequence_name = 'zoid_seq'")
-HAS_FINISH = (
-    "SELECT 1 FROM information_schema.routines"
-    " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_finish'")
-DROP_FINISH = ("DROP FUNCTION zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA, BOOLEAN,"
-               " INTEGER, BOOLEAN)")
+DROP_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA,"
+               " BOOLEAN, INTEGER, BOOLEAN)")
+# The history-free finish function, which takes the commit's nonce (commit_log).
+DROP_NONCE_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA,"
+                     " BYTEA, BOOLEAN, INTEGER, BOOLEAN, BIGINT)")
 DROP_ALLOCATE_TID = "DROP FUNCTION IF EXISTS zodbsql_allocate_tid(BIGINT, BIGINT, INTEGER, BOOLEAN)"
 DROP_LOCK_OBJECTS = "DROP FUNCTION IF EXISTS zodbsql_lock_objects(BIGINT[], BIGINT[])"
-HAS_LOCK_OBJECTS = (
+DROP_CHANNEL = "DROP FUNCTION IF EXISTS zodbsql_channel()"
+DROP_LOG_WINDOW = "DROP FUNCTION IF EXISTS zodbsql_commit_log_window()"
+#: The newest of the procedures, which come together: its absence means a database made
+#: by an older zodbsql, whose procedures are installed again.
+HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
-    " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_lock_objects'")
+    " WHERE routine_schema = current_schema()"
+    " AND routine_name = 'zodbsql_commit_log_window'")
 # The finish function of databases made before blobs (one argument fewer).
 DROP_OLD_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA,"
                    " BYTEA, BOOLEAN, INTEGER)")
@@ -104,9 +113,10 @@ class PostgreSQLSchema(Schema):
                 f"{backend.describe()}: {what} does not exist; create it first"
                 " (CREATE SCHEMA), zodbsql creates tables, not schemas")
         super().prepare(conn, keep_history, create, read_only)
-        if not read_only and conn.fetchone(HAS_LOCK_OBJECTS) is None:
-            # A database made before vote locked in one call: add the function (all
-            # procedures are CREATE OR REPLACE, so reinstalling them is harmless).
+        if not read_only and conn.fetchone(HAS_CURRENT_PROCEDURES) is None:
+            # A database made before vote locked in one call, before commits were
+            # announced (listener.py) or before commit_log: install the procedures again
+            # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:
                 conn.execute(CREATE_LOCK)
@@ -125,6 +135,9 @@ class PostgreSQLSchema(Schema):
 
     def install_procedures(self, conn: ConnectionRole, keep_history: bool) -> None:
         mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
+        if not keep_history:
+            conn.execute(COMMIT_LOG_DDL)
+            conn.execute(DROP_FINISH)  # the one before commit_log, without the nonce
         files = resources.files(__package__)
         for procedures in ("procedures_common.sql", mode):
             conn.execute_script(files.joinpath(procedures).read_text())
@@ -142,9 +155,11 @@ class PostgreSQLSchema(Schema):
 
     def drop_all(self, conn: ConnectionRole) -> None:
         super().drop_all(conn)
-        if conn.fetchone(HAS_FINISH) is not None:
-            conn.execute(DROP_FINISH)
+        conn.execute(DROP_FINISH)
+        conn.execute(DROP_NONCE_FINISH)
+        conn.execute(DROP_LOG_WINDOW)
         conn.execute(DROP_ALLOCATE_TID)
         conn.execute(DROP_LOCK_OBJECTS)
+        conn.execute(DROP_CHANNEL)
         if conn.fetchone(HAS_SEQUENCE) is not None:
             conn.execute("DROP SEQUENCE zoid_seq")

@@ -19,7 +19,9 @@ Design note.
   ends (``afterCompletion``), when the ZODB connection is closed, or at the next poll.
   A connection left open and unused after an implicit transaction keeps that snapshot
   (ZODB polls again right after each commit), so WAL checkpoints wait for it; explicit
-  transaction managers or closing connections avoid that.
+  transaction managers or closing connections avoid that.  A start whose connection's
+  ``PRAGMA data_version`` has not changed since its last poll skips the poll
+  (``wakeup.py``): nothing was committed since.
 * Staging.  Commit states go to TEMP tables (``temp_store``, ``temp_ref``), which live in
   the connection's own temporary database and take no lock on the main file.
 """

@@ -16,6 +16,7 @@ from zodbsql.backends.sqlite.mover import SQLiteMover
 from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.backends.sqlite.packer import SQLitePacker
 from zodbsql.backends.sqlite.schema import HAS_META, SQLiteSchema, use_wal
+from zodbsql.backends.sqlite.wakeup import DataVersionWatch
 from zodbsql.errors import ConfigurationError, DatabaseError, SchemaError
 
 #: The files beside a WAL database.
@@ -113,6 +114,9 @@ class SQLiteBackend(Backend[SQLiteOptions]):
             raise
         conn.statements = 0
         return conn
+
+    def watch_commits(self) -> DataVersionWatch:
+        return DataVersionWatch()
 
     def describe(self) -> str:
         return f"SQLite database {self.path}"

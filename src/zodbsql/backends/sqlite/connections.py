@@ -26,6 +26,7 @@ def result_code(exc: BaseException | None) -> int | None:
 
 class SQLiteConnection(DBConnection):
     driver_name = "sqlite3"
+    explain_prefix = "EXPLAIN QUERY PLAN "
     #: SQLite's default SQLITE_MAX_LENGTH.
     max_state_size: int | None = 1_000_000_000
 
@@ -55,19 +56,21 @@ class SQLiteConnection(DBConnection):
         if self.in_transaction:
             self.statements += 1
             self.in_transaction = False
-            try:
-                self.raw.execute("COMMIT")
-            except Exception as exc:
-                raise self._fail(exc, "COMMIT") from exc
+            with self.tracing("COMMIT"):
+                try:
+                    self.raw.execute("COMMIT")
+                except Exception as exc:
+                    raise self._fail(exc, "COMMIT") from exc
 
     def rollback(self) -> None:
         if self.in_transaction:
             self.statements += 1
             self.in_transaction = False
-            try:
-                self.raw.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+            with self.tracing("ROLLBACK"):
+                try:
+                    self.raw.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
 
     def translate_error(self, exc: Exception, sql: str | None) -> Exception:
         text = str(exc)

@@ -30,7 +30,24 @@ def file_system(path: str) -> str:
     return kind
 
 
+def _sqlite_class_from(offset: int) -> str:
+    head = f"CAST(substr({{state}}, {offset}, 256) AS TEXT)"
+    rest = f"substr({head}, instr({head}, char(10)) + 1)"
+    return (f"substr({head}, 1, instr({head}, char(10)) - 1) || '.' ||"
+            f" substr({rest}, 1, instr({rest}, char(10)) - 1)")
+
+
+#: ZODB pickles a state's class first: protocol 2+ as 0x80, the protocol, then GLOBAL
+#: ('c' module LF name LF); protocol 1 (old databases) as GLOBAL at once.
+CLASS_OF_STATE = (
+    "CASE WHEN length({state}) > 4 AND substr({state}, 1, 1) = X'80'"
+    " AND substr({state}, 3, 1) = X'63' THEN " + _sqlite_class_from(4) +
+    " WHEN length({state}) > 2 AND substr({state}, 1, 1) = X'63' THEN " + _sqlite_class_from(2) +
+    " ELSE '(other)' END")
+
+
 class SQLiteInspector(Inspector):
+    CLASS_OF_STATE = CLASS_OF_STATE
     def inspect(self, conn: ConnectionRole, clients: int) -> list[Finding]:
         backend: Any = self.backend
         findings = []

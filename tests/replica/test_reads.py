@@ -1,0 +1,78 @@
+"""Which server serves a snapshot, seen from what a storage reads.
+
+The standby's replay is paused (``pg_wal_replay_pause``) so that it lags behind the
+primary on purpose: a storage that reads from it sees the older state; its own commits
+are never hidden from it (that snapshot comes from the primary); and once the lag
+passes ``replica-max-lag`` the standby is skipped.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import pytest
+import ZODB
+
+import zodbsql
+from tests.databases import Param
+from tests.replica.cluster import ReplicatedPostgreSQL
+from tests.replica.factories import ReplicaFactory, read, write
+
+pytestmark = pytest.mark.replica
+
+
+@pytest.fixture(params=[True, False], ids=["hp", "hf"])
+def factory(request: pytest.FixtureRequest,
+            replicated: ReplicatedPostgreSQL) -> Iterator[ReplicaFactory]:
+    made = ReplicaFactory(Param("postgresql", request.param), replicated)
+    yield made
+    assert replicated.standby is not None
+    replicated.standby.pause_replay(False)
+    made.cleanup()
+
+
+def test_reads_come_from_the_standby(factory: ReplicaFactory) -> None:
+    standby = factory.cluster.standby
+    assert standby is not None
+    write(factory.open(), 1)
+    standby.wait_replayed()
+    reader = ZODB.DB(factory.open(read_only=True))
+    assert read(reader) == 1
+    standby.pause_replay()
+    write(factory.open(), 2)          # another process, as far as the reader knows
+    assert read(reader) == 1          # what the standby has
+    standby.pause_replay(False)
+    standby.wait_replayed()
+    assert read(reader) == 2
+    reader.close()
+
+
+def test_own_commits_are_never_hidden(factory: ReplicaFactory) -> None:
+    standby = factory.cluster.standby
+    assert standby is not None
+    db = ZODB.DB(factory.open())
+    with db.transaction() as conn:
+        conn.root()["value"] = 1
+    standby.wait_replayed()
+    assert read(db) == 1
+    standby.pause_replay()
+    for value in (2, 3):
+        with db.transaction() as conn:
+            conn.root()["value"] = value
+        assert read(db) == value      # the standby lags: this snapshot is the primary's
+    db.close()
+
+
+def test_a_standby_past_the_lag_bound_is_skipped(factory: ReplicaFactory) -> None:
+    standby = factory.cluster.standby
+    assert standby is not None
+    factory.replica["replica_max_lag"] = 0.5
+    write(factory.open(), 1)
+    standby.wait_replayed()
+    standby.pause_replay()
+    writer = zodbsql.open_storage(factory.backend_options(), keep_history=factory.param.keep_history)
+    write(writer, 2)
+    time.sleep(1.5)                   # the standby's last replayed commit is older now
+    reader = ZODB.DB(factory.open(read_only=True))
+    assert read(reader) == 2          # from the primary
+    reader.close()

@@ -1,0 +1,68 @@
+"""loadSerial(oid, serial) gives that exact revision or POSKeyError, never another one:
+history-free, only the current serial is there; history-preserving, every revision
+not packed away.  A write over an object whose creation was undone (its current
+revision says "deleted") is a ConflictError, not a crash."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError, POSKeyError
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import z64
+
+
+def _commit(storage: Any, oid: bytes, serial: bytes, value: int) -> bytes:
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.store(oid, serial, zodb_pickle(MinPO(value)), "", txn)
+    storage.tpc_vote(txn)
+    tid: bytes = storage.tpc_finish(txn)
+    return tid
+
+
+def test_load_serial_gives_that_revision_or_none(storage_factory: Any) -> None:
+    storage = storage_factory.open(cache_size_mb=0)
+    oid = storage.new_oid()
+    first = _commit(storage, oid, z64, 1)
+    second = _commit(storage, oid, first, 2)
+    assert storage.loadSerial(oid, second) == zodb_pickle(MinPO(2))
+    if storage_factory.param.keep_history:
+        assert storage.loadSerial(oid, first) == zodb_pickle(MinPO(1))
+    else:
+        with pytest.raises(POSKeyError):
+            storage.loadSerial(oid, first)       # gone: never the current one instead
+    with pytest.raises(POSKeyError):
+        storage.loadSerial(storage.new_oid(), second)
+
+
+class TestWriteOverAnUndoneCreation:
+    history_modes = (True,)
+    history_modes_reason = "undo needs a history-preserving storage"
+
+    def test_is_a_conflict(self, storage_factory: Any) -> None:
+        storage = storage_factory.open(cache_size_mb=0)
+        oid = storage.new_oid()
+        created = _commit(storage, oid, z64, 1)
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.undo(storage.undoLog(0, 1)[0]["id"], txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+        with pytest.raises(POSKeyError):
+            storage.load(oid)
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.store(oid, created, zodb_pickle(MinPO(2)), "", txn)
+        with pytest.raises(ConflictError):
+            storage.tpc_vote(txn)
+        storage.tpc_abort(txn)
+        with pytest.raises(POSKeyError):
+            storage.load(oid)
+        other = storage_factory.open()          # its prefetch meets the "deleted" row
+        other.poll_invalidations()
+        other.prefetch([oid])
+        with pytest.raises(POSKeyError):
+            other.load(oid)

@@ -1,0 +1,119 @@
+"""Metrics (``metrics``, ``metrics-port``): after a workload whose events are known, the
+values read from prometheus_client's registry, and scraped over HTTP, are those events."""
+from __future__ import annotations
+
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+import transaction
+import ZODB
+from BTrees.Length import Length
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import ConflictError
+
+from tests.fault.servers import free_port
+
+from prometheus_client import REGISTRY
+
+
+def value(name: str, storage: str, **labels: str) -> float:
+    found = REGISTRY.get_sample_value(name, {"storage": storage, **labels})
+    return found or 0.0
+
+
+def workload(db: Any) -> dict[str, int]:
+    """Commits, a raised and a resolved conflict, cache hits and database loads."""
+    tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+    c1 = db.open(tm1)
+    c1.root()["counter"] = Length()
+    c1.root()["plain"] = PersistentMapping()
+    c1.root()["items"] = PersistentMapping({i: PersistentMapping(n=i) for i in range(20)})
+    tm1.commit()                                              # commit 1
+    c2 = db.open(tm2)
+    c2.root()["counter"].change(1)
+    c2.root()["plain"]["a"] = 1
+    c1.root()["counter"].change(1)
+    c1.root()["plain"]["a"] = 2
+    tm1.commit()                                              # commit 2
+    c2.root()["counter"].change(1)                            # Length resolves ...
+    del c2.root()["plain"]["a"]                               # ... a mapping does not
+    with pytest.raises(ConflictError):
+        tm2.commit()
+    tm2.abort()
+    c2.root()["counter"].change(5)
+    tm2.commit()                                              # commit 3, resolved
+    c1.close()
+    c2.close()
+    db.cacheMinimize()
+    db.storage.shared.cache.clear()                           # as a new process would
+    conn = db.open(tm1)
+    items = conn.root()["items"]
+    assert sum(items[i]["n"] for i in range(20)) == 190       # loads
+    tm1.commit()
+    conn.close()
+    return {"commits": 3, "conflicts": 1, "resolved": 1}
+
+
+def test_the_figures_are_what_happened(storage_factory: Any) -> None:
+    name = f"metrics-{uuid.uuid4().hex[:8]}"
+    storage = storage_factory.open(metrics=True, name=name)
+    db = ZODB.DB(storage)
+    try:
+        before_commits = value("zodbsql_commits_total", name)
+        happened = workload(db)
+        # ZODB.DB's creation of the root is one commit too.
+        assert value("zodbsql_commits_total", name) - before_commits == happened["commits"]
+        assert value("zodbsql_conflicts_total", name, kind="conflict") == happened["conflicts"]
+        assert value("zodbsql_conflicts_total", name, kind="resolved") == happened["resolved"]
+        assert value("zodbsql_vote_seconds_count", name) >= happened["commits"] + 1
+        assert value("zodbsql_finish_seconds_count", name) == value("zodbsql_commits_total", name)
+        assert value("zodbsql_written_bytes_total", name) > 20 * 20
+        from_db = value("zodbsql_loads_total", name, source="database")
+        cached = (value("zodbsql_loads_total", name, source="cache")
+                  + value("zodbsql_loads_total", name, source="prefetch"))
+        assert from_db >= 1 and from_db + cached >= 21
+        assert value("zodbsql_read_bytes_total", name) > 0
+        assert value("zodbsql_polls_total", name) >= 4
+        assert value("zodbsql_invalidations_total", name) >= 1
+        cache = storage.shared.cache
+        assert value("zodbsql_cache_hits", name) == cache.hits > 0
+        assert value("zodbsql_cache_misses", name) == cache.misses
+        assert value("zodbsql_cache_entries", name) == len(cache)
+        assert value("zodbsql_cache_limit_bytes", name) == cache.limit
+        assert value("zodbsql_pool_in_use", name) == 0
+        db.pack()
+        packed = [s for metric in REGISTRY.collect() if metric.name == "zodbsql_pack_done"
+                  for s in metric.samples if s.labels["storage"] == name]
+        assert packed, "a pack reports its phases"
+    finally:
+        db.close()
+    assert REGISTRY.get_sample_value("zodbsql_cache_entries", {"storage": name}) is None
+
+
+def test_off_by_default(storage_factory: Any) -> None:
+    name = f"metrics-off-{uuid.uuid4().hex[:8]}"
+    storage = storage_factory.open(name=name)
+    db = ZODB.DB(storage)
+    try:
+        workload(db)
+        assert storage.shared.metrics is None
+        assert REGISTRY.get_sample_value("zodbsql_commits_total", {"storage": name}) is None
+    finally:
+        db.close()
+
+
+def test_a_real_endpoint_serves_them(storage_factory: Any) -> None:
+    port = free_port()
+    name = f"metrics-http-{uuid.uuid4().hex[:8]}"
+    db = ZODB.DB(storage_factory.open(metrics=True, metrics_port=port, name=name))
+    try:
+        with db.transaction() as conn:
+            conn.root()["x"] = 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    finally:
+        db.close()
+    assert f'zodbsql_commits_total{{storage="{name}"}} 2.0' in text  # root creation + ours
+    assert f'zodbsql_cache_limit_bytes{{storage="{name}"}}' in text

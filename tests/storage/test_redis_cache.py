@@ -1,0 +1,144 @@
+"""The second-level state cache in Redis (cache-redis-url).
+
+Against the Redis server on 127.0.0.1:6379 (with CI=true, a run where it is down
+fails), each test under a key prefix of its own whose keys it deletes afterwards; the
+outage test starts a private server and kills it.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Iterator
+
+import pytest
+import redis
+import ZODB
+
+from tests.fault.servers import PrivateRedis, start_private
+from tests.storage.test_persistent_cache import COUNT, fill, read_all
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def redis_options() -> Iterator[dict[str, Any]]:
+    """Settings naming the shared Redis with a prefix unique to the test."""
+    prefix = f"zodbsql-test-{uuid.uuid4().hex}:"
+    client = redis.Redis.from_url(REDIS_URL)
+    client.ping()       # down: the test fails here (never skips)
+    yield {"cache_redis_url": REDIS_URL, "cache_redis_prefix": prefix,
+           "prefetch_count": 0}
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def test_a_new_process_reads_from_redis_what_another_loaded(storage_factory,
+                                                           redis_options):
+    fill(storage_factory.open())
+    first = storage_factory.open(**redis_options)
+    values, used_cold = read_all(first)
+    assert values == {i: i for i in range(COUNT)}
+    assert used_cold >= COUNT
+    second = storage_factory.open(**redis_options)
+    level = second.shared.second_level
+    values, used_warm = read_all(second)
+    assert values == {i: i for i in range(COUNT)}
+    assert used_warm <= 3                 # the polls
+    assert level is not None and level.hits >= COUNT
+
+
+def values_of(db: Any, count: int = COUNT) -> dict[int, Any]:
+    conn = db.open()
+    try:
+        return {i: conn.root()[i]["value"] for i in range(count)}
+    finally:
+        conn.close()
+
+
+def test_a_state_is_only_served_to_a_snapshot_that_sees_it(storage_factory,
+                                                          redis_options):
+    fill(storage_factory.open())
+    first = ZODB.DB(storage_factory.open(**redis_options))
+    values_of(first)
+    writer = ZODB.DB(storage_factory.open(**redis_options))
+    with writer.transaction() as conn:
+        for i in range(0, COUNT, 3):
+            conn.root()[i]["value"] = -i
+    # One process that read the old states before, one that starts now: both see the
+    # new ones (the late one from Redis: the writer stored them).
+    expected = {i: (-i if i % 3 == 0 else i) for i in range(COUNT)}
+    assert values_of(first) == expected
+    late_storage = storage_factory.open(**redis_options)
+    late = ZODB.DB(late_storage)
+    assert values_of(late) == expected
+    level = late_storage.shared.second_level
+    assert level is not None and level.hits >= COUNT
+    # A connection that began before a change keeps reading its snapshot.
+    old_view = late.open()
+    assert old_view.root()[1]["value"] == 1
+    with writer.transaction() as conn:
+        conn.root()[1]["value"] = "changed"
+    old_view.cacheMinimize()
+    assert old_view.root()[1]["value"] == 1
+    old_view.close()
+    assert values_of(late)[1] == "changed"
+    assert values_of(first)[1] == "changed"
+    for db in (first, writer, late):
+        db.close()
+
+
+def test_a_redis_outage_loads_from_the_database_with_one_warning(storage_factory,
+                                                                caplog):
+    server = start_private(PrivateRedis)
+    try:
+        assert isinstance(server, PrivateRedis)
+        options = {"cache_redis_url": server.url, "cache_redis_prefix": "t:",
+                   "prefetch_count": 0}
+        fill(storage_factory.open())
+        filler = ZODB.DB(storage_factory.open(**options))
+        values_of(filler)
+        # Opened while Redis is up, its own cache empty: every load asks Redis first.
+        reader = ZODB.DB(storage_factory.open(**options))
+        server.stop_immediately()
+        with caplog.at_level(logging.WARNING, logger="zodbsql"):
+            for _ in range(3):
+                assert values_of(reader) == {i: i for i in range(COUNT)}
+                reader.cacheMinimize()
+            late = ZODB.DB(storage_factory.open(**options))   # opened while it is down
+            assert values_of(late) == {i: i for i in range(COUNT)}
+        for db in (filler, reader, late):
+            db.close()
+        # One for each storage: the one open when Redis died, the one opened after.
+        warnings = [r for r in caplog.records if "Redis" in r.getMessage()]
+        assert len(warnings) == 2, [r.getMessage() for r in warnings]
+        assert "unreachable" in warnings[0].getMessage()
+    finally:
+        server.cleanup()
+
+
+def test_a_cold_read_from_redis_brings_the_prefetch_plan_along(storage_factory,
+                                                              redis_options):
+    """With prefetch on, a miss asks Redis for the oid and the references queued after
+    it in one MGET, as a database load brings them in one statement: a container's
+    children take a few round trips, not one each."""
+    options = {**redis_options, "prefetch_count": 1000}
+    fill(storage_factory.open())
+    read_all(storage_factory.open(**options))      # from the database, into Redis
+    second = storage_factory.open(**options)
+    level = second.shared.second_level
+    assert level is not None
+    calls = {"get": 0, "mget": 0}
+    for name in calls:
+        original = getattr(level.client, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            calls[_name] += 1
+            return _original(*args)
+        setattr(level.client, name, counted)
+    values, used = read_all(second)
+    assert values == {i: i for i in range(COUNT)}
+    assert used <= 3                                # the polls: nothing loaded
+    assert level.hits >= COUNT
+    assert 0 < calls["get"] + calls["mget"] <= COUNT // 10

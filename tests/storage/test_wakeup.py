@@ -1,0 +1,370 @@
+"""Wake-up instead of polling: a transaction start keeps its snapshot while nothing
+committed (backends/base/wakeup.py, sqlite/wakeup.py, postgresql/listener.py).
+
+The matrix test counts the statements of idle transaction starts in every cell and
+checks that a commit made through another storage is seen at the next start.  The
+PostgreSQL tests check the listening session: a commit of another process, a commit
+racing with the poll, a session ended by the server, gone silent or sent a foreign
+notification, a database whose procedures predate announcing commits, and the server's
+own log of an idle run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterator
+
+import psycopg
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+
+from tests.conformance.roomy_postgresql import private_postgresql
+from tests.databases import Param, PostgreSQLFactory
+from zodbsql.api import open_storage
+from zodbsql.backends.postgresql.listener import CommitListener
+from zodbsql.backends.postgresql.options import PostgreSQLOptions
+from zodbsql.storage import SQLStorage
+
+#: Statements of 20 idle transactions (begin, read, abort: ZODB polls at the begin and
+#: again after the abort).  PostgreSQL history-preserving listens: none.  SQLite reads
+#: PRAGMA data_version at each poll it skips (history-free inside the read transaction
+#: that is the snapshot, begun and ended around it).  History-free PostgreSQL and MySQL
+#: poll: BEGIN, the poll and ROLLBACK history-free.
+IDLE_STATEMENTS = {
+    ("sqlite", True): 40,
+    ("sqlite", False): 120,
+    ("postgresql", True): 0,
+    ("postgresql", False): 120,
+    ("mysql", True): 40,
+    ("mysql", False): 120,
+}
+IDLE_TRANSACTIONS = 20
+
+
+def idle_statements(storage: SQLStorage, tm: Any, root: Any, count: int) -> int:
+    before = storage.statement_count()
+    for _ in range(count):
+        tm.begin()
+        assert "x" in root
+        tm.abort()
+    return storage.statement_count() - before
+
+
+def test_idle_transaction_starts(storage_factory: Any) -> None:
+    param = storage_factory.param
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    other_db = ZODB.DB(storage_factory.open())
+    try:
+        tm = transaction.TransactionManager()
+        root = db.open(tm).root()
+        root["x"] = PersistentMapping(v=0)
+        tm.commit()
+        idle_statements(storage, tm, root, 3)          # warm: prepared statements
+        assert idle_statements(storage, tm, root, IDLE_TRANSACTIONS) == \
+            IDLE_STATEMENTS[(param.backend, param.keep_history)]
+        # Another storage on the database commits: the next start sees it.
+        other_tm = transaction.TransactionManager()
+        other_root = db_root(other_db, other_tm)
+        other_root["x"]["v"] = 1
+        other_tm.commit()
+        tm.begin()
+        assert root["x"]["v"] == 1
+        tm.abort()
+    finally:
+        other_db.close()
+        db.close()
+
+
+def db_root(db: Any, tm: Any) -> Any:
+    return db.open(tm).root()
+
+
+# -- PostgreSQL: the listening session -----------------------------------------------
+
+
+@pytest.fixture
+def pg() -> Iterator[PostgreSQLFactory]:
+    factory = PostgreSQLFactory(Param("postgresql", True))
+    yield factory
+    factory.cleanup()
+
+
+def options(factory: PostgreSQLFactory, **extra: Any) -> PostgreSQLOptions:
+    return dataclasses.replace(factory.backend_options(), **extra)
+
+
+def watch_of(storage: SQLStorage) -> CommitListener:
+    watch = storage.shared.watch
+    assert isinstance(watch, CommitListener)
+    return watch
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def notified(watch: CommitListener, tid: int) -> Callable[[], bool]:
+    """Has the notification of ``tid`` arrived (read the way a start reads it)?"""
+    def arrived() -> bool:
+        session = watch._session
+        if session is None or not watch._lock.acquire(blocking=False):
+            return False
+        try:
+            return watch._take_arrived(session) and session.high >= tid
+        finally:
+            watch._lock.release()
+    return arrived
+
+
+class Site:
+    """A storage with a DB and its root, and a second storage on the same schema that
+    does not listen (its commits stay unknown to this process, as another process's)."""
+
+    def __init__(self, factory: PostgreSQLFactory) -> None:
+        self.storage = factory.open()
+        self.db = ZODB.DB(self.storage)
+        self.tm = transaction.TransactionManager()
+        self.root = self.db.open(self.tm).root()
+        self.root["x"] = PersistentMapping(v=0)
+        self.tm.commit()
+        self.other = open_storage(options(factory, listen_for_commits=False))
+        self.other_db = ZODB.DB(self.other)
+        self.other_tm = transaction.TransactionManager()
+        self.other_root = self.other_db.open(self.other_tm).root()
+        idle_statements(self.storage, self.tm, self.root, 3)
+
+    def commit_elsewhere(self, value: int) -> int:
+        self.other_tm.begin()
+        self.other_root["x"]["v"] = value
+        self.other_tm.commit()
+        return int.from_bytes(self.other_root["x"]._p_serial, "big")
+
+    def start(self) -> tuple[int, int]:
+        """One transaction start: ``(the value read, statements sent)``."""
+        before = self.storage.statement_count()
+        self.tm.begin()
+        value = self.root["x"]["v"]
+        sent = self.storage.statement_count() - before
+        self.tm.abort()
+        return value, sent
+
+    def close(self) -> None:
+        self.other_db.close()
+        self.db.close()
+
+
+@pytest.fixture
+def site(pg: PostgreSQLFactory) -> Iterator[Site]:
+    made = Site(pg)
+    yield made
+    made.close()
+
+
+def test_idle_starts_send_nothing(site: Site) -> None:
+    assert watch_of(site.storage).listening
+    for _ in range(5):
+        assert site.start() == (0, 0)
+
+
+def test_commit_in_another_process_is_seen(pg: PostgreSQLFactory, site: Site) -> None:
+    code = (
+        "import sys, transaction, ZODB\n"
+        "from zodbsql.api import open_storage\n"
+        "from zodbsql.backends.postgresql.options import PostgreSQLOptions\n"
+        "db = ZODB.DB(open_storage(PostgreSQLOptions(dsn=sys.argv[1], schema=sys.argv[2])))\n"
+        "with db.transaction() as conn:\n"
+        "    conn.root()['x']['v'] = 7\n"
+        "db.close()\n")
+    subprocess.run([sys.executable, "-c", code, pg.dsn, pg.path], check=True, timeout=60)
+    value, sent = site.start()
+    assert value == 7 and sent > 0          # polled: the notification had arrived
+    assert site.start() == (7, 0)           # and nothing since
+
+
+def test_commit_racing_with_the_poll(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    poller = site.storage.shared.backend.poller
+    poll = poller.poll
+    watch = watch_of(site.storage)
+    hooks: dict[str, Callable[[], Any]] = {}
+
+    def racing_poll(conn: Any, since: int | None) -> Any:
+        if "before" in hooks:
+            hooks.pop("before")()
+        polled = poll(conn, since)
+        if "after" in hooks:
+            hooks.pop("after")()
+        return polled
+
+    monkeypatch.setattr(poller, "poll", racing_poll)
+    tids: list[int] = []
+    # A commit lands just before the poll's snapshot: the poll sees it, and its
+    # notification, arriving after the poll, leaves the next start quiet.
+    wait_until(notified(watch, site.commit_elsewhere(1)))
+    hooks["before"] = lambda: tids.append(site.commit_elsewhere(2))
+    assert site.start()[0] == 2 and "before" not in hooks
+    wait_until(notified(watch, tids[-1]))
+    assert site.start() == (2, 0)
+    # A commit lands just after the poll's snapshot: that start reads the value before
+    # it, and the first start after its notification arrived polls and sees it.
+    wait_until(notified(watch, site.commit_elsewhere(4)))
+    hooks["after"] = lambda: tids.append(site.commit_elsewhere(3))
+    assert site.start()[0] == 4 and "after" not in hooks
+    wait_until(notified(watch, tids[-1]))
+    value, sent = site.start()
+    assert value == 3 and sent > 0
+    assert site.start() == (3, 0)
+
+
+def test_lost_session_falls_back_to_polling(pg: PostgreSQLFactory, site: Site) -> None:
+    watch = watch_of(site.storage)
+    pid = watch.session_pid
+    assert pid is not None
+    # pg_terminate_backend with a timeout waits until the session is gone.
+    assert pg.admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone() == (True,)
+    site.commit_elsewhere(5)                # no notification reaches this process
+    value, sent = site.start()
+    assert (value, watch.listening) == (5, False) and sent > 0
+    value, sent = site.start()
+    assert value == 5 and sent > 0          # polls at every start meanwhile
+    wait_until(lambda: watch.listening)     # the heartbeat thread listens again
+    assert watch.session_pid != pid
+    site.start()
+    assert site.start() == (5, 0)
+    site.commit_elsewhere(6)
+    wait_until(notified(watch, 0))
+    value, sent = site.start()
+    assert value == 6
+
+
+def stop_heartbeats(watch: CommitListener) -> None:
+    """End the heartbeat thread: the test beats by hand (``watch._beat()``)."""
+    watch._stop.set()
+    assert watch._thread is not None
+    watch._thread.join(5)
+
+
+def test_silent_session_polls(site: Site) -> None:
+    watch = watch_of(site.storage)
+    stop_heartbeats(watch)
+    session = watch._session
+    assert session is not None
+    session.heard -= 60                     # as if the heartbeats had stopped answering
+    assert site.start()[1] > 0
+    watch._beat()                           # one answers
+    assert site.start() == (0, 0)
+
+
+def test_foreign_notification_polls(pg: PostgreSQLFactory, site: Site) -> None:
+    watch = watch_of(site.storage)
+    stop_heartbeats(watch)
+    watch._beat()
+    with psycopg.connect(pg.dsn, autocommit=True) as other:
+        other.execute(f'SET search_path TO "{pg.path}"')
+        row = other.execute("SELECT zodbsql_channel()").fetchone()
+    assert row is not None
+    # Anyone may NOTIFY the channel: a payload that names no tid stands for a commit
+    # whose tid is unknown, so starts poll until a heartbeat has read the last tid.
+    pg.admin.execute("SELECT pg_notify(%s, 'not a tid')", (row[0],))
+    wait_until(lambda: notified(watch, 0)() and watch._session is not None
+               and watch._session.unknown)
+    assert site.start()[1] > 0
+    watch._beat()
+    assert site.start() == (0, 0)
+
+
+def test_old_procedures_poll(pg: PostgreSQLFactory) -> None:
+    made = ZODB.DB(pg.open())               # the schema, its procedures, a root
+    with made.transaction() as conn:
+        conn.root()["x"] = 1
+    made.close()
+    pg.admin.execute(f'DROP FUNCTION "{pg.path}".zodbsql_channel()')
+    pg.admin.execute(f'DROP FUNCTION "{pg.path}".zodbsql_commit_log_window()')
+    old = pg.open(read_only=True)           # can't install them: polls
+    assert not watch_of(old).listening
+    db = ZODB.DB(old)
+    try:
+        tm = transaction.TransactionManager()
+        root = db.open(tm).root()
+        assert idle_statements(old, tm, root, 3) > 0
+    finally:
+        db.close()
+    fresh = pg.open()                       # a writable storage installs them
+    assert watch_of(fresh).listening
+    fresh.close()
+
+
+def test_listen_for_commits_false_polls(pg: PostgreSQLFactory) -> None:
+    storage = open_storage(options(pg, listen_for_commits=False))
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        root = db.open(tm).root()
+        root["x"] = 1
+        tm.commit()
+        assert idle_statements(storage, tm, root, 5) == 10
+    finally:
+        db.close()
+
+
+# -- PostgreSQL: the server's own count -------------------------------------------------
+
+LOG_SETTINGS = "log_statement = all\nlog_line_prefix = '%a|%p|'\n"
+APPLICATION = "zodbsql-idle"
+
+
+@pytest.fixture(scope="module")
+def logging_server() -> Iterator[tuple[str, pathlib.Path]]:
+    with private_postgresql(LOG_SETTINGS) as (dsn, directory):
+        yield dsn, pathlib.Path(directory) / "log"
+
+
+def logged(log: pathlib.Path, start: str, end: str) -> list[str]:
+    """The statements the server logged between the two markers."""
+    text = log.read_text(errors="replace")
+    between = text[text.index(start):text.index(end)]
+    return [line for line in between.splitlines()
+            if re.search(r"LOG:\s+(statement|execute [^:]*):", line)]
+
+
+def test_server_logs_no_statement_for_idle_starts(
+        logging_server: tuple[str, pathlib.Path]) -> None:
+    dsn, log = logging_server
+    factory = PostgreSQLFactory(Param("postgresql", True), dsn=f"{dsn} application_name={APPLICATION}")
+    try:
+        storage = factory.open()
+        db = ZODB.DB(storage)
+        tm = transaction.TransactionManager()
+        root = db.open(tm).root()
+        root["x"] = PersistentMapping(v=0)
+        tm.commit()
+        idle_statements(storage, tm, root, 3)
+        listener = watch_of(storage).session_pid
+        start, end = "zodbsql-idle-start", "zodbsql-idle-end"
+        factory.admin.execute(f"SELECT '{start}'")
+        began = time.monotonic()
+        assert idle_statements(storage, tm, root, 100) == 0
+        elapsed = time.monotonic() - began
+        factory.admin.execute(f"SELECT '{end}'")
+        wait_until(lambda: end in log.read_text(errors="replace"))
+        lines = logged(log, start, end)
+        admin = factory.admin.info.backend_pid    # it sends the markers
+        ours = [line for line in lines if line.startswith(f"{APPLICATION}|")
+                and not line.startswith(f"{APPLICATION}|{admin}|")]
+        heartbeats = [line for line in ours if line.startswith(f"{APPLICATION}|{listener}|")]
+        # The 100 starts sent nothing; the listening session's heartbeat (one a second)
+        # is all this storage sent meanwhile.
+        assert ours == heartbeats
+        assert len(heartbeats) <= elapsed + 2
+        db.close()
+    finally:
+        factory.cleanup()
