@@ -1,0 +1,244 @@
+"""The edges of one commit (storage/commit.py) that ZODB's suites do not reach, found by
+mutation testing: what an unresolvable conflict names, a corrupt committed state met
+while resolving, the size recorded with each revision, and a restore that replaces
+what the same transaction stored before (a blob, a backpointer).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import pytest
+import transaction
+import ZODB
+import ZODB.blob
+import ZODB.tests.MinPO
+import ZODB.tests.StorageTestBase
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError, POSKeyError, StorageTransactionError
+from ZODB.utils import p64, u64, z64
+
+from tests.storage.test_conflict_resolution import Tally
+from tests.storage.test_verify import CORRUPT, run_sql
+from zodbsql.errors import CorruptRecordError, DatabaseError
+
+
+def _commit(storage: Any, *steps: Callable[[TransactionMetaData], None]) -> bytes:
+    """One transaction of ``steps`` through the storage API; the tid it committed."""
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    try:
+        for step in steps:
+            step(txn)
+        storage.tpc_vote(txn)
+    except BaseException:
+        storage.tpc_abort(txn)
+        raise
+    tid: bytes = storage.tpc_finish(txn)
+    return tid
+
+
+def _pickle(value: int) -> bytes:
+    return ZODB.tests.StorageTestBase.zodb_pickle(ZODB.tests.MinPO.MinPO(value))
+
+
+def _new_object(storage: Any) -> tuple[bytes, bytes]:
+    oid = storage.new_oid()
+    tid = _commit(storage, lambda t: storage.store(oid, z64, _pickle(1), "", t))
+    return oid, tid
+
+
+def _vote_conflict(storage: Any, step: Callable[[TransactionMetaData], None]) -> ConflictError:
+    with pytest.raises(ConflictError) as raised:
+        _commit(storage, step)
+    return raised.value
+
+
+def test_a_deletion_over_a_newer_revision_names_the_object_and_both_tids(
+        storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    oid, first = _new_object(storage)
+    second = _commit(storage, lambda t: storage.store(oid, first, _pickle(2), "", t))
+    error = _vote_conflict(storage, lambda t: storage.deleteObject(oid, first, t))
+    assert error.oid == oid
+    assert error.serials == (second, first)    # (committed, the one the deletion expected)
+    assert storage.load(oid)[1] == second      # nothing of the deletion was written
+
+
+def test_an_update_over_a_deletion_names_the_object_and_both_tids(
+        storage_factory: Any) -> None:
+    """History-preserving, the deletion is a revision without a state (nothing to resolve
+    against); history-free, the object is gone (tid 0)."""
+    storage = storage_factory.open()
+    oid, first = _new_object(storage)
+    deleted = _commit(storage, lambda t: storage.deleteObject(oid, first, t))
+    error = _vote_conflict(storage, lambda t: storage.store(oid, first, _pickle(3), "", t))
+    assert error.oid == oid
+    committed = deleted if storage_factory.param.keep_history else z64
+    assert error.serials == (committed, first)
+    with pytest.raises(POSKeyError):
+        storage.load(oid)
+
+
+def test_a_corrupt_committed_state_met_while_resolving_is_reported(
+        storage_factory: Any) -> None:
+    """Resolution merges with the committed state read from the database: one that does
+    not match its checksum stops the commit with an error naming the record."""
+    db_a = ZODB.DB(storage_factory.open(cache_size_mb=0))
+    db_b = ZODB.DB(storage_factory.open(cache_size_mb=0))
+    try:
+        with db_a.transaction() as conn:
+            conn.root()["t"] = Tally()
+        tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
+        conn_a, conn_b = db_a.open(tm_a), db_b.open(tm_b)
+        tally_b = conn_b.root()["t"]
+        assert tally_b.count == 0          # B's snapshot: before A's commit
+        conn_a.root()["t"].count += 1
+        tm_a.commit()
+        oid, committed = conn_a.root()["t"]._p_oid, conn_a.root()["t"]._p_serial
+        run_sql(db_a.storage, CORRUPT, (b"not what was stored", u64(oid)))
+        tally_b.count += 1
+        with pytest.raises(CorruptRecordError) as raised:
+            tm_b.commit()
+        tm_b.abort()
+        assert (raised.value.oid, raised.value.tid) == (u64(oid), u64(committed))
+        assert f"oid 0x{u64(oid):016x} tid 0x{u64(committed):016x}" in str(raised.value)
+        conn_a.close()
+        conn_b.close()
+    finally:
+        db_a.close()
+        db_b.close()
+
+
+def test_each_revision_records_the_size_of_its_state(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    small, large = _pickle(1), ZODB.tests.StorageTestBase.zodb_pickle(
+        ZODB.tests.MinPO.MinPO(b"x" * 5000))
+    oid = storage.new_oid()
+    first = _commit(storage, lambda t: storage.store(oid, z64, small, "", t))
+    second = _commit(storage, lambda t: storage.store(oid, first, large, "", t))
+    sizes = {entry["tid"]: entry["size"] for entry in storage.history(oid, size=10)}
+    if storage_factory.param.keep_history:
+        assert sizes == {second: len(large), first: len(small)}
+        deleted = _commit(storage, lambda t: storage.deleteObject(oid, second, t))
+        sizes = {entry["tid"]: entry["size"] for entry in storage.history(oid, size=10)}
+        assert sizes[deleted] == 0         # a deletion has no state
+    else:
+        assert sizes == {second: len(large)}
+
+
+def test_a_restore_without_a_backpointer_replaces_one_with_it(storage_factory: Any) -> None:
+    """Restored twice in one transaction, first as a backpointer to an older revision,
+    then with its own data: the record is the second, with no backpointer left."""
+    storage = storage_factory.open()
+    oid, first = _new_object(storage)
+    restored = _pickle(7)
+    tid = p64(u64(storage.lastTransaction()) + 1)
+
+    def restore_twice(txn: TransactionMetaData) -> None:
+        storage.restore(oid, tid, None, "", first, txn)
+        storage.restore(oid, tid, restored, "", None, txn)
+
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn, tid)
+    restore_twice(txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    assert storage.load(oid) == (restored, tid)
+    if storage_factory.param.keep_history:
+        (record,) = [r for t in storage.iterator(tid, tid) for r in t]
+        assert (record.oid, record.data, record.data_txn) == (oid, restored, None)
+
+
+def test_a_restore_drops_a_blob_stored_before_it(storage_factory: Any, tmp_path: Any) -> None:
+    """A blob stored and then restored without one in the same transaction: the record
+    has no blob, and the staged file is not left in the blob temp directory."""
+    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+    oid, first = _new_object(storage)
+    staged = os.path.join(storage.temporaryDirectory(), "staged.blob")
+    with open(staged, "wb") as f:
+        f.write(b"blob contents that the restore replaces")
+    tid = p64(u64(storage.lastTransaction()) + 1)
+    restored = _pickle(8)
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn, tid)
+    storage.storeBlob(oid, first, _pickle(9), staged, "", txn)
+    storage.restore(oid, tid, restored, "", None, txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    assert storage.load(oid) == (restored, tid)
+    assert not os.listdir(storage.temporaryDirectory())
+    with pytest.raises(POSKeyError):
+        storage.loadBlob(oid, tid)
+
+
+def test_two_blobs_of_new_contents_in_one_commit_ask_for_it_once(
+        storage_factory: Any, tmp_path: Any) -> None:
+    """Within one commit, contents uploaded for one blob are known for the next: a
+    commit of two identical new blobs sends the same statements as a commit of one."""
+    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+    db = ZODB.DB(storage)
+    try:
+        conn = db.open()
+        root = conn.root()
+        root["holder"] = PersistentMapping()
+        transaction.commit()
+        counts = []
+        for copies in (1, 2, 1, 2):
+            data = os.urandom(2000)
+            for n in range(copies):
+                root["holder"][f"{len(counts)}-{n}"] = ZODB.blob.Blob(data)
+            before = storage.statement_count()
+            transaction.commit()
+            counts.append(storage.statement_count() - before)
+        assert counts[1] == counts[0] and counts[3] == counts[2]
+        conn.close()
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("detail", [None, "the server's max_allowed_packet"])
+def test_a_state_over_the_statement_limit_is_refused_before_anything_is_sent(
+        storage_factory: Any, detail: str | None) -> None:
+    """The limit is the server's (SQLite's is 1,000,000,000 bytes); lowered here on the
+    commit connections so that a small state meets it."""
+    storage = storage_factory.open()
+    backend = storage.shared.backend
+    connect = backend.connect_for_commit
+
+    def connect_limited(*args: Any, **kwargs: Any) -> Any:
+        conn = connect(*args, **kwargs)
+        conn.max_state_size, conn.max_state_size_detail = 200, detail
+        return conn
+    backend.connect_for_commit = connect_limited
+    storage.shared.pool.close()
+    oid = storage.new_oid()
+    at_limit = _pickle(1) + b"." * (200 - len(_pickle(1)))  # a state of exactly the limit
+    first = _commit(storage, lambda t: storage.store(oid, z64, at_limit, "", t))
+    over = at_limit + b"."
+    with pytest.raises(DatabaseError) as raised:
+        _commit(storage, lambda t: storage.store(oid, first, over, "", t))
+    expected = (f"the state of oid 0x{u64(oid):016x} is 201 bytes, larger than the 200"
+                f" bytes {backend.describe()} accepts in one statement"
+                + (f" ({detail})" if detail else "")
+                + "; nothing of this transaction was written")
+    assert str(raised.value) == expected
+    assert storage.load(oid) == (at_limit, first)
+
+
+@pytest.mark.parametrize("vote", ["never voted", "vote failed"])
+def test_finish_without_a_successful_vote_is_refused(storage_factory: Any, vote: str) -> None:
+    storage = storage_factory.open()
+    oid, first = _new_object(storage)
+    second = _commit(storage, lambda t: storage.store(oid, first, _pickle(2), "", t))
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.deleteObject(oid, first, txn)      # a conflict no resolution can merge
+    if vote == "vote failed":
+        with pytest.raises(ConflictError):
+            storage.tpc_vote(txn)
+    with pytest.raises(StorageTransactionError, match="^tpc_finish called before tpc_vote$"):
+        storage.tpc_finish(txn)
+    storage.tpc_abort(txn)
+    assert storage.load(oid) == (_pickle(2), second)
