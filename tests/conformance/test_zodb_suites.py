@@ -62,6 +62,9 @@ class TestIteratorStorage(StorageSuite, IteratorStorage.IteratorStorage,
                           IteratorStorage.ExtendedIteratorStorage):
     history_modes = HP_ONLY
     history_modes_reason = "iterates every revision and undo records"
+    # The iterator hands out each transaction's extension as the bytes committed (as
+    # FileStorage does), so a copy keeps them exactly.
+    use_extension_bytes = True
 
 
 class TestTransactionalUndo(StorageSuite, TransactionalUndoStorage.TransactionalUndoStorage):

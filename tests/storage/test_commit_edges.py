@@ -6,6 +6,7 @@ what the same transaction stored before (a blob, a backpointer).
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any, Callable
 
 import pytest
@@ -20,6 +21,7 @@ from ZODB.POSException import ConflictError, POSKeyError, StorageTransactionErro
 from ZODB.utils import p64, u64, z64
 
 from tests.storage.test_conflict_resolution import Tally
+from tests.storage.test_blobs import count
 from tests.storage.test_verify import CORRUPT, run_sql
 from zodbsql.errors import CorruptRecordError, DatabaseError
 
@@ -242,3 +244,95 @@ def test_finish_without_a_successful_vote_is_refused(storage_factory: Any, vote:
         storage.tpc_finish(txn)
     storage.tpc_abort(txn)
     assert storage.load(oid) == (_pickle(2), second)
+
+
+class _OldStyleMetaData:
+    """Transaction metadata as older callers pass it: text or None instead of bytes, an
+    extension dictionary and no ``extension_bytes``."""
+
+    def __init__(self, user: str | None, description: str | None) -> None:
+        self.user, self.description = user, description
+        self.extension = {"origin": "old style"}
+
+
+def _recorded(storage: Any, tid: bytes) -> tuple[bytes, bytes, bytes]:
+    (record,) = storage.iterator(tid, tid)
+    return record.user, record.description, record.extension_bytes
+
+
+@pytest.mark.parametrize("user, description", [("ünïcode user", None), (None, "a note")])
+def test_metadata_given_as_text_or_none_is_recorded_as_bytes(
+        storage_factory: Any, user: str | None, description: str | None) -> None:
+    storage = storage_factory.open()
+    oid = storage.new_oid()
+    meta = _OldStyleMetaData(user, description)
+    storage.tpc_begin(meta)
+    storage.store(oid, z64, _pickle(1), "", meta)
+    storage.tpc_vote(meta)
+    tid = storage.tpc_finish(meta)
+    assert storage.load(oid) == (_pickle(1), tid)
+    if storage_factory.param.keep_history:   # history-free keeps no transaction metadata
+        recorded_user, recorded_description, extension = _recorded(storage, tid)
+        assert recorded_user == (user or "").encode("utf-8")
+        assert recorded_description == (description or "").encode("utf-8")
+        assert pickle.loads(extension) == {"origin": "old style"}
+
+
+def test_extension_bytes_are_recorded_as_given(storage_factory: Any) -> None:
+    """A copy (convert, zodbconvert) passes each transaction's extension as the bytes it
+    read: they are kept as they are, not pickled again (another protocol, other bytes)."""
+    storage = storage_factory.open()
+    given = pickle.dumps({"copied": True}, protocol=1)
+    assert given != pickle.dumps({"copied": True}, protocol=3)
+    oid = storage.new_oid()
+    txn = TransactionMetaData(b"u", b"d", given)
+    storage.tpc_begin(txn)
+    storage.store(oid, z64, _pickle(1), "", txn)
+    storage.tpc_vote(txn)
+    tid = storage.tpc_finish(txn)
+    if storage_factory.param.keep_history:
+        assert _recorded(storage, tid) == (b"u", b"d", given)
+    else:
+        assert storage.load(oid) == (_pickle(1), tid)
+
+
+def test_restored_oids_are_never_handed_out_again(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    restored = p64(u64(storage.new_oid()) + 50_000)
+    txn = TransactionMetaData()
+    tid = p64(u64(storage.lastTransaction()) + 1)
+    storage.tpc_begin(txn, tid)
+    storage.restore(restored, tid, _pickle(5), "", None, txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    other = storage_factory.open()            # another process: it allocates afresh
+    assert u64(other.new_oid()) > u64(restored)
+
+
+@pytest.mark.parametrize("limit", [None, 300])
+def test_blob_chunks_fit_the_statement_limit(storage_factory: Any, tmp_path: Any,
+                                             limit: int | None) -> None:
+    """A blob's contents go up in chunks no larger than one statement may carry (MySQL's
+    max_allowed_packet), however large the configured chunk size."""
+    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"), blob_chunk_size=4096)
+    backend = storage.shared.backend
+    connect = backend.connect_for_commit
+
+    def connect_limited(*args: Any, **kwargs: Any) -> Any:
+        conn = connect(*args, **kwargs)
+        conn.max_state_size = limit
+        return conn
+    backend.connect_for_commit = connect_limited
+    storage.shared.pool.close()
+    data = os.urandom(1000)
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["blob"] = ZODB.blob.Blob(data)
+        assert count(storage, "blob_chunk") == (1 if limit is None else 4)  # 3 x 300 + 100
+        reader = ZODB.DB(storage_factory.open(blob_dir=str(tmp_path / "other")))
+        with reader.transaction() as conn, conn.root()["blob"].open() as f:
+            assert f.read() == data
+        reader.close()
+    finally:
+        db.close()

@@ -12,6 +12,7 @@ from typing import Any
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
 
 # (backend, keep_history) -> (one changed object, 1,000 new objects).  SQLite's include
 # the ``PRAGMA data_version`` that tells whether the poll after the commit may be skipped
@@ -54,3 +55,33 @@ def test_statements_per_commit(storage_factory: Any) -> None:
     finally:
         db.close()
     assert (one, thousand) == EXPECTED[(param.backend, param.keep_history)]
+
+
+# (backend, keep_history) -> statements of a commit that stores nothing (tpc_begin,
+# tpc_vote, tpc_finish with no object: an undo of nothing, a note-only transaction).
+EXPECTED_EMPTY = {
+    ("sqlite", True): 8,
+    ("sqlite", False): 7,
+    ("postgresql", True): 4,
+    ("postgresql", False): 4,
+    ("mysql", True): 8,
+    ("mysql", False): 7,
+}
+
+
+def test_statements_of_an_empty_commit(storage_factory: Any) -> None:
+    param = storage_factory.param
+    storage = storage_factory.open()
+    for _ in range(2):      # warm up: the pool, prepared statements
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+    before = storage.statement_count()
+    txn = TransactionMetaData(description=b"nothing stored")
+    storage.tpc_begin(txn)
+    storage.tpc_vote(txn)
+    tid = storage.tpc_finish(txn)
+    empty = storage.statement_count() - before
+    assert tid == storage.lastTransaction()
+    assert empty == EXPECTED_EMPTY[(param.backend, param.keep_history)]

@@ -65,7 +65,6 @@ class PendingCommit:
         self.conn: "ConnectionRole | None" = None
         self.voted = False
         self.resolved: set[bytes] = set()
-        self.tid: int | None = None
         # Blobs: oid -> file in the blob temp dir; after vote, oid -> (hash, size,
         # revision with the same content in the shared layout).
         self.blob_files: dict[int, str] = {}
@@ -252,7 +251,6 @@ class PendingCommit:
             raise
         except Exception as exc:
             self._settle_lost_commit(tid, exc)  # returns only if the commit is durable
-        self.tid = tid
         if files is not None and files.cache is not None:
             for oid, (content_hash, size, _) in self.blob_staged.items():
                 files.hashes.put(oid, tid, content_hash)

@@ -19,8 +19,11 @@ CURRENT_RECORDS_BATCH = 100
 
 class SQLTransactionRecord(TransactionRecord):  # type: ignore[misc]  # ZODB is untyped
     def __init__(self, tid: int, status: str, user: bytes, description: bytes,
-                 extension: dict[str, Any], records: list[DataRecord]) -> None:
-        super().__init__(p64(tid), status, user, description, extension)
+                 extension: bytes | None, records: list[DataRecord]) -> None:
+        super().__init__(p64(tid), status, user, description, decode_extension(extension))
+        # The bytes as committed, not the dictionary pickled again: a copy (convert,
+        # zodbconvert) then records the same bytes as its source.
+        self.extension_bytes = bytes(extension) if extension else b""
         self._records = records
 
     def __iter__(self) -> Iterator[DataRecord]:
@@ -52,7 +55,7 @@ class TransactionIterator:
                               p64(data_tid) if data_tid is not None else None)
                    for oid, state, data_tid in states]
         return SQLTransactionRecord(tid, "p" if packed else " ", user, description,
-                                    decode_extension(extension), records)
+                                    extension, records)
 
     def close(self) -> None:
         if self._open:
