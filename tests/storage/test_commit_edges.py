@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 from typing import Any, Callable
 
 import pytest
@@ -20,9 +21,10 @@ from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError, POSKeyError, StorageTransactionError
 from ZODB.utils import p64, u64, z64
 
-from tests.storage.test_conflict_resolution import Tally
 from tests.storage.test_blobs import count
+from tests.storage.test_conflict_resolution import Tally
 from tests.storage.test_verify import CORRUPT, run_sql
+import zodbsql.storage.shared
 from zodbsql.errors import CorruptRecordError, DatabaseError
 
 
@@ -334,5 +336,103 @@ def test_blob_chunks_fit_the_statement_limit(storage_factory: Any, tmp_path: Any
         with reader.transaction() as conn, conn.root()["blob"].open() as f:
             assert f.read() == data
         reader.close()
+    finally:
+        db.close()
+
+
+def test_a_vote_waits_for_a_pooled_connection_at_most_the_lock_timeout(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zodbsql.storage.shared, "COMMIT_POOL_SIZE", 1)
+    storage = storage_factory.open(commit_lock_timeout=0.3)
+    first, second = storage.new_instance(), storage.new_instance()
+    held = TransactionMetaData()
+    first.tpc_begin(held)
+    first.store(storage.new_oid(), z64, _pickle(1), "", held)
+    first.tpc_vote(held)                   # holds the pool's only connection
+    outcome: dict[str, Exception] = {}
+
+    def vote_second() -> None:
+        txn = TransactionMetaData()
+        second.tpc_begin(txn)
+        second.store(storage.new_oid(), z64, _pickle(2), "", txn)
+        try:
+            second.tpc_vote(txn)
+        except DatabaseError as exc:
+            outcome["error"] = exc
+        finally:
+            second.tpc_abort(txn)
+    waiting = threading.Thread(target=vote_second, daemon=True)
+    waiting.start()
+    waiting.join(10)
+    first.tpc_abort(held)                  # gives the connection back
+    waiting.join(10)
+    first.release()
+    second.release()
+    assert not waiting.is_alive()
+    assert "all 1 pooled connections stayed busy for 0.3s" in str(outcome.get("error"))
+
+
+def test_a_resolved_state_is_handed_back_and_stored_with_its_checksum(
+        storage_factory: Any) -> None:
+    """Vote returns the oids it resolved, so the committing connection drops its own
+    (unmerged) copy; the merged state is stored with the checksum that guards it."""
+    db_a = ZODB.DB(storage_factory.open())
+    db_b = ZODB.DB(storage_factory.open())
+    try:
+        with db_a.transaction() as conn:
+            conn.root()["t"] = Tally()
+        tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
+        conn_a, conn_b = db_a.open(tm_a), db_b.open(tm_b)
+        tally_b = conn_b.root()["t"]
+        assert tally_b.count == 0
+        conn_a.root()["t"].count += 1
+        tm_a.commit()
+        tally_b.count += 1
+        tm_b.commit()                       # resolved: 1 + 1
+        assert tally_b.count == 2           # what was stored, not B's own 1
+        oid = tally_b._p_oid
+        run_sql(db_a.storage, CORRUPT, (b"not what was stored", u64(oid)))
+        fresh = storage_factory.open(cache_size_mb=0)
+        with pytest.raises(CorruptRecordError):
+            fresh.load(oid)
+        conn_a.close()
+        conn_b.close()
+    finally:
+        db_a.close()
+        db_b.close()
+
+
+def test_resolution_merges_with_the_cached_committed_state_without_reading_it(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process: the state the other connection committed is in the shared cache, so
+    resolving against it reads nothing from the database (ZODB's resolver loads only
+    the state both started from)."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["t"] = Tally()
+        tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
+        conn_a, conn_b = db.open(tm_a), db.open(tm_b)
+        tally_b = conn_b.root()["t"]
+        assert tally_b.count == 0
+        conn_a.root()["t"].count += 1
+        tm_a.commit()
+        committed = conn_a.root()["t"]._p_serial
+        revisions_read: list[Any] = []
+        serials_loaded: list[bytes] = []
+        mover = storage.shared.backend.mover
+        load_revisions, load_serial = mover.load_revisions, type(storage).loadSerial
+        monkeypatch.setattr(mover, "load_revisions", lambda conn, wanted: (
+            revisions_read.append(dict(wanted)) or load_revisions(conn, wanted)))
+        monkeypatch.setattr(type(storage), "loadSerial", lambda self, oid, serial: (
+            serials_loaded.append(serial) or load_serial(self, oid, serial)))
+        tally_b.count += 1
+        tm_b.commit()
+        assert tally_b.count == 2
+        assert all(not wanted for wanted in revisions_read)    # the cache had it
+        assert committed not in serials_loaded                  # handed to the resolver
+        conn_a.close()
+        conn_b.close()
     finally:
         db.close()
