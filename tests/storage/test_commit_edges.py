@@ -436,3 +436,27 @@ def test_resolution_merges_with_the_cached_committed_state_without_reading_it(
         conn_b.close()
     finally:
         db.close()
+
+
+def test_a_blob_the_cache_cannot_take_leaves_no_file_behind(
+        storage_factory: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the commit, a blob's file moves into the local blob cache; when that fails
+    (a full disk) the commit stands and the staged file is removed, not left in the
+    blob temp directory (a later read downloads the contents again)."""
+    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+    cache = storage.shared.blob_files.cache
+
+    def disk_full(*args: Any) -> None:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cache, "install", disk_full)
+    data = os.urandom(3000)
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["blob"] = ZODB.blob.Blob(data)
+        assert not os.listdir(storage.temporaryDirectory())
+        monkeypatch.undo()
+        with db.transaction() as conn, conn.root()["blob"].open() as f:
+            assert f.read() == data
+    finally:
+        db.close()
