@@ -250,11 +250,13 @@ def test_finish_without_a_successful_vote_is_refused(storage_factory: Any, vote:
 
 class _OldStyleMetaData:
     """Transaction metadata as older callers pass it: text or None instead of bytes, an
-    extension dictionary and no ``extension_bytes``."""
+    extension dictionary (under ``extension`` or, older still, ``_extension``) and no
+    ``extension_bytes``."""
 
-    def __init__(self, user: str | None, description: str | None) -> None:
+    def __init__(self, user: str | None, description: str | None, attribute: str,
+                 extension: dict[str, Any] | None) -> None:
         self.user, self.description = user, description
-        self.extension = {"origin": "old style"}
+        setattr(self, attribute, extension)
 
 
 def _recorded(storage: Any, tid: bytes) -> tuple[bytes, bytes, bytes]:
@@ -262,22 +264,32 @@ def _recorded(storage: Any, tid: bytes) -> tuple[bytes, bytes, bytes]:
     return record.user, record.description, record.extension_bytes
 
 
-@pytest.mark.parametrize("user, description", [("ünïcode user", None), (None, "a note")])
+@pytest.mark.parametrize("user, description, attribute, extension", [
+    ("ünïcode user", None, "extension", {"origin": "old style"}),
+    (None, "a note", "_extension", {"origin": "older style"}),
+    ("u", "d", "extension", {}),
+    ("u", "d", "_extension", None),
+])
 def test_metadata_given_as_text_or_none_is_recorded_as_bytes(
-        storage_factory: Any, user: str | None, description: str | None) -> None:
+        storage_factory: Any, user: str | None, description: str | None, attribute: str,
+        extension: dict[str, Any] | None) -> None:
     storage = storage_factory.open()
     oid = storage.new_oid()
-    meta = _OldStyleMetaData(user, description)
+    meta = _OldStyleMetaData(user, description, attribute, extension)
     storage.tpc_begin(meta)
     storage.store(oid, z64, _pickle(1), "", meta)
     storage.tpc_vote(meta)
     tid = storage.tpc_finish(meta)
     assert storage.load(oid) == (_pickle(1), tid)
     if storage_factory.param.keep_history:   # history-free keeps no transaction metadata
-        recorded_user, recorded_description, extension = _recorded(storage, tid)
+        recorded_user, recorded_description, recorded = _recorded(storage, tid)
         assert recorded_user == (user or "").encode("utf-8")
         assert recorded_description == (description or "").encode("utf-8")
-        assert pickle.loads(extension) == {"origin": "old style"}
+        if extension:
+            assert pickle.loads(recorded) == extension
+            assert recorded == pickle.dumps(extension, protocol=3)
+        else:
+            assert recorded == b""
 
 
 def test_extension_bytes_are_recorded_as_given(storage_factory: Any) -> None:
@@ -460,3 +472,46 @@ def test_a_blob_the_cache_cannot_take_leaves_no_file_behind(
             assert f.read() == data
     finally:
         db.close()
+
+
+def test_an_object_stored_twice_keeps_the_first_expectation_and_the_last_state(
+        storage_factory: Any) -> None:
+    """ZODB stores an object again after a savepoint: the expected tid is the first
+    store's (the revision the transaction read), the state the last one."""
+    storage = storage_factory.open()
+    oid, first = _new_object(storage)
+
+    def store_twice(txn: TransactionMetaData) -> None:
+        storage.store(oid, first, _pickle(2), "", txn)
+        storage.store(oid, z64, _pickle(3), "", txn)
+    tid = _commit(storage, store_twice)
+    assert storage.load(oid) == (_pickle(3), tid)
+
+
+def test_a_store_replaces_a_backpointer_and_a_blob_staged_before_it(
+        storage_factory: Any, tmp_path: Any) -> None:
+    """Restored as a backpointer, or stored with a blob, and then stored plainly in the
+    same transaction: the record is the plain state, with neither left."""
+    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+    oid, first = _new_object(storage)
+    other, other_first = _new_object(storage)
+    staged = os.path.join(storage.temporaryDirectory(), "staged.blob")
+    with open(staged, "wb") as f:
+        f.write(b"blob contents that the store replaces")
+    tid = p64(u64(storage.lastTransaction()) + 1)
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn, tid)
+    storage.restore(oid, tid, None, "", first, txn)            # a backpointer
+    storage.store(oid, first, _pickle(4), "", txn)
+    storage.storeBlob(other, other_first, _pickle(5), staged, "", txn)
+    storage.store(other, other_first, _pickle(6), "", txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    assert storage.load(oid) == (_pickle(4), tid)
+    assert storage.load(other) == (_pickle(6), tid)
+    assert not os.listdir(storage.temporaryDirectory())
+    with pytest.raises(POSKeyError):
+        storage.loadBlob(other, tid)
+    if storage_factory.param.keep_history:
+        records = {r.oid: r for t in storage.iterator(tid, tid) for r in t}
+        assert (records[oid].data, records[oid].data_txn) == (_pickle(4), None)
