@@ -246,7 +246,6 @@ class StateCache:
             if not self.base <= as_of <= self.polled:
                 return 0, False
             taken = 0
-            used = self._bytes()    # then counted as they come; the tables at the end
             full = False
             for oid, tid, value in entries:
                 changed = self._changed.get(oid)
@@ -254,13 +253,17 @@ class StateCache:
                         or oid in self._probation or oid in self._protected):
                     continue
                 cost = state_cost(value)
-                used += cost + _OID_BYTES
-                if used > self.limit:
-                    full = True
-                    break
                 self._probation[oid] = value
                 self._probation.move_to_end(oid, last=False)
                 self._current_bytes += cost
+                # Counted whole after each (a few lookups): the tables grow too, ~100
+                # bytes a state, and counting them only at the end made the shrink
+                # below give back half of what a small-state restore had taken.
+                if self._bytes() > self.limit:
+                    del self._probation[oid]
+                    self._current_bytes -= cost
+                    full = True
+                    break
                 taken += 1
             self._shrink(None)
             return taken, not full

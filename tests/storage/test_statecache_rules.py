@@ -1,0 +1,434 @@
+"""StateCache's finer rules, each pinned by a test that mutation testing showed missing:
+the allocator's block sizes, the sketch's width and when it halves, the restore paths
+(``cover``, ``adopt``, ``shared_key``, ``current_states``), what ``put_revision`` and
+``put_loaded`` keep and where, protected's share, eviction with a newcomer, and a count
+that follows the index and both segments as tracemalloc does.
+"""
+from __future__ import annotations
+
+import sys
+import tracemalloc
+
+from zodbsql.cache.statecache import FrequencySketch, StateCache, allocated
+
+from .test_statecache import STATE, assert_counts_add_up
+
+
+def started(limit: int = 100_000, at: int = 10) -> StateCache:
+    cache = StateCache(limit)
+    cache.after_poll(at, at, [])                  # the first poll: base = polled = at
+    return cache
+
+
+def value(tid: int, state: bytes) -> bytes:
+    """A state as the cache keeps it: tid (8 bytes, big-endian) and pickle."""
+    return tid.to_bytes(8, "big") + state
+
+
+def current_oids(cache: StateCache) -> list[int]:
+    return [oid for oid, _ in cache.current_states()[1]]
+
+
+# -- the allocator's blocks and the sketch -------------------------------------------------------------
+
+def test_allocated_rounds_as_pymalloc_and_the_c_allocator_do() -> None:
+    # pymalloc: 16-byte blocks up to 512 bytes; above, the C allocator's 16-byte
+    # header, rounded up to 16.
+    assert [allocated(n) for n in (1, 15, 16, 17, 511, 512)] == [16, 16, 16, 32, 512, 512]
+    assert [allocated(n) for n in (513, 528, 600, 1024)] == [544, 544, 624, 1040]
+
+
+def test_the_sketch_has_a_counter_per_entry_rounded_up_to_a_power_of_two() -> None:
+    assert [FrequencySketch(n).bits for n in (0, 1, 64, 65, 128, 129, 1000)] == [
+        6, 6, 6, 7, 7, 8, 10]
+    assert all(len(row) == 1 << 8 for row in FrequencySketch(129).rows)
+    # The cache sizes its sketch at one counter per 128 bytes of limit.
+    assert StateCache(128 * 129)._sketch.bits == 8
+    assert StateCache(128 * 128)._sketch.bits == 7
+
+
+def test_the_sketch_spreads_over_the_whole_row() -> None:
+    sketch = FrequencySketch(64)
+    for oid in range(300):                        # fewer than the 640 that halve
+        sketch.add(oid)
+    for row in sketch.rows:
+        assert any(row[32:]), "the upper half of a row is never used"
+        assert any(row[:32])
+
+
+def test_the_sketch_counts_each_access_once_toward_its_halving() -> None:
+    sketch = FrequencySketch(64)                  # halved at 640 accesses, not before
+    for _ in range(20):
+        sketch.add(7)
+    for oid in range(1000, 1300):                 # 320 accesses in all
+        sketch.add(oid)
+    assert sketch.count(7) == 15
+    assert sketch.samples == 320
+
+
+def test_the_sketch_halves_after_exactly_ten_times_its_width_and_again_after_half() -> None:
+    sketch = FrequencySketch(64)                  # width 64: halved at 640 accesses
+    for _ in range(639):
+        sketch.add(7)
+    assert sketch.count(7) == 15
+    sketch.add(7)                                 # the 640th
+    assert sketch.count(7) == 7
+    assert sketch.samples == 320
+    for _ in range(319):                          # up to 15 again, not halved yet
+        sketch.add(7)
+    assert sketch.count(7) == 15
+    sketch.add(7)                                 # 320 more: halved again
+    assert sketch.count(7) == 7
+    assert sketch.samples == 320
+
+
+# -- cover: a poll from the persistent or shared cache ---------------------------------------------
+
+def test_cover_is_refused_by_a_disabled_cache_and_across_a_gap() -> None:
+    assert StateCache(0).cover(0, 10, []) is False
+    cache = started(at=10)
+    assert cache.cover(11, 20, []) is False       # starts after polled: a gap
+    assert cache.cover(10, 20, []) is True        # starts at polled: no gap
+    assert (cache.base, cache.polled) == (10, 20)
+    assert cache.cover(0, 9, []) is False         # ends before base: a gap
+    assert cache.cover(0, 10, []) is True         # ends at base
+    assert (cache.base, cache.polled) == (0, 20)
+
+
+def test_cover_after_a_first_poll_at_tid_zero_still_sees_a_gap() -> None:
+    cache = started(at=0)                         # an empty database polled: tid 0
+    cache.put_loaded(1, 0, b"at zero", snapshot=0)
+    assert cache.cover(5, 10, []) is False
+    assert cache.cover(0, 10, [(2, 7)]) is True
+    assert cache.get(1, 10) == (b"at zero", 0)    # kept: the cover did not start afresh
+    assert (cache.base, cache.polled) == (0, 10)
+
+
+def test_cover_takes_up_to_the_index_bound_and_no_more() -> None:
+    cache = started(limit=100_000, at=10)         # the index holds 1000 oids at least
+    assert cache._max_index == 1000
+    assert cache.cover(10, 20, [(n, 15) for n in range(1001)]) is False
+    assert cache._changed == {}
+    assert cache.cover(10, 20, [(n, 15) for n in range(1000)]) is True
+    assert len(cache._changed) == 1000
+
+
+def test_cover_keeps_the_newest_change_an_older_poll_names() -> None:
+    cache = started(at=0)
+    cache.put_revision(7, 5, b"seven at 5")
+    cache.after_poll(0, 10, [(7, 9)])             # 7 changed at 9
+    # A poll over (2, 6] that a restored cache made names 7 at 5: older news.
+    assert cache.cover(2, 6, [(7, 5)]) is True
+    assert cache.get(7, 10) is None               # 9 is current, and not cached
+    assert cache.get_revision(7, 5) == b"seven at 5"
+
+
+def test_cover_records_a_change_at_tid_one() -> None:
+    cache = started(at=0)
+    assert cache.cover(0, 1, [(3, 1)]) is True
+    cache.put_revision(3, 1, b"three at 1")       # named by the poll: current
+    assert cache.get(3, 1) == (b"three at 1", 1)
+
+
+def test_cover_retires_a_current_state_it_names_newer() -> None:
+    cache = started(at=10)
+    cache.put_loaded(4, 8, b"four at 8", snapshot=10)
+    assert cache.cover(10, 20, [(4, 15)]) is True
+    assert 4 not in current_oids(cache)
+    cache.put_loaded(4, 15, b"four at 15", snapshot=20)
+    assert cache.get(4, 20) == (b"four at 15", 15)
+    assert cache.get_revision(4, 8) == b"four at 8"
+    assert_counts_add_up(cache)
+
+
+# -- adopt: states a persistent or shared cache knew current -------------------------------------------
+
+def test_adopt_into_a_disabled_cache_takes_nothing() -> None:
+    assert StateCache(0).adopt([(1, 5, value(5, b"x"))], 5) == (0, False)
+
+
+def test_adopt_keeps_what_this_process_loaded_itself_and_puts_the_rest_behind_it() -> None:
+    cache = started(at=10)
+    cache.put_loaded(5, 9, b"mine", snapshot=10)
+    taken = cache.adopt([(5, 9, value(9, b"theirs")), (6, 9, value(9, b"six")),
+                         (7, 9, value(9, b"seven"))], 10)
+    assert taken == (2, True)
+    assert cache.get(5, 10) == (b"mine", 9)
+    # Hottest first: this process's own state, then the adopted ones (the first
+    # adopted is the hottest of them, so it sits nearer the new end).
+    assert current_oids(cache) == [5, 6, 7]
+    assert_counts_add_up(cache)
+
+
+def test_adopt_stops_when_the_cache_is_full_and_says_so() -> None:
+    cache = started(limit=64 * 1024, at=10)
+    entries = [(oid, 9, value(9, STATE)) for oid in range(1000)]    # far more than fit
+    taken, more = cache.adopt(entries, 10)
+    assert more is False
+    assert 100 < taken < 1000
+    assert len(cache) == taken                    # what it took, it keeps
+    assert cache.bytes_used <= cache.limit
+    assert all(cache.has(oid, 10) for oid in range(taken))
+    assert_counts_add_up(cache)
+    fits = started(limit=64 * 1024, at=10)
+    assert fits.adopt(entries[:10], 10) == (10, True)
+
+
+def test_adopt_takes_a_state_that_fills_the_cache_exactly_and_not_one_byte_more() -> None:
+    def prepared(limit: int) -> StateCache:
+        cache = started(limit=limit, at=10)
+        for oid in (2, 3):
+            cache.put_loaded(oid, 9, STATE, snapshot=10)
+        return cache
+    entry = value(9, STATE)
+    measure = prepared(1 << 20)
+    assert measure.adopt([(1, 9, entry)], 10) == (1, True)
+    exact = measure.bytes_used                    # what the three take, tables included
+    for limit, taken in ((exact, (1, True)), (exact - 1, (0, False))):
+        cache = prepared(1 << 20)
+        cache.limit = limit
+        assert cache.adopt([(1, 9, entry)], 10) == taken
+        assert len(cache) == 2 + taken[0]
+        assert cache.bytes_used <= limit
+        assert_counts_add_up(cache)
+
+
+# -- shared_key and current_states ------------------------------------------------------------------------
+
+def test_shared_key_names_the_tid_a_shared_cache_keeps_a_state_under() -> None:
+    assert StateCache(0).shared_key(1, 10, 5) is None
+    cache = started(at=0)
+    assert cache.shared_key(1, 0, -1) is None     # no checkpoint
+    assert cache.shared_key(1, 0, 0) == 0         # checkpoint at the base: unchanged
+    cache.after_poll(0, 20, [(2, 12), (3, 8), (4, 15)])
+    assert cache.shared_key(1, 20, 8) == 8        # unchanged since the checkpoint
+    assert cache.shared_key(3, 20, 8) == 8        # changed at the checkpoint itself
+    assert cache.shared_key(2, 20, 8) == 12       # changed after it, before the snapshot
+    assert cache.shared_key(2, 12, 8) == 12       # ... at the snapshot itself
+    assert cache.shared_key(4, 12, 8) is None     # changed after the snapshot
+    assert cache.shared_key(1, 8, 8) == 8         # checkpoint == snapshot
+    assert cache.shared_key(3, 8, 8) == 8
+    assert cache.shared_key(1, 21, 8) is None     # snapshot after polled
+    cache.after_poll(20, 30, [(5, 25)] * 1)
+    cache._changed.clear()
+    cache.base = 20                               # as an overflowing poll leaves it
+    assert cache.shared_key(1, 30, 19) is None    # checkpoint before the base
+    assert cache.shared_key(1, 30, 20) == 20
+
+
+def test_current_states_before_a_poll_and_at_tid_zero() -> None:
+    assert StateCache(100_000).current_states() == (-1, [])
+    cache = started(at=0)
+    cache.put_loaded(1, 0, b"one", snapshot=0)
+    assert cache.current_states() == (0, [(1, value(0, b"one"))])
+
+
+# -- what put_loaded and put_revision keep ------------------------------------------------------------------
+
+def test_put_loaded_refuses_a_revision_other_than_the_one_the_index_names() -> None:
+    cache = started(at=0)
+    cache.after_poll(0, 10, [(1, 9)])
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)     # not what 10 sees
+    assert len(cache) == 0
+    cache.put_loaded(1, 9, b"one at 9", snapshot=10)
+    assert cache.get(1, 10) == (b"one at 9", 9)
+
+
+def test_put_loaded_keeps_the_first_copy_of_a_current_state() -> None:
+    cache = started(at=10)
+    cache.put_loaded(1, 9, b"first", snapshot=10)
+    cache.put_loaded(1, 9, b"second", snapshot=10)
+    assert cache.get(1, 10) == (b"first", 9)
+    cache.put_loaded(1, 9, b"third", snapshot=10)        # now in protected
+    assert cache.get(1, 10) == (b"first", 9)
+    assert len(cache) == 1
+    assert_counts_add_up(cache)
+
+
+def test_put_revision_makes_current_only_what_a_poll_named() -> None:
+    cache = started(at=10)
+    cache.put_revision(1, 5, b"one at 5")         # a commit's state, no poll named it
+    assert cache.get(1, 10) is None
+    assert current_oids(cache) == []
+    assert cache.get_revision(1, 5) == b"one at 5"
+    cache.after_poll(10, 20, [(2, 20)])
+    cache.put_revision(2, 20, b"two at 20")       # named, at polled itself
+    assert current_oids(cache) == [2]
+    cache.put_revision(2, 20, b"two again")       # known already
+    assert cache.get(2, 20) == (b"two at 20", 20)
+    assert len(cache) == 2
+    assert_counts_add_up(cache)
+
+
+def test_put_revision_of_a_quarter_of_the_cache_is_kept_and_no_larger() -> None:
+    limit = 100_000
+    cache = started(limit=limit, at=10)
+    cache.after_poll(10, 20, [(1, 20), (2, 20), (3, 20)])
+    cache.put_revision(1, 20, bytes(limit // 4))          # a quarter: kept, current
+    assert current_oids(cache) == [1]
+    cache.put_revision(2, 20, bytes(limit // 5 + 1))      # between a fifth and a quarter
+    assert 2 in current_oids(cache)
+    cache.put_revision(3, 20, bytes(limit // 4 + 1))      # larger: not kept
+    assert 3 not in current_oids(cache) and cache.get_revision(3, 20) is None
+    plain = started(limit=limit, at=10)
+    plain.put_revision(4, 5, bytes(limit // 4))           # an exact revision, a quarter
+    assert plain.get_revision(4, 5) == bytes(limit // 4)
+    plain.put_revision(5, 5, bytes(limit // 5 + 1))
+    assert plain.get_revision(5, 5) == bytes(limit // 5 + 1)
+
+
+def test_a_revision_already_current_is_not_kept_twice() -> None:
+    cache = started(at=10)
+    cache.put_loaded(1, 9, b"one", snapshot=10)
+    cache.put_revision(1, 9, b"one")
+    assert len(cache) == 1
+    assert_counts_add_up(cache)
+
+
+# -- the segments -------------------------------------------------------------------------------------------
+
+def test_the_lru_policy_serves_a_state_it_holds() -> None:
+    cache = StateCache(64 * 1024)
+    cache._policy_for_comparison("lru")
+    cache.after_poll(1, 1, [])
+    cache.put_loaded(1, 1, STATE, snapshot=1)
+    assert cache.get(1, 1) == (STATE, 1)
+    assert cache.get(1, 1) == (STATE, 1)
+
+
+def test_protected_keeps_its_share_of_what_revisions_leave_and_demotes_its_oldest() -> None:
+    """Two current states of nearly a quarter of the cache each, asked for twice, with
+    exact revisions holding 38% of it: protected may take 80% of the rest, which one of
+    them fits and two do not, so the one promoted first falls back to probation."""
+    limit = 1_000_000
+    cache = started(limit=limit, at=10)
+    cache.put_revision(100, 5, bytes(190_000))
+    cache.put_revision(101, 5, bytes(190_000))
+    for oid, size in ((1, 249_000), (2, 248_000)):
+        cache.put_loaded(oid, 9, bytes(size), snapshot=10)
+        assert cache.get(oid, 10) is not None     # promoted to protected
+    assert list(cache._protected) == [2]
+    assert list(cache._probation) == [1]
+    assert cache._protected_bytes <= 0.8 * (limit - cache._revision_bytes)
+    assert len(cache) == 4                        # nothing evicted
+    assert_counts_add_up(cache)
+
+
+def test_protected_may_fill_its_share_exactly() -> None:
+    """Eight states of 2,000 bytes each (as counted) fill protected's 80% of a 20,000-byte
+    cache exactly: none falls back."""
+    cache = started(limit=20_000, at=10)
+    state = bytes(1943 - 8)                       # tid + state: allocated as 2,000 bytes
+    assert allocated(sys.getsizeof(value(9, state))) == 2000
+    for oid in range(8):
+        cache.put_loaded(oid, 9, state, snapshot=10)
+        assert cache.get(oid, 10) is not None
+    assert cache._protected_bytes == 16_000 == 0.8 * cache.limit
+    assert len(cache._protected) == 8 and not cache._probation
+
+
+def test_revisions_may_fill_their_share_exactly() -> None:
+    cache = started(limit=20_000, at=10)
+    key_bytes = allocated(sys.getsizeof(1 << 127))
+    state = bytes(2000 - key_bytes - 41 - 16)     # each revision counted as 2,000 bytes
+    assert allocated(sys.getsizeof(state)) + key_bytes == 2000
+    for oid in range(5):
+        cache.put_revision(oid, 5, state)
+    assert cache._revision_bytes == 10_000 == 0.5 * cache.limit
+    assert all(cache.get_revision(oid, 5) == state for oid in range(5))
+
+
+def test_a_cache_filled_exactly_to_its_limit_evicts_nothing() -> None:
+    cache = started(limit=64 * 1024, at=10)
+    for oid in range(20):
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    cache.limit = cache.bytes_used
+    cache.after_poll(10, 11, [])                  # the poll checks the bound
+    assert len(cache) == 20
+
+
+def test_the_count_follows_what_each_table_and_entry_takes() -> None:
+    """A state moving between segments costs only what their tables change by; an
+    index entry costs its oid and tid objects, and the index's table what it grew by."""
+    cache = started(limit=10 << 20, at=10)
+    cache.put_loaded(1, 9, STATE, snapshot=10)
+
+    def tables() -> int:
+        return sys.getsizeof(cache._probation) + sys.getsizeof(cache._protected)
+    before, tables_before = cache.bytes_used, tables()
+    assert cache.get(1, 10) == (STATE, 9)         # probation -> protected
+    assert list(cache._protected) == [1]
+    assert cache.bytes_used - before == tables() - tables_before
+    before, index_before = cache.bytes_used, sys.getsizeof(cache._changed)
+    cache.after_poll(10, 20, [(1000 + n, 20) for n in range(100)])
+    entry = allocated(sys.getsizeof(1 << 59)) + allocated(sys.getsizeof(1 << 62))
+    assert cache.bytes_used - before == (sys.getsizeof(cache._changed) - index_before
+                                         + 100 * entry)
+
+
+def test_a_newcomer_that_beat_one_victim_still_faces_the_next() -> None:
+    """Room for a large newcomer takes two states; it was asked for more often than the
+    first victim but not than the second, so it pushes the first out and goes itself."""
+    limit = 16 * 1024
+    cache = started(limit=limit, at=10)
+    cache._protected_share = 0.0                  # one segment: probation, in order
+    filler = 4
+    while cache.bytes_used + 6000 < limit:        # the warmest of all, asked for most
+        for _ in range(15):
+            cache._sketch.add(filler)
+        cache.put_loaded(filler, 9, bytes(100), snapshot=10)
+        filler += 1
+    cache.put_loaded(1, 9, bytes(2000), snapshot=10)          # the first victim, cold
+    cache.put_loaded(2, 9, bytes(2000), snapshot=10)          # the second, hot
+    for _ in range(10):
+        cache._sketch.add(2)
+    for _ in range(3):
+        cache._sketch.add(3)
+    cache._probation.move_to_end(2, last=False)
+    cache._probation.move_to_end(1, last=False)   # oldest first: 1, 2, the fillers
+    assert len(cache) == filler - 2               # nothing evicted yet
+    assert cache.limit - cache.bytes_used < 4000 - 2100   # 1 alone would not do
+    cache.put_loaded(3, 9, bytes(4000), snapshot=10)          # needs both to go
+    assert not cache.has(1, 10)
+    assert cache.has(2, 10)
+    assert not cache.has(3, 10)
+    assert cache.bytes_used <= limit
+    assert_counts_add_up(cache)
+
+
+def test_revisions_make_room_when_no_current_state_is_left() -> None:
+    """A poll naming many oids grows the index; with only exact revisions left to
+    evict, as many of them go as it takes."""
+    cache = started(limit=200 * 1024, at=10)
+    for oid in range(600):
+        cache.put_revision(oid, 5, STATE)         # up to half the cache
+    assert not current_oids(cache)
+    held = len(cache)
+    assert cache._max_index == 1000               # a poll of 999 changes is kept
+    cache.after_poll(10, 20, [(1_000_000 + n, 20) for n in range(999)])
+    assert cache.bytes_used <= cache.limit
+    assert len(cache) < held - 10
+    assert_counts_add_up(cache)
+
+
+def test_the_count_follows_both_segments_and_the_index_as_tracemalloc_does() -> None:
+    """As test_the_count_is_what_python_allocates, with half the states promoted to
+    protected and an index of changed oids as large as its bound allows."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache = StateCache(4 << 20)
+        cache.after_poll(1, 1, [])
+        cache.after_poll(1, 2, [(1 << 50 | n, 2) for n in range(cache._max_index)])
+        for oid in range(15_000):
+            key = oid + (1 << 40)
+            cache.put_loaded(key, 1, bytes(190) + oid.to_bytes(4, "big"), 2)
+            if oid % 2:
+                cache.get(key, 2)
+        traced = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache._protected) > 2000 and len(cache._changed) == cache._max_index
+    assert traced <= cache.bytes_used <= cache.limit
+    assert traced > 0.85 * cache.bytes_used
+    assert sys.getsizeof(cache._changed) < cache.bytes_used
