@@ -4,10 +4,12 @@
 * A batched pack removes every unreachable object, those at batch edges too, and keeps
   every reachable one (and, history-preserving, only each one's current revision).
 * A commit made while the pack runs (between the walk and the deletions, or between two
-  batches) that links a garbage object again, or writes it, keeps it.
+  batches) that links a garbage object again, or writes it, keeps it; so does a commit
+  that has voted and not yet finished when a batch would delete the object.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -20,6 +22,7 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64, z64
 
 from tests.storage.packing import assert_gone, pause, time_between
+from zodbsql.errors import CommitLockTimeout
 from zodbsql.storage import pack
 
 
@@ -246,34 +249,108 @@ def test_commit_during_pack_keeps_what_the_relinked_object_references(
         db.close()
 
 
-def test_pack_passes_over_an_object_a_voted_commit_writes(storage_factory: Any) -> None:
-    """With row locks, a pack batch skips (without waiting) a garbage object whose row
-    a voted commit holds; the commit then finishes and the object is there.  The rest
-    of the garbage goes."""
+class DuringVote:
+    """A data manager that votes after every ZODB connection of its transaction: when
+    its ``tpc_vote`` runs, the connections' commits have voted and not finished."""
+
+    def __init__(self, during_vote: Any) -> None:
+        self.during_vote = during_vote
+
+    def sortKey(self) -> str:
+        return "~ after every storage"
+
+    def tpc_vote(self, txn: Any) -> None:
+        self.during_vote()
+
+    def tpc_begin(self, txn: Any) -> None: ...
+    def commit(self, txn: Any) -> None: ...
+    def tpc_finish(self, txn: Any) -> None: ...
+    def tpc_abort(self, txn: Any) -> None: ...
+    def abort(self, txn: Any) -> None: ...
+
+
+@pytest.mark.parametrize("change", ["link", "write"])
+def test_a_pack_waits_for_a_voted_commit_and_keeps_what_it_uses(storage_factory: Any,
+                                                                 change: str) -> None:
+    """A commit that has voted links a garbage object again (``link``) or writes it
+    (``write``) while a pack starts.  Its new references become visible only when it
+    finishes, so the pack's deleting batch waits for it (the pack gate on the servers,
+    the write lock on SQLite) and then keeps the object; the rest of the garbage goes.
+    A batch that went ahead deleted the object under the commit: a dangling reference."""
     storage, db = _open_db(storage_factory)
     try:
-        if storage_factory.param.backend == "sqlite":
-            pytest.skip("without row locks a voted commit holds the database write lock,"
-                        " so a pack waits for it (one writer at a time)")
         with db.transaction() as conn:
-            conn.root()["held"] = PersistentMapping(v="written while the pack runs")
-            conn.root()["gone"] = PersistentMapping(v="garbage")
+            conn.root()["g"] = PersistentMapping(v="garbage")
+            conn.root()["gone"] = PersistentMapping(v="garbage too")
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        g, gone = conn.root()["g"], conn.root()["gone"]
+        del conn.root()["g"], conn.root()["gone"]
+        tm.commit()
+        pause()
+        counts: dict[str, int] = {}
+        errors: list[BaseException] = []
+
+        def run_pack() -> None:
+            try:
+                counts.update(pack.pack(storage, time.time(), batch_size=1))
+            except BaseException as exc:   # reported by the test below
+                errors.append(exc)
+        packing = threading.Thread(target=run_pack)
+        waited: list[bool] = []
+
+        def start_the_pack() -> None:
+            packing.start()
+            time.sleep(2.0)                 # time enough to delete, were it not held
+            waited.append(packing.is_alive())
+
+        if change == "link":
+            conn.root()["again"] = g
+        else:
+            g["v"] = "written while the pack starts"
+        tm.get().join(DuringVote(start_the_pack))
+        tm.commit()
+        packing.join(60)
+        assert not errors and not packing.is_alive()
+        assert waited == [True]             # the pack waited for the commit to finish
+        assert counts["garbage"] >= 1
+        assert_gone(storage, [gone._p_oid])
+        assert storage.history(g._p_oid)    # in the database, not only in a cache
+        check = db.open(transaction.TransactionManager())
+        check.cacheMinimize()
+        expected = "garbage" if change == "link" else "written while the pack starts"
+        assert check.get(g._p_oid)["v"] == expected
+        check.close()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_a_pack_deletes_only_under_the_commit_lock(storage_factory: Any) -> None:
+    """The pack's deleting steps hold the commit lock (under which commits allocate
+    tids and publish): while another session holds it, a pack waits commit-lock-timeout
+    and fails, deleting nothing; then it packs."""
+    storage, db = _open_db(storage_factory, commit_lock_timeout=1)
+    try:
         with db.transaction() as conn:
-            held, gone = conn.root()["held"]._p_oid, conn.root()["gone"]._p_oid
-            del conn.root()["held"], conn.root()["gone"]
-        writer = storage.new_instance()
-        txn = TransactionMetaData()
-        writer.tpc_begin(txn)
-        state, serial = storage.load(held)
-        writer.store(held, serial, state, "", txn)
-        writer.tpc_vote(txn)
+            conn.root()["g"] = PersistentMapping(v="garbage")
+        with db.transaction() as conn:
+            g = conn.root()["g"]._p_oid
+            del conn.root()["g"]
+        pause()
+        backend = storage.shared.backend
+        holder = backend.connect()
         try:
-            pack.pack(storage, time.time(), batch_size=1)
+            backend.locker.begin_commit(holder, 5)
+            backend.locker.lock_commit(holder, 5)
+            with pytest.raises(CommitLockTimeout):
+                pack.pack(storage, time.time())
+            assert storage.history(g)                 # still in the database
         finally:
-            writer.tpc_finish(txn)
-            writer.release()
-        assert storage.load(held)[1] == writer.lastTransaction()
-        assert_gone(storage, [gone])
+            holder.rollback()
+            holder.close()
+        pack.pack(storage, time.time())
+        assert_gone(storage, [g])
     finally:
         db.close()
 

@@ -44,3 +44,39 @@ def test_read_current_catches_a_change_to_any_object_read(storage_factory: Any,
         reader.close()
     finally:
         db.close()
+
+
+def test_an_object_read_current_and_deleted_since_conflicts_with_serial_zero(
+        storage_factory: Any) -> None:
+    """History-free, a deleted object has no row left: a commit that read it as current
+    fails with a ReadConflictError naming it, its serial then as 0 (nothing current)."""
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.utils import z64
+    if storage_factory.param.keep_history:
+        pytest.skip("history-preserving: a deletion leaves a current row (its own tid)")
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["doomed"] = PersistentMapping(v=1)
+        reader_tm = transaction.TransactionManager()
+        reader = db.open(reader_tm)
+        doomed = reader.root()["doomed"]
+        read_serial = doomed._p_serial
+        reader.readCurrent(doomed)
+        reader.root()["seen"] = doomed["v"]
+        other = storage.new_instance()
+        txn = TransactionMetaData()
+        other.tpc_begin(txn)
+        other.deleteObject(doomed._p_oid, read_serial, txn)
+        other.tpc_vote(txn)
+        other.tpc_finish(txn)
+        other.release()
+        with pytest.raises(ReadConflictError) as raised:
+            reader_tm.commit()
+        assert raised.value.oid == doomed._p_oid
+        assert raised.value.serials == (z64, read_serial)
+        reader_tm.abort()
+        reader.close()
+    finally:
+        db.close()

@@ -57,9 +57,8 @@ def test_read_current_of_a_row_a_voted_commit_holds_conflicts_at_once(
     with pytest.raises(ReadConflictError) as raised:
         reader.tpc_vote(t2)
     # The error says what happened and that a retry is the cure.
-    assert "another commit is changing an object this transaction read-current" in str(
-        raised.value)
-    assert "(checkCurrentSerialInTransaction); the transaction can be retried" in str(
+    assert ("another commit is changing an object this transaction read-current"
+            " (checkCurrentSerialInTransaction); the transaction can be retried") in str(
         raised.value)
     assert time.monotonic() - started < TIMEOUT / 2
     reader.tpc_abort(t2)

@@ -114,6 +114,9 @@ class PendingCommit:
             refs.extend((oid, ref) for ref in references(oid, state))
         mover.stage(conn, rows, refs)
         self._stage_blobs(conn)
+        if not (rows or self.blob_staged or self.read_current) and backend.locker.skip_empty_lock:
+            self.voted = True  # nothing staged, nothing read-current: nothing to lock
+            return self.resolved
         conflicts, read_conflicts = backend.locker.lock_objects(conn, self.read_current)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))

@@ -197,6 +197,9 @@ class _Pack:
             locked: list[int] = []
 
             def lock_rows() -> None:
+                # A commit that voted and has not finished may link one of these: its
+                # references become visible only when it finishes, so wait for it.
+                self.backend.locker.wait_for_voted_commits(conn)
                 locked[:] = self.backend.locker.lock_for_pack(conn, found)
 
             def step() -> None:

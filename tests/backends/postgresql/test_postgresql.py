@@ -86,12 +86,31 @@ def test_conflicting_commit_waits_then_times_out(factory):
 
     txn_b = begin(b, "B")
     store(b, txn_b, oid, tid, 2)
-    with pytest.raises(CommitLockTimeout, match="row-lock-timeout"):
+    with pytest.raises(CommitLockTimeout) as raised:
         b.tpc_vote(txn_b)
     b.tpc_abort(txn_b)
+    assert str(raised.value).startswith(
+        "another commit held the row lock of an object this one changes for longer than"
+        " row-lock-timeout (default: commit-lock-timeout; 0.3s); the transaction can be"
+        " retried")
 
     tid_a = a.tpc_finish(txn_a)            # A was not disturbed
     assert a.load(oid)[1] == tid_a
+
+
+@pytest.mark.parametrize("seconds, shown", [(5.0, "5s"), (0.3, "300ms"), (0.0001, "1ms")])
+def test_a_commit_bounds_its_lock_waits_to_the_millisecond(factory, seconds, shown):
+    """begin_commit sets the transaction's lock_timeout from the timeout given, in whole
+    milliseconds and at least one (0 would mean no bound at all)."""
+    storage = factory.open()
+    backend = storage.shared.backend
+    conn = backend.connect()
+    try:
+        backend.locker.begin_commit(conn, seconds)
+        assert conn.fetchone("SHOW lock_timeout")[0] == shown
+        conn.rollback()
+    finally:
+        conn.close()
 
 
 def test_commit_lock_timeout_names_its_setting(factory):

@@ -303,6 +303,11 @@ class SchemaRole(Protocol):
 class LockerRole(Protocol):
     """Who may commit, and which staged states conflict (see ``base/locker.py``)."""
 
+    @property
+    def skip_empty_lock(self) -> bool:
+        """Whether a commit that stages nothing and read nothing current may skip
+        ``lock_objects`` (it has no row to lock and no conflict to find)."""
+
     def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         """Open the transaction a commit (or a pack step) writes in, its row-lock waits
         bounded by ``timeout`` seconds.  Raises :class:`CommitLockTimeout` when the
@@ -318,6 +323,13 @@ class LockerRole(Protocol):
 
     def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
         """oid -> current tid of those of ``oids`` that exist."""
+
+    def wait_for_voted_commits(self, conn: ConnectionRole) -> None:
+        """First in a pack batch that deletes objects: wait until no commit is between
+        vote and finish, and keep others from voting until this transaction ends (a
+        voted commit may link an object the batch would delete, and the batch can see
+        that only once the commit is finished).  Bounded by ``begin_commit``'s timeout;
+        nothing to do where a voted commit holds the only write lock."""
 
     def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         """Lock, without waiting, the rows of objects a pack batch may delete (before

@@ -51,6 +51,8 @@ class Locker:
         find_conflicts=HP_FIND_CONFLICTS, current_tids=HP_CURRENT_TIDS)
     HISTORY_FREE: ClassVar[LockerStatements] = LockerStatements(
         find_conflicts=HF_FIND_CONFLICTS, current_tids=HF_CURRENT_TIDS)
+    #: An empty commit has nothing to lock or check (see ``LockerRole``).
+    skip_empty_lock: ClassVar[bool] = True
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
@@ -86,6 +88,10 @@ class Locker:
             sql = self.sql.current_tids.format(oids=in_list(len(chunk)))
             result.update((int(o), int(t)) for o, t in conn.fetchall(sql, chunk))
         return result
+
+    def wait_for_voted_commits(self, conn: ConnectionRole) -> None:
+        """Nothing to wait for: without row locks a voted commit holds the database's
+        write lock until it finishes, so no pack batch runs between its vote and finish."""
 
     def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         """Lock the rows of objects a pack batch may delete, before the commit lock.

@@ -9,6 +9,9 @@ in Python.
 Why no two commits can wait for each other in a cycle (the same argument as
 PostgreSQL's, see backends/postgresql/locker.py):
 
+0. Vote first share-locks the pack gate (a meta row), holding no other lock; a pack
+   batch that deletes objects locks it for update first, so it waits for every commit
+   between vote and finish (whose new references it could not see yet).
 1. Vote waits for row locks only while locking the staged rows, exclusively and in
    ascending oid order (the LEFT JOIN is driven by temp_store's primary key).
 2. The rows read-current are then share-locked with NOWAIT: a row another commit holds
@@ -16,8 +19,8 @@ PostgreSQL's, see backends/postgresql/locker.py):
 3. After that a commit waits only for ``commit_row``, whose holder is in finish and
    writes only rows it locked itself (or new ones: at READ COMMITTED InnoDB takes no gap
    locks, so inserting new oids waits for nobody).
-4. A pack batch locks the rows it deletes with SKIP LOCKED (never waiting) before it
-   takes the commit lock.
+4. A pack batch, once it holds the gate, locks the rows it deletes with SKIP LOCKED
+   (never waiting) before it takes the commit lock.
 
 On Galera these locks hold on one node only: a commit on another node that writes the
 same rows is caught by certification instead, and the later of the two is rolled back
@@ -31,6 +34,7 @@ truly overlap in time.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from ZODB.POSException import ReadConflictError
 
@@ -58,6 +62,10 @@ HF_LOCK_FOR_PACK = (
     "SELECT zoid FROM object_state WHERE zoid IN ({oids}) ORDER BY zoid"
     " FOR UPDATE SKIP LOCKED")
 LOCK_COMMIT = "SELECT last_tid FROM commit_row WHERE id = 0 FOR UPDATE"
+# The pack gate (see PostgreSQL's locker for why): a meta row every voting commit
+# share-locks and a pack batch that deletes objects locks for update.
+SHARE_PACK_GATE = "SELECT value FROM zodbsql_meta WHERE name = 'pack_gate' LOCK IN SHARE MODE"
+CLOSE_PACK_GATE = "SELECT value FROM zodbsql_meta WHERE name = 'pack_gate' FOR UPDATE"
 #: Oids per locking read of read-current rows.
 CHUNK = 500
 
@@ -69,6 +77,9 @@ class MySQLLocker(Locker):
     HISTORY_FREE = dataclasses.replace(
         Locker.HISTORY_FREE, find_conflicts=HF_LOCK_STAGED,
         lock_read_current=HF_LOCK_READ_CURRENT, lock_for_pack=HF_LOCK_FOR_PACK)
+    # On Galera the conflict query is also the causal read that applies other nodes'
+    # commits before this one allocates its tid: an empty commit keeps it.
+    skip_empty_lock: ClassVar[bool] = False
 
     def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         prepare_for_writing(conn, timeout)  # no statement when already set
@@ -77,6 +88,12 @@ class MySQLLocker(Locker):
     def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
                      ) -> tuple[list[Conflict], list[Conflict]]:
         assert isinstance(conn, MySQLConnection)
+        try:
+            conn.fetchone(SHARE_PACK_GATE)
+        except CommitLockTimeout as exc:
+            raise CommitLockTimeout(
+                "a pack batch held the pack gate for longer than row-lock-timeout"
+                " (default: commit-lock-timeout); the transaction can be retried") from exc
         try:
             # Causal on Galera: rows committed on other nodes are applied here first.
             rows = conn.fetchall(conn.causal + self.sql.find_conflicts)
@@ -114,6 +131,9 @@ class MySQLLocker(Locker):
                 ) from exc
             current.update((int(o), int(t)) for o, t in rows)
         return current
+
+    def wait_for_voted_commits(self, conn: ConnectionRole) -> None:
+        conn.fetchone(CLOSE_PACK_GATE)
 
     def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         locked: list[int] = []

@@ -72,6 +72,10 @@ WORK_TABLES = ("pack_reach", "pack_object", "pack_lock")
 #: Named locks are server-wide: the database name keeps them per database.
 SCHEMA_LOCK = "SELECT GET_LOCK(CONCAT('zodbsql.schema.', DATABASE()), %s)"
 SCHEMA_UNLOCK = "SELECT RELEASE_LOCK(CONCAT('zodbsql.schema.', DATABASE()))"
+# The row voted commits share-lock and pack batches lock for update (locker.py); added
+# to databases made before it when they are opened for writing.
+HAS_PACK_GATE = "SELECT 1 FROM zodbsql_meta WHERE name = 'pack_gate'"
+ADD_PACK_GATE = "INSERT IGNORE INTO zodbsql_meta (name, value) VALUES ('pack_gate', '')"
 #: Seconds to wait for the schema lock, or on Galera for another node's creation.
 SCHEMA_WAIT = 60
 
@@ -88,17 +92,26 @@ class MySQLSchema(Schema):
         self._await_creation_elsewhere(conn)
         if read_only or not create:
             super().prepare(conn, keep_history, create, read_only)
-            return
-        # Two processes opening an empty database at once: one creates, the other waits
-        # and then finds the schema (the base re-reads the meta table under the lock).
-        row = conn.fetchone(SCHEMA_LOCK, (SCHEMA_WAIT,))
-        if not row or row[0] != 1:
-            raise SchemaError(f"{self.backend.describe()}: another process held the schema"
-                              " lock for 60s while creating the schema")
-        try:
-            super().prepare(conn, keep_history, create, read_only)
-        finally:
-            conn.fetchone(SCHEMA_UNLOCK)
+        else:
+            # Two processes opening an empty database at once: one creates, the other
+            # waits and then finds the schema (the base re-reads the meta table under
+            # the lock).
+            row = conn.fetchone(SCHEMA_LOCK, (SCHEMA_WAIT,))
+            if not row or row[0] != 1:
+                raise SchemaError(f"{self.backend.describe()}: another process held the"
+                                  " schema lock for 60s while creating the schema")
+            try:
+                super().prepare(conn, keep_history, create, read_only)
+            finally:
+                conn.fetchone(SCHEMA_UNLOCK)
+        if not read_only and conn.fetchone(HAS_PACK_GATE) is None:
+            conn.begin_write()
+            try:
+                conn.execute(ADD_PACK_GATE)
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
 
     def list_tables(self, conn: ConnectionRole) -> set[str]:
         assert isinstance(conn, MySQLConnection)

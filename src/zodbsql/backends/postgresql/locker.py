@@ -1,13 +1,20 @@
 """PostgreSQL locking: row locks in vote, a one-row lock in finish, no deadlock.
 
-Vote calls ``zodbsql_lock_objects`` (procedures_lock.sql) once: it locks the current
-rows of the objects the commit changes (``FOR UPDATE``, in oid order), then share-locks
-the rows it read-current without waiting (``FOR SHARE NOWAIT``), then returns every
-write and read conflict. Finish locks ``commit_row`` for the short step that allocates
-the tid and publishes the commit.
+Vote calls ``zodbsql_lock_objects`` (procedures_lock.sql) once: it takes the pack gate
+(an advisory lock) shared, locks the current rows of the objects the commit changes
+(``FOR UPDATE``, in oid order), then share-locks the rows it read-current without
+waiting (``FOR SHARE NOWAIT``), then returns every write and read conflict. Finish
+locks ``commit_row`` for the short step that allocates the tid and publishes the commit.
+
+The pack gate: a pack batch that deletes objects takes it exclusively first, so it
+waits for every commit between vote and finish.  Such a commit may link again an object
+the batch finds unreachable, and its references are visible only once it has finished
+(a batch that went ahead deleted the object under it: a dangling reference).
 
 Why no two commits can wait for each other in a cycle:
 
+0. A commit waits for the pack gate holding no lock; a pack batch waits for it first,
+   holding none either, and voted commits that hold it wait only as described below.
 1. A commit waits for a row lock only in the first step, and there it takes exclusive
    locks in ascending oid order.  While it waits for oid *y*, every row lock it holds is
    on an oid below *y*.
@@ -16,8 +23,9 @@ Why no two commits can wait for each other in a cycle:
    ``ReadConflictError``; that commit is about to change the object anyway.
 3. A commit past step 2 waits only for ``commit_row``, and the commit holding it is in
    finish, which only writes rows it locked itself and waits for nothing.
-4. A pack batch locks the rows it will delete with ``SKIP LOCKED`` (never waiting;
-   rows a commit holds are left for the next pack) before it takes ``commit_row``.
+4. A pack batch, once it holds the gate, locks the rows it will delete with ``SKIP
+   LOCKED`` (never waiting; rows a commit holds are left for the next pack) before it
+   takes ``commit_row``; no voted commit holds ``commit_row`` or waits for the batch.
 
 So every wait for a row goes from a commit in step 1 to a holder that either waits for a
 higher oid (also in step 1) or for ``commit_row`` or for nothing; following the waits,
@@ -40,6 +48,8 @@ from zodbsql.errors import CommitLockTimeout, DatabaseError
 LOCK_OBJECTS = "SELECT * FROM zodbsql_lock_objects(%s::BIGINT[], %s::BIGINT[])"
 BEGIN_WITH_TIMEOUT = "BEGIN; SET LOCAL lock_timeout = {millis}"
 LOCK_COMMIT = "SELECT last_tid FROM commit_row FOR UPDATE"
+#: Exclusive, against every voted commit's shared hold (procedures_lock.sql).
+CLOSE_PACK_GATE = "SELECT pg_advisory_xact_lock(zodbsql_pack_gate())"
 HP_LOCK_FOR_PACK = (
     "SELECT zoid FROM current_object WHERE zoid = ANY(%s) ORDER BY zoid"
     " FOR UPDATE SKIP LOCKED")
@@ -86,6 +96,9 @@ class PostgreSQLLocker(Locker):
             found = read_conflicts if kind in ("r", b"r") else conflicts
             found.append(Conflict(int(oid), int(expected), int(actual)))
         return conflicts, read_conflicts
+
+    def wait_for_voted_commits(self, conn: ConnectionRole) -> None:
+        conn.fetchone(CLOSE_PACK_GATE)
 
     def lock_for_pack(self, conn: ConnectionRole, oids: list[int]) -> list[int]:
         return [int(row[0]) for row in conn.fetchall(self.sql.lock_for_pack, (oids,))]

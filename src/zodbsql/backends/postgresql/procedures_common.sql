@@ -5,6 +5,14 @@ CREATE OR REPLACE FUNCTION zodbsql_commit_log_window() RETURNS BIGINT
 LANGUAGE sql IMMUTABLE AS $$
     SELECT 60::BIGINT << 32
 $$;
+-- The advisory lock between votes and pack batches (locker.py): each commit holds it
+-- shared from vote to its end, a pack batch that deletes objects holds it exclusively,
+-- so no batch runs while a voted commit (whose new references are not visible yet)
+-- has not finished.  Named after the schema, as the channel below.
+CREATE OR REPLACE FUNCTION zodbsql_pack_gate() RETURNS BIGINT
+LANGUAGE sql STABLE AS $$
+    SELECT hashtext('zodbsql:pack-gate:' || current_schema())::BIGINT
+$$;
 -- The channel this schema's commits are announced on (listener.py listens on it): named
 -- after the schema, hashed to fit the 63 bytes of a channel name.
 CREATE OR REPLACE FUNCTION zodbsql_channel() RETURNS TEXT

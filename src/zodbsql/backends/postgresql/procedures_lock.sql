@@ -1,15 +1,17 @@
 -- Vote's locking and conflict check in one round trip, for both history modes ({current}
 -- holds the current tids: current_object, or object_state when history-free; schema.py
 -- fills it in).  See locker.py for why no two commits can wait for each other in a
--- cycle.  First the current rows of the staged objects are locked exclusively in oid
--- order, waiting as long as lock_timeout allows; then the rows read-current are
--- share-locked without waiting: a row some other commit holds for writing is a read
+-- cycle.  First the pack gate is taken shared (a pack batch deleting objects waits for
+-- it: see zodbsql_pack_gate); then the current rows of the staged objects are locked
+-- exclusively in oid order, waiting as long as lock_timeout allows; then the rows
+-- read-current are share-locked without waiting: a row some other commit holds for writing is a read
 -- conflict at once (SQLSTATE ZS003), never a wait.  Returns every conflict as (oid,
 -- expected tid, current tid, 'w' for a write or 'r' for a read).
 CREATE OR REPLACE FUNCTION zodbsql_lock_objects(p_read_oids BIGINT[], p_read_tids BIGINT[])
 RETURNS TABLE (zoid BIGINT, expected BIGINT, actual BIGINT, kind "char")
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(zodbsql_pack_gate());
     PERFORM 1 FROM {current} c WHERE c.zoid IN (SELECT t.zoid FROM temp_store t)
         ORDER BY c.zoid FOR UPDATE;
     IF cardinality(p_read_oids) > 0 THEN

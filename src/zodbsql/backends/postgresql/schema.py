@@ -79,12 +79,16 @@ DROP_ALLOCATE_TID = "DROP FUNCTION IF EXISTS zodbsql_allocate_tid(BIGINT, BIGINT
 DROP_LOCK_OBJECTS = "DROP FUNCTION IF EXISTS zodbsql_lock_objects(BIGINT[], BIGINT[])"
 DROP_CHANNEL = "DROP FUNCTION IF EXISTS zodbsql_channel()"
 DROP_LOG_WINDOW = "DROP FUNCTION IF EXISTS zodbsql_commit_log_window()"
-#: The newest of the procedures, which come together: its absence means a database made
-#: by an older zodbsql, whose procedures are installed again.
+DROP_PACK_GATE = "DROP FUNCTION IF EXISTS zodbsql_pack_gate()"
+#: The procedures, which are installed together; the newest (the pack gate) comes with
+#: the current bodies of the others.  One missing means a database made by an older
+#: zodbsql (or damaged), whose procedures are installed again.
+PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
+              "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects")
 HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
-    " WHERE routine_schema = current_schema()"
-    " AND routine_name = 'zodbsql_commit_log_window'")
+    " WHERE routine_schema = current_schema() AND routine_name = ANY(%s)"
+    " HAVING count(DISTINCT routine_name) = %s")
 # The finish function of databases made before blobs (one argument fewer).
 DROP_OLD_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA,"
                    " BYTEA, BOOLEAN, INTEGER)")
@@ -113,9 +117,11 @@ class PostgreSQLSchema(Schema):
                 f"{backend.describe()}: {what} does not exist; create it first"
                 " (CREATE SCHEMA), zodbsql creates tables, not schemas")
         super().prepare(conn, keep_history, create, read_only)
-        if not read_only and conn.fetchone(HAS_CURRENT_PROCEDURES) is None:
+        if not read_only and conn.fetchone(
+                HAS_CURRENT_PROCEDURES, (list(PROCEDURES), len(PROCEDURES))) is None:
             # A database made before vote locked in one call, before commits were
-            # announced (listener.py) or before commit_log: install the procedures again
+            # announced (listener.py), before commit_log or before the pack gate:
+            # install the procedures again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:
@@ -158,6 +164,7 @@ class PostgreSQLSchema(Schema):
         conn.execute(DROP_FINISH)
         conn.execute(DROP_NONCE_FINISH)
         conn.execute(DROP_LOG_WINDOW)
+        conn.execute(DROP_PACK_GATE)
         conn.execute(DROP_ALLOCATE_TID)
         conn.execute(DROP_LOCK_OBJECTS)
         conn.execute(DROP_CHANNEL)
