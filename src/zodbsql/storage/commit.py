@@ -108,9 +108,12 @@ class PendingCommit:
         mover.clear_staged(conn)
         rows: list[StagedState] = []
         refs: list[Revision] = []
+        encode = backend.codec.encode
         for oid, (prev_tid, state) in self.states.items():
+            # The checksum is of the state itself; what is stored may be sealed.
+            stored = encode(oid, state) if state else state
             rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state),
-                                    len(state) if state else 0, state))
+                                    len(stored) if stored else 0, stored))
             refs.extend((oid, ref) for ref in references(oid, state))
         mover.stage(conn, rows, refs)
         self._stage_blobs(conn)
@@ -205,7 +208,8 @@ class PendingCommit:
                 oid, actual, expected, self.states[oid][1], committed[oid])
             self.states[oid] = (actual, resolved)
             self.data_tids.pop(oid, None)
-            rows.append(ResolvedState(oid, actual, checksum(resolved), len(resolved), resolved))
+            stored = shared.backend.codec.encode(oid, resolved) if resolved else resolved
+            rows.append(ResolvedState(oid, actual, checksum(resolved), len(stored), stored))
             refs.extend((oid, ref) for ref in references(oid, resolved))
             self.resolved.add(p64(oid))
         shared.backend.mover.restage_many(conn, rows, refs)

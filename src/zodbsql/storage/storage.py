@@ -30,6 +30,8 @@ from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
                              IStorageRestoreable, IStorageUndoable)
 from ZODB.utils import p64, u64
 
+from zodbsql.atrest.codec import RecordCodec
+from zodbsql.atrest.opening import check_keys, codec_for
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
                                             StateRow)
@@ -63,8 +65,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._load: ConnectionRole | None = None
         if shared is None:
             options = options or Options(keep_history=backend.keep_history)
-            shared = Shared(backend, options)
-            self._load = shared.counted(self._open_checked(backend, options))
+            shared = Shared(backend, options, codec_for(options))
+            self._load = shared.counted(self._open_checked(backend, options, shared.codec))
             self._is_root = True
             if options.blob_dir:
                 self._check_blob_layout(backend, options)
@@ -100,13 +102,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._db: Any = None
 
     @staticmethod
-    def _open_checked(backend: BackendContract, options: Options) -> ConnectionRole:
+    def _open_checked(backend: BackendContract, options: Options,
+                      codec: RecordCodec) -> ConnectionRole:
         if not options.create_schema:
             backend.check_exists()
         conn = backend.connect()
         try:
             backend.schema.prepare(conn, options.keep_history, options.create_schema,
                                    options.read_only)
+            if codec.keys is not None:
+                check_keys(backend, conn, codec.keys, options.read_only)
         except BaseException:
             conn.close()
             raise
@@ -833,7 +838,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self.release()
         shared.pool.close()
         shared.backend.destroy()
-        self._load = self._open_checked(shared.backend, self._options)
+        self._load = self._open_checked(shared.backend, self._options, shared.codec)
         shared.cache.clear()
         caches.open_caches(shared, self._load)
         shared.watch.reset()

@@ -12,6 +12,7 @@ from typing import Callable
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.storage.blobs import file_hash
+from zodbsql.errors import CorruptRecordError
 from zodbsql.storage.records import checksum
 from zodbsql.storage.shared import HasShared, Shared
 
@@ -55,6 +56,11 @@ def verify(storage: HasShared, progress: Callable[[int, int], None] | None = Non
                 if state is None:
                     continue
                 report.bytes += len(state)
+                try:
+                    state = backend.codec.decode(oid, tid, state)
+                except CorruptRecordError as exc:
+                    report.problems.append(Problem("checksum", oid, tid, str(exc)))
+                    continue
                 if stored is not None and checksum(state) != stored:
                     report.problems.append(Problem(
                         "checksum", oid, tid,

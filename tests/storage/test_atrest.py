@@ -1,0 +1,314 @@
+"""Records compressed and encrypted at rest: round trips on every backend and history
+mode, old plain records, wrong and missing keys, key rotation, and no plaintext in
+what the database stores."""
+from __future__ import annotations
+
+import base64
+import os
+import pathlib
+import sqlite3
+from typing import Any
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.utils import u64
+
+from zodbsql.atrest.codec import MAGIC, PLAIN, RecordCodec
+from zodbsql.atrest.keys import KeyRing
+from zodbsql.errors import ConfigurationError, CorruptRecordError, RecordKeyError
+from zodbsql.storage.verify import verify
+
+#: What the tests store; it must never appear in the stored bytes when encrypted.
+MARKER = "PLAINTEXT-MARKER-7f3a"
+
+
+def key_file(tmp_path: pathlib.Path, *lines: str, name: str = "keys") -> str:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def new_key() -> str:
+    return base64.b64encode(os.urandom(32)).decode()
+
+
+def fill(db: Any, count: int = 20, text: str = MARKER) -> None:
+    with db.transaction() as conn:
+        root = conn.root()
+        for i in range(count):
+            root[f"item{i}"] = PersistentMapping(text=f"{text} {i} " * 20, small=i)
+
+
+def check(db: Any, count: int = 20, text: str = MARKER) -> None:
+    with db.transaction() as conn:
+        root = conn.root()
+        for i in range(count):
+            assert root[f"item{i}"]["text"] == f"{text} {i} " * 20
+
+
+def stored_states(storage: Any) -> list[bytes]:
+    """Every state column as the database holds it."""
+    conn = storage.backend.connect()
+    try:
+        return [bytes(state) for (state,) in
+                conn.fetchall("SELECT state FROM object_state WHERE state IS NOT NULL")]
+    finally:
+        conn.close()
+
+
+# -- the codec alone -----------------------------------------------------------------------
+def ring(**keys: bytes) -> KeyRing:
+    return KeyRing(keys, next(iter(keys)))
+
+
+def test_codec_round_trips_and_leaves_plain_states_alone() -> None:
+    state = b"\x80\x03" + b"abc" * 400
+    for codec in (PLAIN, RecordCodec(compress=True), RecordCodec(keys=ring(k=b"k" * 32)),
+                  RecordCodec(compress=True, keys=ring(k=b"k" * 32))):
+        stored = codec.encode(7, state)
+        assert codec.decode(7, 1, stored) == state
+        # A plain record (written before, or by PLAIN) reads as it is.
+        assert codec.decode(7, 1, state) == state
+    assert RecordCodec(compress=True).encode(7, state).startswith(MAGIC)
+    assert len(RecordCodec(compress=True).encode(7, state)) < len(state) // 10
+
+
+def test_small_or_incompressible_states_are_stored_as_they_are() -> None:
+    codec = RecordCodec(compress=True, threshold=256)
+    small = b"\x80\x03" + b"a" * 100
+    assert codec.encode(1, small) == small
+    noise = b"\x80\x03" + os.urandom(4000)
+    assert codec.encode(1, noise) == noise
+
+
+def test_a_sealed_record_can_not_move_to_another_oid_or_be_altered() -> None:
+    codec = RecordCodec(keys=ring(k=b"k" * 32))
+    stored = codec.encode(1, b"\x80\x03state")
+    with pytest.raises(CorruptRecordError, match="key id 'k'"):
+        codec.decode(2, 1, stored)
+    damaged = stored[:-1] + bytes([stored[-1] ^ 1])
+    with pytest.raises(CorruptRecordError):
+        codec.decode(1, 1, damaged)
+
+
+def test_key_material_is_in_no_repr() -> None:
+    key = b"S" * 32
+    codec = RecordCodec(keys=ring(secret=key))
+    assert base64.b64encode(key).decode() not in repr(codec)
+    assert "SSSS" not in repr(codec) and "secret" in repr(codec)
+
+
+def test_a_missing_key_names_its_id() -> None:
+    stored = RecordCodec(keys=ring(old=b"o" * 32)).encode(1, b"\x80\x03state")
+    with pytest.raises(RecordKeyError, match="key id 'old'"):
+        RecordCodec(keys=ring(new=b"n" * 32)).decode(1, 1, stored)
+    with pytest.raises(RecordKeyError, match="key id 'old'"):
+        PLAIN.decode(1, 1, stored)
+
+
+def test_bad_key_sources_are_configuration_errors(tmp_path: pathlib.Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from zodbsql.atrest.keys import load_keys
+    with pytest.raises(ConfigurationError, match="not valid base64"):
+        load_keys(key_file(tmp_path, "k1:not base64!"), None, None)
+    with pytest.raises(ConfigurationError, match="12 bytes"):
+        load_keys(key_file(tmp_path, base64.b64encode(b"x" * 12).decode()), None, None)
+    with pytest.raises(ConfigurationError, match="key-id must say"):
+        load_keys(key_file(tmp_path, f"a:{new_key()}", f"b:{new_key()}"), None, None)
+    with pytest.raises(ConfigurationError, match="ZODBSQL_NO_SUCH_KEY"):
+        load_keys(None, "ZODBSQL_NO_SUCH_KEY", None)
+    secret = new_key()
+    monkeypatch.setenv("ZODBSQL_TEST_KEY", f"env1:{secret}")
+    keys = load_keys(None, "ZODBSQL_TEST_KEY", None)
+    assert keys is not None and keys.current == "env1"
+    with pytest.raises(ConfigurationError) as info:
+        load_keys(key_file(tmp_path, f"env1:{new_key()}"), "ZODBSQL_TEST_KEY", "env1")
+    assert secret not in str(info.value)
+
+
+def test_encryption_refuses_caches_that_keep_states_in_clear(tmp_path: pathlib.Path) -> None:
+    from zodbsql.options import Options
+    with pytest.raises(ConfigurationError, match="cache-redis-url"):
+        Options(key_env="X", cache_redis_url="redis://localhost/0")
+    with pytest.raises(ConfigurationError, match="cache-persistent-dir"):
+        Options(key_file="k", cache_persistent_dir=str(tmp_path))
+
+
+# -- through the storage, on every backend and history mode -------------------------------
+VARIANTS = {
+    "zstd": {"compress": "zstd"},
+    "aes": {},
+    "zstd+aes": {"compress": "zstd"},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_round_trip(storage_factory: Any, tmp_path: pathlib.Path, variant: str) -> None:
+    options: dict[str, Any] = dict(VARIANTS[variant])
+    if "aes" in variant:
+        options["key_file"] = key_file(tmp_path, new_key())
+    storage = storage_factory.open(**options)
+    db = ZODB.DB(storage)
+    fill(db)
+    check(db)
+    db.close()
+    storage = storage_factory.open(**options)
+    db = ZODB.DB(storage)
+    check(db)
+    states = stored_states(storage)
+    assert sum(state.startswith(MAGIC) for state in states) >= 20
+    if "aes" in variant:
+        assert not any(MARKER.encode() in state for state in states)
+    assert verify(storage).clean
+    # The iterator (convert, copyTransactionsFrom) gives the states themselves.
+    found = [record.data for txn in storage.iterator() for record in txn if record.data]
+    assert any(MARKER.encode() in data for data in found)
+    db.close()
+
+
+def test_old_plain_records_read_with_new_sealed_ones(storage_factory: Any,
+                                                     tmp_path: pathlib.Path) -> None:
+    db = ZODB.DB(storage_factory.open())
+    fill(db, text="old")
+    db.close()
+    keys = key_file(tmp_path, new_key())
+    db = ZODB.DB(storage_factory.open(compress="zstd", key_file=keys))
+    check(db, text="old")
+    with db.transaction() as conn:
+        conn.root()["new"] = PersistentMapping(text=MARKER * 50)
+    with db.transaction() as conn:
+        assert conn.root()["new"]["text"] == MARKER * 50
+        assert conn.root()["item3"]["text"] == "old 3 " * 20
+    db.close()
+
+
+def test_a_missing_key_is_an_error_naming_its_id(storage_factory: Any,
+                                                  tmp_path: pathlib.Path) -> None:
+    db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, new_key()), key_id="k1"))
+    fill(db)
+    db.close()
+    storage = storage_factory.open()
+    with pytest.raises(RecordKeyError, match="key id 'k1'") as info:
+        storage.load(storage.lastTransaction()[:0] + b"\0" * 8)
+    assert info.value.key_id == "k1"
+
+
+def test_a_wrong_key_is_refused_at_open_and_nothing_is_written(
+        storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, f"k1:{new_key()}")))
+    fill(db)
+    db.close()
+    before = storage_factory.open()
+    last = before.lastTransaction()
+    before.close()
+    wrong = key_file(tmp_path, f"k1:{new_key()}", name="wrong")
+    with pytest.raises(RecordKeyError, match="key id 'k1'") as info:
+        storage_factory.open(key_file=wrong)
+    assert "nothing was written" in str(info.value)
+    after = storage_factory.open()
+    assert after.lastTransaction() == last
+
+
+def test_a_rotated_key_still_reads_old_records(storage_factory: Any,
+                                               tmp_path: pathlib.Path) -> None:
+    old, new = new_key(), new_key()
+    db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, f"k1:{old}")))
+    fill(db)
+    db.close()
+    both = key_file(tmp_path, f"k1:{old}", f"k2:{new}", name="both")
+    storage = storage_factory.open(key_file=both, key_id="k2")
+    db = ZODB.DB(storage)
+    check(db)
+    with db.transaction() as conn:
+        conn.root()["item0"]["small"] = -1
+    check(db)
+    codec = storage.shared.codec
+    ids = {codec.key_id_of(state) for state in stored_states(storage)}
+    assert {"k1", "k2"} <= ids
+    db.close()
+
+
+def test_undo_and_pack_with_encryption(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    storage = storage_factory.open(compress="zstd", key_file=key_file(tmp_path, new_key()))
+    db = ZODB.DB(storage)
+    fill(db)
+    with db.transaction() as conn:
+        conn.root()["item1"]["text"] = "changed"
+    if storage_factory.param.keep_history:
+        undo_id = db.undoLog(0, 1)[0]["id"]
+        db.undo(undo_id)
+        transaction.commit()
+    with db.transaction() as conn:
+        del conn.root()["item2"]
+    db.pack()
+    with db.transaction() as conn:
+        expected = (f"{MARKER} 1 " * 20 if storage_factory.param.keep_history
+                    else "changed")
+        assert conn.root()["item1"]["text"] == expected
+        assert "item2" not in conn.root()
+    assert verify(storage).clean
+    db.close()
+
+
+def test_convert_into_an_encrypted_storage(storage_factory: Any,
+                                           tmp_path: pathlib.Path) -> None:
+    source = storage_factory.open()
+    db = ZODB.DB(source)
+    fill(db)
+    target = storage_factory.open_other(compress="zstd",
+                                        key_file=key_file(tmp_path, new_key()))
+    target.copyTransactionsFrom(source)
+    assert not any(MARKER.encode() in state for state in stored_states(target))
+    check(ZODB.DB(target))
+    db.close()
+
+
+# -- no plaintext in the database's own files ------------------------------------------------
+def test_no_plaintext_in_the_sqlite_file(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    if storage_factory.param.backend != "sqlite":
+        pytest.skip("the file of SQLite; the servers' bytes are scanned below")
+    storage = storage_factory.open(key_file=key_file(tmp_path, new_key()))
+    db = ZODB.DB(storage)
+    fill(db, count=200)
+    db.close()
+    path = storage_factory.path
+    with sqlite3.connect(path) as conn:  # fold the WAL into the file
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = pathlib.Path(path).read_bytes()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            raw += pathlib.Path(path + suffix).read_bytes()
+    assert MARKER.encode() not in raw
+    db = ZODB.DB(storage_factory.open(key_file=str(tmp_path / "keys")))
+    check(db, count=200)
+    db.close()
+
+
+def test_no_plaintext_in_the_server_tables(storage_factory: Any,
+                                           tmp_path: pathlib.Path) -> None:
+    """The bytes of the whole state table, as the server dumps them (PostgreSQL's
+    COPY, MariaDB's HEX of every column), hold no plaintext."""
+    backend = storage_factory.param.backend
+    if backend == "sqlite":
+        pytest.skip("SQLite's file is scanned above")
+    storage = storage_factory.open(key_file=key_file(tmp_path, new_key()))
+    db = ZODB.DB(storage)
+    fill(db, count=50)
+    conn = storage.backend.connect()
+    try:
+        if backend == "postgresql":
+            dumped = b"".join(bytes(row[0]) for row in conn.fetchall(
+                "SELECT convert_to(t::text, 'UTF8') FROM object_state t"))
+            dumped += b"".join(bytes(row[0]) for row in conn.fetchall(
+                "SELECT decode(encode(state, 'hex'), 'hex') FROM object_state"))
+        else:
+            dumped = b"".join(bytes.fromhex(row[0]) for row in conn.fetchall(
+                "SELECT HEX(state) FROM object_state WHERE state IS NOT NULL"))
+    finally:
+        conn.close()
+    assert MARKER.encode() not in dumped
+    assert MARKER.encode().hex().encode() not in dumped
+    check(db, count=50)
+    db.close()
