@@ -312,3 +312,44 @@ def test_no_plaintext_in_the_server_tables(storage_factory: Any,
     assert MARKER.encode().hex().encode() not in dumped
     check(db, count=50)
     db.close()
+
+
+# -- blobs in the database layout ------------------------------------------------------------
+def test_blob_chunks_are_encrypted(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    from ZODB.blob import Blob
+    keys = key_file(tmp_path, f"b1:{new_key()}")
+    content = (MARKER * 1000).encode()
+    storage = storage_factory.open(key_file=keys, blob_dir=str(tmp_path / "cache"),
+                                   blob_chunk_size=4096)
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        conn.root()["blob"] = blob = Blob()
+        with blob.open("w") as stream:
+            stream.write(content)
+    conn = storage.backend.connect()
+    try:
+        chunks = [bytes(data) for (data,) in conn.fetchall("SELECT data FROM blob_chunk")]
+    finally:
+        conn.close()
+    assert len(chunks) > 1 and not any(MARKER.encode() in chunk for chunk in chunks)
+    assert verify(storage).clean
+    db.close()
+    # A fresh cache downloads and decrypts; without the key the error names its id.
+    db = ZODB.DB(storage_factory.open(key_file=keys, blob_dir=str(tmp_path / "cache2")))
+    with db.transaction() as conn:
+        with conn.root()["blob"].open() as stream:
+            assert stream.read() == content
+    db.close()
+    storage = storage_factory.open(blob_dir=str(tmp_path / "cache3"))
+    oid, tid = _blob_revision(storage)
+    with pytest.raises(RecordKeyError, match="key id 'b1'"):
+        storage.loadBlob(oid, tid)
+
+
+def _blob_revision(storage: Any) -> tuple[bytes, bytes]:
+    conn = storage.backend.connect()
+    try:
+        oid, tid = conn.fetchone("SELECT zoid, tid FROM blob_ref")
+    finally:
+        conn.close()
+    return int(oid).to_bytes(8, "big"), int(tid).to_bytes(8, "big")

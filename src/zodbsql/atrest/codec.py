@@ -27,6 +27,9 @@ ENCRYPTED = 0x02
 DICTIONARY = 0x04
 KNOWN_FLAGS = COMPRESSED | ENCRYPTED | DICTIONARY
 NONCE_SIZE = 12
+#: What an encrypted blob chunk starts with (then the key id and the nonce).  Blob data
+#: can start with anything, so the mark is long enough not to be met by chance.
+BLOB_MAGIC = b"\x00\x5a\xb1\x0bzsql"
 
 
 class RecordCodec:
@@ -138,6 +141,54 @@ class RecordCodec:
         """Is ``stored`` encrypted as this codec writes now (no key: not encrypted)?"""
         return self.key_id_of(stored) == (self.keys.current if self.keys else None)
 
+    # -- blob chunks (database layout): encrypted, never compressed -------------------------
+    def seal_chunk(self, content_hash: bytes, num: int, data: bytes) -> bytes:
+        """Chunk ``num`` of a blob content as it is stored."""
+        if self.keys is None:
+            return data
+        key_id = self.keys.current
+        encoded = key_id.encode("ascii")
+        nonce = os.urandom(NONCE_SIZE)
+        header = BLOB_MAGIC + bytes([len(encoded)]) + encoded + nonce
+        return header + self._cipher(key_id).encrypt(
+            nonce, data, _chunk_aad(content_hash, num, header))
+
+    def open_chunk(self, content_hash: bytes, num: int, stored: bytes) -> bytes:
+        """The data of a stored blob chunk; raises :class:`RecordKeyError` naming the
+        key id when its key is missing or does not open it."""
+        if not stored.startswith(BLOB_MAGIC):
+            return stored
+        key_id, body_at = self._chunk_header(content_hash, num, stored)
+        what = f"chunk {num} of blob content {content_hash.hex()}"
+        if self.keys is None or self.keys.get(key_id) is None:
+            raise RecordKeyError(f"{what} is encrypted with key id {key_id!r}, which is not"
+                                 " configured (key-file, key-env)", key_id)
+        try:
+            return bytes(self._cipher(key_id).decrypt(
+                stored[body_at - NONCE_SIZE:body_at], stored[body_at:],
+                _chunk_aad(content_hash, num, stored[:body_at])))
+        except Exception:  # cryptography's InvalidTag
+            raise RecordKeyError(f"{what} does not decrypt with the key configured as key id"
+                                 f" {key_id!r} (a wrong key for that id, or damaged data)",
+                                 key_id) from None
+
+    def chunk_key_id(self, stored: bytes) -> str | None:
+        """The key id a stored blob chunk is encrypted with (None: not encrypted)."""
+        if not stored.startswith(BLOB_MAGIC):
+            return None
+        return self._chunk_header(b"", 0, stored)[0]
+
+    @staticmethod
+    def _chunk_header(content_hash: bytes, num: int, stored: bytes) -> tuple[str, int]:
+        at = len(BLOB_MAGIC)
+        length = stored[at] if len(stored) > at else 0
+        key_id = stored[at + 1:at + 1 + length]
+        body_at = at + 1 + length + NONCE_SIZE
+        if not length or body_at > len(stored) or not key_id.isascii():
+            raise RecordKeyError(f"chunk {num} of blob content {content_hash.hex()} has a"
+                                 " damaged header", "?")
+        return key_id.decode("ascii"), body_at
+
     # -- per-thread zstd objects, one AES-GCM object per key id -----------------------------
     def _compressor(self) -> zstandard.ZstdCompressor:
         found = getattr(self._local, "compressor", None)
@@ -200,6 +251,10 @@ def parse_header(oid: int, tid: int, stored: bytes) -> tuple[int, int | None, st
 
 def _aad(oid: int, header: bytes) -> bytes:
     return oid.to_bytes(8, "big") + header
+
+
+def _chunk_aad(content_hash: bytes, num: int, header: bytes) -> bytes:
+    return content_hash + num.to_bytes(4, "big") + header
 
 
 def _zstandard() -> types.ModuleType:

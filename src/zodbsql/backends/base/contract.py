@@ -702,6 +702,14 @@ class CodecRole(Protocol):
         configured) or ``CorruptRecordError``."""
         ...
 
+    def seal_chunk(self, content_hash: bytes, num: int, data: bytes) -> bytes:
+        """Chunk ``num`` of a blob content as it is stored (encrypted, or as it is)."""
+        ...
+
+    def open_chunk(self, content_hash: bytes, num: int, stored: bytes) -> bytes:
+        """The data of a stored blob chunk; raises ``RecordKeyError``."""
+        ...
+
 
 class BackendContract(Protocol):
     """One database and its roles, as the storage core and the roles see it."""
