@@ -49,7 +49,7 @@ class RecordCodec:
         self._dictionary: zstandard.ZstdCompressionDict | None = None
         self._dict_id = 0
         if compress or dictionary is not None:
-            zstd = _zstandard()
+            zstd = zstandard_module()
             if dictionary is not None:
                 self._dictionary = zstd.ZstdCompressionDict(dictionary)
                 self._dict_id = self._dictionary.dict_id()
@@ -193,7 +193,7 @@ class RecordCodec:
     def _compressor(self) -> zstandard.ZstdCompressor:
         found = getattr(self._local, "compressor", None)
         if found is None:
-            zstd = _zstandard()
+            zstd = zstandard_module()
             found = self._local.compressor = zstd.ZstdCompressor(
                 level=self.level, dict_data=self._dictionary)
         return found
@@ -202,7 +202,7 @@ class RecordCodec:
         name = "dict_decompressor" if with_dictionary else "decompressor"
         found = getattr(self._local, name, None)
         if found is None:
-            zstd = _zstandard()
+            zstd = zstandard_module()
             found = zstd.ZstdDecompressor(dict_data=self._dictionary if with_dictionary
                                           else None)
             setattr(self._local, name, found)
@@ -257,7 +257,7 @@ def _chunk_aad(content_hash: bytes, num: int, header: bytes) -> bytes:
     return content_hash + num.to_bytes(4, "big") + header
 
 
-def _zstandard() -> types.ModuleType:
+def zstandard_module() -> types.ModuleType:
     try:
         import zstandard
     except ImportError as exc:
