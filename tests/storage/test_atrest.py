@@ -353,3 +353,52 @@ def _blob_revision(storage: Any) -> tuple[bytes, bytes]:
     finally:
         conn.close()
     return int(oid).to_bytes(8, "big"), int(tid).to_bytes(8, "big")
+
+
+def test_no_plaintext_in_the_server_files(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """The table's files as the server keeps them on disk: PostgreSQL's relation and
+    TOAST files (pg_read_binary_file, after a CHECKPOINT), MariaDB's .ibd file (after
+    FLUSH TABLES ... FOR EXPORT).  Needs a superuser, or a server on this machine whose
+    files can be read; otherwise skipped with the reason."""
+    backend = storage_factory.param.backend
+    if backend == "sqlite":
+        pytest.skip("SQLite's file is scanned above")
+    storage = storage_factory.open(key_file=key_file(tmp_path, new_key()))
+    db = ZODB.DB(storage)
+    fill(db, count=200)
+    with db.transaction() as conn:  # a large state, which PostgreSQL moves to TOAST
+        conn.root()["big"] = PersistentMapping(text=MARKER * 2000)
+    conn = storage.backend.connect()
+    try:
+        raw = (_postgresql_files(conn) if backend == "postgresql" else _mysql_file(conn))
+    finally:
+        conn.close()
+    assert len(raw) > 100_000
+    assert MARKER.encode() not in raw
+    check(db, count=200)
+    db.close()
+
+
+def _postgresql_files(conn: Any) -> bytes:
+    try:
+        conn.execute("CHECKPOINT")
+        paths = [row[0] for row in conn.fetchall(
+            "SELECT pg_relation_filepath(c.oid) FROM pg_class c"
+            " WHERE c.oid = 'object_state'::regclass OR c.oid = (SELECT reltoastrelid"
+            " FROM pg_class WHERE oid = 'object_state'::regclass)")]
+        return b"".join(bytes(conn.fetchone("SELECT pg_read_binary_file(%s)", (path,))[0])
+                        for path in paths)
+    except Exception as exc:  # not a superuser
+        pytest.skip(f"PostgreSQL's relation files can't be read: {exc}")
+
+
+def _mysql_file(conn: Any) -> bytes:
+    datadir, database = conn.fetchone("SELECT @@datadir, DATABASE()")
+    path = pathlib.Path(datadir) / database / "object_state.ibd"
+    conn.execute("FLUSH TABLES object_state FOR EXPORT")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        pytest.skip(f"MariaDB's table file can't be read here: {exc}")
+    finally:
+        conn.execute("UNLOCK TABLES")
