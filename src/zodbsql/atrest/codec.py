@@ -19,6 +19,7 @@ from zodbsql.errors import ConfigurationError, CorruptRecordError, RecordKeyErro
 
 if TYPE_CHECKING:
     import zstandard
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 #: A pickle starts with PROTO (0x80) or an opcode, never with a zero byte.
 MAGIC = b"\x00\x5a"
@@ -53,7 +54,7 @@ class RecordCodec:
             if dictionary is not None:
                 self._dictionary = zstd.ZstdCompressionDict(dictionary)
                 self._dict_id = self._dictionary.dict_id()
-        self._ciphers: dict[str, object] = {}
+        self._ciphers: dict[str, AESGCM] = {}
 
     def __repr__(self) -> str:
         return (f"<RecordCodec compress={self.compress} level={self.level}"
@@ -208,19 +209,16 @@ class RecordCodec:
             setattr(self._local, name, found)
         return found
 
-    def _cipher(self, key_id: str) -> "AESGCM":
+    def _cipher(self, key_id: str) -> AESGCM:
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: F811
             assert self.keys is not None
             key = self.keys.get(key_id)
             assert key is not None
             cipher = self._ciphers[key_id] = AESGCM(key)
-        return cipher  # type: ignore[return-value]
+        return cipher
 
-
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 #: Reads and writes plain states: both features off.
 PLAIN = RecordCodec()
