@@ -402,3 +402,34 @@ def _mysql_file(conn: Any) -> bytes:
         pytest.skip(f"MariaDB's table file can't be read here: {exc}")
     finally:
         conn.execute("UNLOCK TABLES")
+
+
+def test_rekey_on_every_backend(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """Records and blob chunks under the old key id end under the current one; the
+    old key is then no longer needed (zodbsql rekey is this, with a progress bar)."""
+    from ZODB.blob import Blob
+    from zodbsql.atrest.rekey import rekey
+    old, new = new_key(), new_key()
+    storage = storage_factory.open(key_file=key_file(tmp_path, f"k1:{old}"),
+                                   blob_dir=str(tmp_path / "b1"), blob_chunk_size=1024)
+    db = ZODB.DB(storage)
+    fill(db)
+    with db.transaction() as conn:
+        conn.root()["blob"] = Blob(b"blob data " * 500)
+    db.close()
+    both = key_file(tmp_path, f"k1:{old}", f"k2:{new}", name="both")
+    storage = storage_factory.open(key_file=both, key_id="k2", blob_dir=str(tmp_path / "b2"))
+    done = rekey(storage.backend, storage.shared.codec, batch=7)
+    assert done.states_rewritten == done.states_total > 20
+    assert done.chunks_rewritten == done.chunks_total >= 5
+    assert rekey(storage.backend, storage.shared.codec).states_rewritten == 0
+    storage.close()
+    only_new = key_file(tmp_path, f"k2:{new}", name="new")
+    storage = storage_factory.open(key_file=only_new, blob_dir=str(tmp_path / "b3"))
+    db = ZODB.DB(storage)
+    check(db)
+    with db.transaction() as conn:
+        with conn.root()["blob"].open() as stream:
+            assert stream.read() == b"blob data " * 500
+    assert verify(storage).clean
+    db.close()
