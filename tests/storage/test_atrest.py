@@ -433,3 +433,44 @@ def test_rekey_on_every_backend(storage_factory: Any, tmp_path: pathlib.Path) ->
             assert stream.read() == b"blob data " * 500
     assert verify(storage).clean
     db.close()
+
+
+def test_rekey_while_a_writer_commits(storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """The site keeps running: a writer (already on the new key id) commits while rekey
+    walks the records; both finish, nothing is lost, everything is under the new id."""
+    import threading
+    from zodbsql.atrest.rekey import rekey
+    old, new = new_key(), new_key()
+    db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, f"k1:{old}")))
+    fill(db, count=300)
+    db.close()
+    both = key_file(tmp_path, f"k1:{old}", f"k2:{new}", name="both")
+    site = ZODB.DB(storage_factory.open(key_file=both, key_id="k2"))
+    stop = threading.Event()
+    commits = 0
+
+    def write() -> None:
+        nonlocal commits
+        manager = transaction.TransactionManager()
+        conn = site.open(manager)
+        while not stop.is_set():
+            for attempt in manager.attempts():
+                with attempt:
+                    conn.root()[f"item{commits % 300}"]["small"] = -commits
+            commits += 1
+        conn.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        storage = storage_factory.open(key_file=both, key_id="k2")
+        done = rekey(storage.backend, storage.shared.codec, batch=10)
+    finally:
+        stop.set()
+        writer.join()
+    assert done.states_rewritten > 0 and commits > 0
+    assert {storage.shared.codec.key_id_of(s) for s in stored_states(storage)} == {"k2"}
+    site.close()
+    db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, f"k2:{new}", name="new")))
+    check(db, count=300)
+    db.close()
