@@ -474,3 +474,29 @@ def test_rekey_while_a_writer_commits(storage_factory: Any, tmp_path: pathlib.Pa
     db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, f"k2:{new}", name="new")))
     check(db, count=300)
     db.close()
+
+
+def test_the_statement_limit_applies_to_the_sealed_size(storage_factory: Any,
+                                                        tmp_path: pathlib.Path) -> None:
+    """A state under the server's limit whose encrypted form is over it is refused
+    before anything is sent, naming the size as stored."""
+    from ZODB.utils import z64
+    from zodbsql.errors import DatabaseError
+    storage = storage_factory.open(key_file=key_file(tmp_path, new_key()))
+    backend = storage.shared.backend
+    connect = backend.connect_for_commit
+
+    def connect_limited(*args: Any, **kwargs: Any) -> Any:
+        conn = connect(*args, **kwargs)
+        conn.max_state_size, conn.max_state_size_detail = 200, None
+        return conn
+    backend.connect_for_commit = connect_limited
+    storage.shared.pool.close()
+    oid = storage.new_oid()
+    state = b"\x80\x03" + b"." * 190
+    txn = transaction.Transaction()
+    storage.tpc_begin(txn)
+    storage.store(oid, z64, state, "", txn)
+    with pytest.raises(DatabaseError, match=r"is 2[0-9][0-9] bytes, larger than the 200"):
+        storage.tpc_vote(txn)
+    storage.tpc_abort(txn)

@@ -102,10 +102,6 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
-        self._check_sizes(conn)  # before anything is sent, so nothing is half-written
-        backend.locker.begin_commit(conn, shared.options.row_lock_wait)
-        mover = backend.mover
-        mover.clear_staged(conn)
         rows: list[StagedState] = []
         refs: list[Revision] = []
         encode = backend.codec.encode
@@ -115,6 +111,10 @@ class PendingCommit:
             rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state),
                                     len(stored) if stored else 0, stored))
             refs.extend((oid, ref) for ref in references(oid, state))
+        self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
+        backend.locker.begin_commit(conn, shared.options.row_lock_wait)
+        mover = backend.mover
+        mover.clear_staged(conn)
         mover.stage(conn, rows, refs)
         self._stage_blobs(conn)
         conflicts, read_conflicts = backend.locker.lock_objects(conn, self.read_current)
@@ -155,18 +155,18 @@ class PendingCommit:
             if oid not in self.blob_files:
                 blobs.stage_copy(conn, oid, data_tid)
 
-    def _check_sizes(self, conn: ConnectionRole) -> None:
-        """Refuse states larger than one statement may carry on ``conn``'s server
-        (``max_state_size``)."""
+    def _check_sizes(self, conn: ConnectionRole, rows: list[StagedState]) -> None:
+        """Refuse states larger, as stored (compressed, encrypted), than one statement
+        may carry on ``conn``'s server (``max_state_size``)."""
         backend = self.shared.backend
         limit = conn.max_state_size
         if limit is None:
             return
-        for oid, (_, state) in self.states.items():
-            if state is not None and len(state) > limit:
+        for row in rows:
+            if row.state is not None and row.size > limit:
                 detail = conn.max_state_size_detail
                 raise DatabaseError(
-                    f"the state of oid 0x{oid:016x} is {len(state)} bytes, larger than the"
+                    f"the state of oid 0x{row.oid:016x} is {row.size} bytes, larger than the"
                     f" {limit} bytes {backend.describe()} accepts in one statement"
                     + (f" ({detail})" if detail else "")
                     + "; nothing of this transaction was written")
