@@ -92,6 +92,10 @@ def test_rekey_moves_every_record_and_blob_chunk_to_the_current_key(
 def test_rekey_needs_a_key(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = build(tmp_path, 1)
     assert main(["rekey", f"sqlite://{path}", "--quiet"]) == 2
+    assert "encrypted with key id 'k1'" in capsys.readouterr().err
+    plain = str(tmp_path / "Plain.sqlite")
+    ZODB.DB(open_storage(f"sqlite://{plain}")).close()
+    assert main(["rekey", f"sqlite://{plain}", "--quiet"]) == 2
     assert "rekey needs key-file or key-env" in capsys.readouterr().err
 
 

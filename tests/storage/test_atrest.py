@@ -189,10 +189,21 @@ def test_a_missing_key_is_an_error_naming_its_id(storage_factory: Any,
     db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, new_key()), key_id="k1"))
     fill(db)
     db.close()
-    storage = storage_factory.open()
+    before = storage_factory.open(read_only=True)
+    last = before.lastTransaction()
+    # Read-only it opens, and the record names the key id it needs.
     with pytest.raises(RecordKeyError, match="key id 'k1'") as info:
-        storage.load(storage.lastTransaction()[:0] + b"\0" * 8)
+        before.load(b"\0" * 8)
     assert info.value.key_id == "k1"
+    before.close()
+    # Read-write it would write records in clear among encrypted ones: refused.
+    with pytest.raises(RecordKeyError, match="key id 'k1'.*nothing was written"):
+        storage_factory.open()
+    # A key for another id opens (rotation), and an old record still names its id.
+    storage = storage_factory.open(key_file=key_file(tmp_path, f"k9:{new_key()}", name="k9"))
+    with pytest.raises(RecordKeyError, match="key id 'k1'"):
+        storage.load(b"\0" * 8)
+    assert storage.lastTransaction() == last
 
 
 def test_a_wrong_key_is_refused_at_open_and_nothing_is_written(
@@ -200,14 +211,14 @@ def test_a_wrong_key_is_refused_at_open_and_nothing_is_written(
     db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, f"k1:{new_key()}")))
     fill(db)
     db.close()
-    before = storage_factory.open()
+    before = storage_factory.open(read_only=True)
     last = before.lastTransaction()
     before.close()
     wrong = key_file(tmp_path, f"k1:{new_key()}", name="wrong")
     with pytest.raises(RecordKeyError, match="key id 'k1'") as info:
         storage_factory.open(key_file=wrong)
     assert "nothing was written" in str(info.value)
-    after = storage_factory.open()
+    after = storage_factory.open(read_only=True)
     assert after.lastTransaction() == last
 
 
@@ -340,7 +351,7 @@ def test_blob_chunks_are_encrypted(storage_factory: Any, tmp_path: pathlib.Path)
         with conn.root()["blob"].open() as stream:
             assert stream.read() == content
     db.close()
-    storage = storage_factory.open(blob_dir=str(tmp_path / "cache3"))
+    storage = storage_factory.open(blob_dir=str(tmp_path / "cache3"), read_only=True)
     oid, tid = _blob_revision(storage)
     with pytest.raises(RecordKeyError, match="key id 'b1'"):
         storage.loadBlob(oid, tid)

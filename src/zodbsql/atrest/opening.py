@@ -15,6 +15,9 @@ from zodbsql.storage import identity
 #: Meta entries ``key_check:<id>``: an AES-GCM tag made with that key the first time it
 #: was used, so a different key under the same id is refused at open.
 KEY_CHECK = "key_check:"
+#: The key id the database's first encrypted records used: once set, a storage without
+#: keys may open it read-only only (it would write records in clear among them).
+ENCRYPTED_WITH = "encrypted_with"
 
 
 def codec_for(options: Options) -> RecordCodec:
@@ -44,6 +47,7 @@ def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
     does not know yet (unless read-only)."""
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, read_only)
     for key_id in keys.ids():
         key = keys.get(key_id)
         assert key is not None
@@ -60,6 +64,16 @@ def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
             raise RecordKeyError(
                 f"the key configured as key id {key_id!r} is not the key {backend.describe()}"
                 " was written with under that id; nothing was written", key_id) from None
+
+
+def check_no_keys(backend: BackendContract, conn: ConnectionRole, read_only: bool) -> None:
+    """Refuse to write in clear into a database whose records are encrypted."""
+    first = backend.history.get_meta(conn, ENCRYPTED_WITH)
+    if first is not None and not read_only:
+        raise RecordKeyError(
+            f"{backend.describe()} holds records encrypted with key id {first!r} (and"
+            " maybe later ids), but no key-file or key-env is configured; nothing was"
+            " written (read-only, it opens, and a record says which key id it needs)", first)
 
 
 def _aad(key_id: str) -> bytes:

@@ -31,7 +31,7 @@ from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
 from ZODB.utils import p64, u64
 
 from zodbsql.atrest.codec import RecordCodec
-from zodbsql.atrest.opening import check_keys, codec_for
+from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
                                             StateRow)
@@ -112,6 +112,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                                    options.read_only)
             if codec.keys is not None:
                 check_keys(backend, conn, codec.keys, options.read_only)
+            else:
+                check_no_keys(backend, conn, options.read_only)
         except BaseException:
             conn.close()
             raise
