@@ -12,11 +12,14 @@ import base64
 import os
 from typing import Any
 
+import pytest
+
 from ZODB.tests import (BasicStorage, ConflictResolution, HistoryStorage, IteratorStorage,
                         PackableStorage, RecoveryStorage, TransactionalUndoStorage)
 from ZODB.tests.testMVCCMappingStorage import MVCCTests
 
 from tests.conformance.suite import StorageSuite
+from tests.conformance.test_blob_suite import blob_suite, not_applying, run_suite
 
 HP_ONLY = (True,)
 NEEDS_HISTORY = "needs old revisions or undo, which a history-free storage does not keep"
@@ -128,3 +131,21 @@ class TestMVCCCompressed(Compressed, MVCCTests):
 
 class TestMVCCEncrypted(Encrypted, MVCCTests):
     pass
+
+
+@pytest.mark.parametrize("part", ["rest", "undo"])
+def test_zodb_blob_suite_encrypted(storage_factory: Any, part: str, tmp_path: Any,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """ZODB's blob suite in the database layout, blob chunks and states encrypted (the
+    shared-directory layout keeps blob files in clear: out of scope)."""
+    reason = not_applying(part, "database", storage_factory.param.keep_history)
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.chdir(tmp_path)
+    keys = tmp_path / "keys"
+    keys.write_text("blobs:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    result, names, _ = run_suite(blob_suite(storage_factory, "database",
+                                            key_file=str(keys), blob_chunk_size=4096), part)
+    problems = result.failures + result.errors
+    assert not problems, "\n".join(f"{test.id()}\n{text}" for test, text in problems)
+    assert result.testsRun > 0 and result.testsRun == len(names)
