@@ -6,6 +6,9 @@ tables under the final tid in a few set-based statements.  Loads come in three k
 the current revision, the revision current at a snapshot tid, and one exact revision.
 
 Loaded rows are ``(tid, checksum, state)``; ``state`` is None for a deleted object.
+States are staged as the commit sealed them (``zodbsql.atrest``: compressed, encrypted)
+and come out of every load opened again by the backend's codec, so the core sees only
+states as ZODB wrote them.
 """
 from __future__ import annotations
 
