@@ -511,3 +511,24 @@ def test_the_statement_limit_applies_to_the_sealed_size(storage_factory: Any,
     with pytest.raises(DatabaseError, match=r"is 2[0-9][0-9] bytes, larger than the 200"):
         storage.tpc_vote(txn)
     storage.tpc_abort(txn)
+
+
+def test_a_dictionary_trained_on_the_records(storage_factory: Any,
+                                             tmp_path: pathlib.Path) -> None:
+    """zodbsql train-dict's sample (decrypted) and dictionary, then records compressed
+    with it, on every backend."""
+    from zodbsql.atrest.dictionary import sample_states, train
+    keys = key_file(tmp_path, new_key())
+    storage = storage_factory.open(key_file=keys)
+    db = ZODB.DB(storage)
+    fill(db, count=200)
+    samples = sample_states(storage.backend, storage.shared.codec, 100)
+    assert len(samples) >= 50 and all(state.startswith(b"\x80") for state in samples)
+    db.close()
+    path = tmp_path / "zodb.dict"
+    path.write_bytes(train(samples, 2048))
+    db = ZODB.DB(storage_factory.open(key_file=keys, compress="zstd", compress_threshold=0,
+                                      compress_dict=str(path)))
+    fill(db, count=20, text="again")
+    check(db, count=20, text="again")
+    db.close()

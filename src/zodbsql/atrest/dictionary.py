@@ -9,24 +9,29 @@ from zodbsql.atrest.codec import zstandard_module
 from zodbsql.backends.base.contract import BackendContract, CodecRole
 from zodbsql.errors import ConfigurationError
 
-#: Every step-th state of the table (at most LIMIT), so the sample spans the oids.
-SAMPLE_STATES = (
-    "SELECT zoid, tid, state FROM object_state WHERE state IS NOT NULL AND MOD(zoid, %s) = 0"
-    " ORDER BY zoid LIMIT %s")
-COUNT_STATES = "SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL"
+# Portable SQL (no modulo: SQLite has it only when built with its math functions).
+OID_RANGE = "SELECT MIN(zoid), MAX(zoid) FROM object_state WHERE state IS NOT NULL"
+STATE_FROM = ("SELECT zoid, tid, state FROM object_state WHERE state IS NOT NULL"
+              " AND zoid >= %s ORDER BY zoid, tid LIMIT 1")
 
 
 def sample_states(backend: BackendContract, codec: CodecRole, count: int) -> list[bytes]:
-    """About ``count`` states, spread over the oids, as they are before sealing."""
+    """Up to ``count`` states, one at each of ``count`` oids spread evenly over the
+    oids in use, as they are before sealing."""
     conn = backend.connect()
     try:
-        row = conn.fetchone(COUNT_STATES)
-        total = int(row[0]) if row else 0
-        step = max(1, total // max(count, 1))
-        rows = conn.fetchall(SAMPLE_STATES, (step, count))
+        low, high = conn.fetchone(OID_RANGE) or (None, None)
+        if low is None or high is None:
+            return []
+        low, high = int(low), int(high)
+        found: dict[int, tuple[int, bytes]] = {}
+        for step in range(count):
+            row = conn.fetchone(STATE_FROM, (low + (high - low) * step // max(count, 1),))
+            if row is not None:
+                found[int(row[0])] = (int(row[1]), bytes(row[2]))
     finally:
         conn.close()
-    return [codec.decode(int(oid), int(tid), bytes(state)) for oid, tid, state in rows]
+    return [codec.decode(oid, tid, state) for oid, (tid, state) in sorted(found.items())]
 
 
 def train(samples: list[bytes], size: int) -> bytes:
