@@ -211,7 +211,7 @@ class Options:
                   "configuration.")
     key_env: str | None = setting(
         None, doc="The name of an environment variable holding the key (or id:base64key "
-                  "lines), as key-file.")
+                  "entries, separated by commas), as key-file.")
     key_id: str | None = setting(
         None, doc="The id of the key new records are encrypted with (a bare key's id; "
                   "default: the only key, named default); records under the other "

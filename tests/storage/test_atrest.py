@@ -532,3 +532,20 @@ def test_a_dictionary_trained_on_the_records(storage_factory: Any,
     fill(db, count=20, text="again")
     check(db, count=20, text="again")
     db.close()
+
+
+def test_several_keys_in_one_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zodbsql.atrest.keys import load_keys
+    monkeypatch.setenv("ZODBSQL_TEST_KEYS", f"k1:{new_key()}, k2:{new_key()}")
+    keys = load_keys(None, "ZODBSQL_TEST_KEYS", "k2")
+    assert keys is not None and keys.ids() == ["k1", "k2"] and keys.current == "k2"
+
+
+def test_a_damaged_header_is_a_corrupt_record() -> None:
+    codec = RecordCodec(compress=True, keys=ring(k=b"k" * 32))
+    stored = codec.encode(5, b"\x80\x03" + b"z" * 1000)
+    for damaged in (MAGIC + b"\x80" + stored[3:],      # unknown flags
+                    stored[:4],                        # cut in the header
+                    MAGIC + b"\x01" + b"not zstd"):    # compressed, but not zstd
+        with pytest.raises(CorruptRecordError, match="oid 0x0000000000000005"):
+            codec.decode(5, 9, damaged)

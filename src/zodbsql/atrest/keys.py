@@ -1,7 +1,8 @@
 """Encryption keys: read from a file or an environment variable, never from the
 configuration itself.
 
-Either source holds one key (base64 of 16, 24 or 32 bytes) or lines ``id:base64key``;
+Either source holds one key (base64 of 16, 24 or 32 bytes) or entries ``id:base64key``,
+one a line or separated by commas (handier in an environment variable);
 a bare key takes the id given by ``key-id`` (``default`` when none is).  New records
 use ``key-id`` (or the only key); every other id stays readable, so keys can rotate.
 Key material appears in no repr, log line or error message: errors name the id.
@@ -43,8 +44,8 @@ class KeyRing:
 def parse_keys(text: str, source: str, bare_id: str) -> dict[str, bytes]:
     """The keys in ``text`` (a file's or a variable's content); ``source`` names it in
     errors, which never quote the text."""
-    lines = [line.strip() for line in text.splitlines()
-             if line.strip() and not line.strip().startswith("#")]
+    lines = [entry.strip() for line in text.splitlines() if not line.strip().startswith("#")
+             for entry in line.split(",") if entry.strip()]
     if not lines:
         raise ConfigurationError(f"{source} holds no key")
     keys: dict[str, bytes] = {}
@@ -53,12 +54,13 @@ def parse_keys(text: str, source: str, bare_id: str) -> dict[str, bytes]:
         if not sep:
             if len(lines) > 1:
                 raise ConfigurationError(
-                    f"{source}, line {number}: several keys need one id:base64key per line")
+                    f"{source}, entry {number}: several keys need an id each (id:base64key)")
             key_id, encoded = bare_id, line
         key_id = key_id.strip()
         if not _KEY_ID.match(key_id):
             raise ConfigurationError(
-                f"{source}, line {number}: a key id is 1 to 64 letters, digits, '.', '_' or '-'")
+                f"{source}, entry {number}: a key id is 1 to 64 letters, digits, '.', '_' or"
+                " '-'")
         try:
             key = base64.b64decode(encoded.strip(), validate=True)
         except (binascii.Error, ValueError):
