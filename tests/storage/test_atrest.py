@@ -549,3 +549,34 @@ def test_a_damaged_header_is_a_corrupt_record() -> None:
                     MAGIC + b"\x01" + b"not zstd"):    # compressed, but not zstd
         with pytest.raises(CorruptRecordError, match="oid 0x0000000000000005"):
             codec.decode(5, 9, damaged)
+
+
+def test_a_damaged_neighbour_does_not_fail_a_prefetching_load(
+        storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """Prefetch brings the states an object refers to; one that does not decrypt is
+    left out, and only its own load reports it."""
+    keys = key_file(tmp_path, new_key())
+    db = ZODB.DB(storage_factory.open(key_file=keys))
+    fill(db)
+    with db.transaction() as conn:
+        damaged = u64(conn.root()["item3"]._p_oid)
+    db.close()
+    storage = storage_factory.open(key_file=keys)
+    conn = storage.backend.connect()
+    try:
+        (state,) = conn.fetchone("SELECT state FROM object_state WHERE zoid = %s"
+                                 " ORDER BY tid DESC LIMIT 1", (damaged,))
+        state = bytes(state)
+        conn.begin_write()
+        conn.execute("UPDATE object_state SET state = %s WHERE zoid = %s",
+                     (state[:-1] + bytes([state[-1] ^ 1]), damaged))
+        conn.commit()
+    finally:
+        conn.close()
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        root = conn.root()        # prefetches the items, item3 among them
+        assert root["item4"]["text"] == f"{MARKER} 4 " * 20
+        with pytest.raises(CorruptRecordError, match="key id 'default'"):
+            root["item3"]["text"]
+    db.close()

@@ -20,6 +20,7 @@ from zodbsql.backends.base.contract import (BackendContract, CodecRole, Connecti
                                             ResolvedState,
                                             Revision, StagedState, StateRow)
 from zodbsql.backends.base.statements import for_mode, in_list
+from zodbsql.errors import CorruptRecordError, RecordKeyError
 
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
@@ -283,7 +284,8 @@ class Mover:
             test, params = self.listed(oids[start:start + step])
             sql = self.sql.load_many.format(listed=test)
             found = conn.fetchall(sql, [*params, snapshot_tid] if self.keep_history else params)
-            rows += [loaded_state(row, self.backend.codec) for row in found]
+            rows += [state for state in (loaded_state(row, self.backend.codec)
+                                         for row in found) if state is not None]
         return rows
 
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
@@ -309,8 +311,9 @@ class Mover:
             if kind == 0:
                 row = self._row((tid, stored_checksum, state), oid)
             elif kind == 1:
-                states.append(loaded_state((zoid, tid, stored_checksum, state),
-                                           self.backend.codec))
+                loaded = loaded_state((zoid, tid, stored_checksum, state), self.backend.codec)
+                if loaded is not None:
+                    states.append(loaded)
             else:
                 references.append((int(zoid), int(tid)))
         return row, states, references
@@ -406,9 +409,13 @@ def padded_length(count: int) -> int:
     return count if count > 512 else 1 << max(0, count - 1).bit_length()
 
 
-def loaded_state(row: tuple[Any, ...], codec: CodecRole) -> LoadedState:
-    """A loaded ``(oid, tid, checksum, state)`` row as a :class:`LoadedState`, its state
-    decoded."""
+def loaded_state(row: tuple[Any, ...], codec: CodecRole) -> LoadedState | None:
+    """A prefetched ``(oid, tid, checksum, state)`` row as a :class:`LoadedState`, its
+    state decoded; None when it does not open (damaged, or its key is not configured):
+    it is left out, and its own load reports it."""
     oid, tid, stored_checksum, state = row
-    return LoadedState(int(oid), int(tid), stored_checksum,
-                       opened(codec, int(oid), int(tid), state))
+    try:
+        return LoadedState(int(oid), int(tid), stored_checksum,
+                           opened(codec, int(oid), int(tid), state))
+    except (CorruptRecordError, RecordKeyError):
+        return None
