@@ -186,7 +186,8 @@ def test_old_plain_records_read_with_new_sealed_ones(storage_factory: Any,
 
 def test_a_missing_key_is_an_error_naming_its_id(storage_factory: Any,
                                                   tmp_path: pathlib.Path) -> None:
-    db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, new_key()), key_id="k1"))
+    first_key = f"k1:{new_key()}"
+    db = ZODB.DB(storage_factory.open(key_file=key_file(tmp_path, first_key)))
     fill(db)
     db.close()
     before = storage_factory.open(read_only=True)
@@ -199,8 +200,15 @@ def test_a_missing_key_is_an_error_naming_its_id(storage_factory: Any,
     # Read-write it would write records in clear among encrypted ones: refused.
     with pytest.raises(RecordKeyError, match="key id 'k1'.*nothing was written"):
         storage_factory.open()
-    # A key for another id opens (rotation), and an old record still names its id.
-    storage = storage_factory.open(key_file=key_file(tmp_path, f"k9:{new_key()}", name="k9"))
+    # A new key alone can't open the database's checksum key: refused, naming k1.
+    k9 = f"k9:{new_key()}"
+    with pytest.raises(RecordKeyError, match="first was 'k1'.*nothing was written"):
+        storage_factory.open(key_file=key_file(tmp_path, k9, name="k9"))
+    # Beside a key the database knows, it opens (rotation); then it opens alone, and
+    # a record under k1 still names its id.
+    storage_factory.open(key_file=key_file(tmp_path, first_key, k9, name="both"),
+                         key_id="k9").close()
+    storage = storage_factory.open(key_file=key_file(tmp_path, k9, name="k9"))
     with pytest.raises(RecordKeyError, match="key id 'k1'"):
         storage.load(b"\0" * 8)
     assert storage.lastTransaction() == last
@@ -579,4 +587,47 @@ def test_a_damaged_neighbour_does_not_fail_a_prefetching_load(
         assert root["item4"]["text"] == f"{MARKER} 4 " * 20
         with pytest.raises(CorruptRecordError, match="key id 'default'"):
             root["item3"]["text"]
+    db.close()
+
+
+def test_checksums_of_encrypted_records_are_keyed(storage_factory: Any,
+                                                  tmp_path: pathlib.Path) -> None:
+    """A record's checksum stays in clear: keyed with the database's checksum key, it
+    can't confirm a guessed state.  Records from before encryption keep their plain
+    checksums (and verify) until rekey rewrites them keyed."""
+    from zodbsql.atrest.rekey import rekey
+    from zodbsql.storage.records import checksum
+    db = ZODB.DB(storage_factory.open())
+    fill(db, count=5, text="before")
+    db.close()
+    keys = key_file(tmp_path, new_key())
+    storage = storage_factory.open(key_file=keys)
+    db = ZODB.DB(storage)
+    fill(db, count=5)
+    codec = storage.shared.codec
+    assert codec.checksum_key is not None and len(codec.checksum_key) == 32
+
+    def kinds() -> dict[str, int]:
+        found = {"plain": 0, "keyed": 0}
+        conn = storage.backend.connect()
+        try:
+            for oid, tid, stored, state in conn.fetchall(
+                    "SELECT zoid, tid, checksum, state FROM object_state"
+                    " WHERE state IS NOT NULL"):
+                plain = codec.decode(int(oid), int(tid), bytes(state))
+                if stored == checksum(plain):
+                    found["plain"] += 1
+                else:
+                    assert stored == checksum(plain, codec.checksum_key)
+                    found["keyed"] += 1
+        finally:
+            conn.close()
+        return found
+    before = kinds()
+    assert before["plain"] >= 5 and before["keyed"] >= 5
+    assert verify(storage).clean
+    rekey(storage.backend, codec)
+    assert kinds() == {"plain": 0, "keyed": before["plain"] + before["keyed"]}
+    assert verify(storage).clean
+    check(db, count=5)
     db.close()

@@ -55,6 +55,9 @@ class RecordCodec:
                 self._dictionary = zstd.ZstdCompressionDict(dictionary)
                 self._dict_id = self._dictionary.dict_id()
         self._ciphers: dict[str, AESGCM] = {}
+        #: The database's checksum key (``opening.checksum_key``) once the storage has
+        #: opened it; None: checksums are plain BLAKE2b digests.
+        self.checksum_key: bytes | None = None
 
     def __repr__(self) -> str:
         return (f"<RecordCodec compress={self.compress} level={self.level}"

@@ -18,6 +18,11 @@ KEY_CHECK = "key_check:"
 #: The key id the database's first encrypted records used: once set, a storage without
 #: keys may open it read-only only (it would write records in clear among them).
 ENCRYPTED_WITH = "encrypted_with"
+#: Meta entries ``checksum_key:<id>``: the database's checksum key (random, made with its
+#: first encrypted records), encrypted with the key of that id.  Record checksums stay
+#: in clear; keyed, they can't confirm a guessed state.  Every key id a storage opens
+#: the database with gets an entry, so the key survives rotation.
+CHECKSUM_KEY = "checksum_key:"
 
 
 def codec_for(options: Options) -> RecordCodec:
@@ -42,12 +47,12 @@ def codec_for(options: Options) -> RecordCodec:
 
 
 def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
-               read_only: bool) -> None:
+               read_only: bool) -> bytes | None:
     """Refuse a key whose id the database knows with another key; record the ones it
-    does not know yet (unless read-only)."""
+    does not know yet (unless read-only).  Return the database's checksum key (None:
+    read-only on a database without encrypted records)."""
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, read_only)
     for key_id in keys.ids():
         key = keys.get(key_id)
         assert key is not None
@@ -64,6 +69,71 @@ def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
             raise RecordKeyError(
                 f"the key configured as key id {key_id!r} is not the key {backend.describe()}"
                 " was written with under that id; nothing was written", key_id) from None
+    found = _checksum_key(backend, conn, keys, read_only)
+    identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, read_only)
+    return found
+
+
+def _checksum_key(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
+                  read_only: bool) -> bytes | None:
+    """The database's checksum key, opened with a configured key; made when the
+    database has none; recorded under every configured id that lacks it."""
+    found = None
+    missing = []
+    for key_id in keys.ids():
+        wrapped = backend.history.get_meta(conn, CHECKSUM_KEY + key_id)
+        if wrapped is None:
+            missing.append(key_id)
+        else:
+            found = _unwrap(keys, key_id, wrapped)
+    if found is None:
+        first = backend.history.get_meta(conn, ENCRYPTED_WITH)
+        if first is not None:
+            raise RecordKeyError(
+                f"none of the configured key ids ({', '.join(keys.ids())}) has opened"
+                f" {backend.describe()} before, so its checksum key can't be read; configure"
+                f" a key id it knows (the first was {first!r}) beside the new one once;"
+                " nothing was written", first)
+        if read_only:
+            return None
+        made = _wrap(keys, keys.current, os.urandom(32))
+        stored = identity.recorded_once(backend, conn, CHECKSUM_KEY + keys.current, made,
+                                        read_only)
+        assert stored is not None
+        found = _unwrap(keys, keys.current, stored)
+        missing.remove(keys.current)
+    if not read_only:
+        for key_id in missing:
+            identity.recorded_once(backend, conn, CHECKSUM_KEY + key_id,
+                                   _wrap(keys, key_id, found), read_only)
+    return found
+
+
+def _wrap(keys: KeyRing, key_id: str, secret: bytes) -> str:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    key = keys.get(key_id)
+    assert key is not None
+    nonce = os.urandom(12)
+    return base64.b64encode(nonce + AESGCM(key).encrypt(nonce, secret, _wrap_aad(key_id))
+                            ).decode()
+
+
+def _unwrap(keys: KeyRing, key_id: str, wrapped: str) -> bytes:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    key = keys.get(key_id)
+    assert key is not None
+    raw = base64.b64decode(wrapped)
+    try:
+        return AESGCM(key).decrypt(raw[:12], raw[12:], _wrap_aad(key_id))
+    except InvalidTag:
+        raise RecordKeyError(
+            f"the key configured as key id {key_id!r} does not open the checksum key"
+            " recorded under that id; nothing was written", key_id) from None
+
+
+def _wrap_aad(key_id: str) -> bytes:
+    return b"zodbsql checksum key " + key_id.encode("ascii")
 
 
 def check_no_keys(backend: BackendContract, conn: ConnectionRole, read_only: bool) -> None:

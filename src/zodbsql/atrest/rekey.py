@@ -13,14 +13,15 @@ from typing import Any, Callable
 from zodbsql.atrest.codec import RecordCodec
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.errors import ConfigurationError, DatabaseConflict
+from zodbsql.storage.records import checksum, verified
 
 # One statement set for every backend and history mode: object_state has zoid, tid and
 # state in both; rows are walked in key order from where the last batch ended.
 COUNT_STATES = "SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL"
 STATES_AFTER = (
-    "SELECT zoid, tid, state FROM object_state WHERE state IS NOT NULL"
+    "SELECT zoid, tid, checksum, state FROM object_state WHERE state IS NOT NULL"
     " AND (zoid > %s OR (zoid = %s AND tid > %s)) ORDER BY zoid, tid LIMIT %s")
-RESEAL_STATE = ("UPDATE object_state SET state = %s, state_size = %s"
+RESEAL_STATE = ("UPDATE object_state SET state = %s, state_size = %s, checksum = %s"
                 " WHERE zoid = %s AND tid = %s")
 COUNT_CHUNKS = "SELECT COUNT(*) FROM blob_chunk"
 CHUNKS_AFTER = (
@@ -62,10 +63,8 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
             rows = conn.fetchall(STATES_AFTER, (after[0], after[0], after[1], batch))
             if not rows:
                 break
-            stale = [(int(o), int(t), bytes(s)) for o, t, s in rows
-                     if not codec.is_current(bytes(s))]
-            rewritten = [(sealed := codec.encode(oid, codec.decode(oid, tid, state)),
-                          len(sealed), oid, tid) for oid, tid, state in stale]
+            rewritten = [_resealed(codec, int(o), int(t), c, bytes(s)) for o, t, c, s in rows
+                         if not codec.is_current(bytes(s))]
             _write(conn, RESEAL_STATE, rewritten)
             done.states += len(rows)
             done.states_rewritten += len(rewritten)
@@ -88,6 +87,18 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
     finally:
         conn.close()
     return done
+
+
+def _resealed(codec: RecordCodec, oid: int, tid: int, stored_checksum: int | None,
+              stored: bytes) -> tuple[bytes, int, int | None, int, int]:
+    """A RESEAL_STATE row: the record under the current key, with its checksum keyed
+    (a record written before encryption had a plain one).  A record that fails its
+    checksum is not rewritten: rekey stops, naming it."""
+    key = codec.checksum_key
+    state = verified(oid, tid, stored_checksum, codec.decode(oid, tid, stored), key)
+    assert state is not None
+    sealed = codec.encode(oid, state)
+    return sealed, len(sealed), checksum(state, key), oid, tid
 
 
 def _count(conn: ConnectionRole, sql: str) -> int:

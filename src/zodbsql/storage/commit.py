@@ -104,11 +104,11 @@ class PendingCommit:
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
         rows: list[StagedState] = []
         refs: list[Revision] = []
-        encode = backend.codec.encode
+        encode, key = backend.codec.encode, shared.codec.checksum_key
         for oid, (prev_tid, state) in self.states.items():
             # The checksum is of the state itself; what is stored may be sealed.
             stored = encode(oid, state) if state else state
-            rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state),
+            rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state, key),
                                     len(stored) if stored else 0, stored))
             refs.extend((oid, ref) for ref in references(oid, state))
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
@@ -198,7 +198,8 @@ class PendingCommit:
         for oid, (stored_checksum, state) in shared.backend.mover.load_revisions(
                 conn, missing).items():
             if state is not None:
-                committed[oid] = verified(oid, missing[oid], stored_checksum, state) or b""
+                committed[oid] = verified(oid, missing[oid], stored_checksum, state,
+                                          shared.codec.checksum_key) or b""
         rows: list[ResolvedState] = []
         refs: list[Revision] = []
         for oid, expected, actual in conflicts:
@@ -209,7 +210,8 @@ class PendingCommit:
             self.states[oid] = (actual, resolved)
             self.data_tids.pop(oid, None)
             stored = shared.backend.codec.encode(oid, resolved) if resolved else resolved
-            rows.append(ResolvedState(oid, actual, checksum(resolved), len(stored), stored))
+            rows.append(ResolvedState(oid, actual, checksum(resolved, shared.codec.checksum_key),
+                                      len(stored), stored))
             refs.extend((oid, ref) for ref in references(oid, resolved))
             self.resolved.add(p64(oid))
         shared.backend.mover.restage_many(conn, rows, refs)
@@ -278,7 +280,8 @@ class PendingCommit:
         old = self.conn
         assert old is not None
         old.broken = True
-        written = {oid: checksum(state) for oid, (_, state) in self.states.items()}
+        key = shared.codec.checksum_key
+        written = {oid: checksum(state, key) for oid, (_, state) in self.states.items()}
         deadline = time.monotonic() + max(shared.options.commit_lock_timeout, 1.0)
         outcome: bool | None = None
         last_problem: Exception = error

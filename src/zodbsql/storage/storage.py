@@ -111,7 +111,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             backend.schema.prepare(conn, options.keep_history, options.create_schema,
                                    options.read_only)
             if codec.keys is not None:
-                check_keys(backend, conn, codec.keys, options.read_only)
+                codec.checksum_key = check_keys(backend, conn, codec.keys, options.read_only)
             else:
                 check_no_keys(backend, conn, options.read_only)
         except BaseException:
@@ -339,7 +339,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if row is None or row.state is None:
                 raise POSException.POSKeyError(oid)
             tid, state = row.tid, row.state
-            verified(oid_int, tid, row.checksum, state)
+            verified(oid_int, tid, row.checksum, state, shared.codec.checksum_key)
             if shared.metrics is not None:
                 shared.metrics.loaded("database", len(state))
             if snapshot is not None:
@@ -435,7 +435,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if state is None or tid > snapshot:
                 continue
             try:
-                verified(oid, tid, stored_checksum, state)
+                verified(oid, tid, stored_checksum, state, self.shared.codec.checksum_key)
             except CorruptRecordError:
                 continue
             cache.put_loaded(oid, tid, state, snapshot)
@@ -474,7 +474,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
         if row is None or row.state is None:
             raise POSException.POSKeyError(oid)
-        return verified(oid_int, tid, row.checksum, row.state) or b""
+        return verified(oid_int, tid, row.checksum, row.state,
+                        self.shared.codec.checksum_key) or b""
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
         oid_int = u64(oid)
@@ -488,7 +489,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         (start, stored_checksum, state), end = found
         if state is None:
             raise POSException.POSKeyError(oid)  # the object was deleted (undone creation)
-        data = verified(oid_int, int(start), stored_checksum, bytes(state)) or b""
+        data = verified(oid_int, int(start), stored_checksum, bytes(state),
+                        self.shared.codec.checksum_key) or b""
         return data, p64(start), (p64(end) if end is not None else None)
 
     def getTid(self, oid: bytes) -> bytes:

@@ -13,7 +13,7 @@ from typing import Callable
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.storage.blobs import file_hash
 from zodbsql.errors import CorruptRecordError
-from zodbsql.storage.records import checksum
+from zodbsql.storage.records import matches
 from zodbsql.storage.shared import HasShared, Shared
 
 
@@ -45,6 +45,7 @@ def verify(storage: HasShared, progress: Callable[[int, int], None] | None = Non
            ) -> Report:
     """Check every stored state and reference; ``progress(done, total)`` per batch."""
     backend = storage.shared.backend
+    key = storage.shared.codec.checksum_key
     checker = backend.checker
     report = Report()
     conn = backend.connect()
@@ -61,7 +62,7 @@ def verify(storage: HasShared, progress: Callable[[int, int], None] | None = Non
                 except CorruptRecordError as exc:
                     report.problems.append(Problem("checksum", oid, tid, str(exc)))
                     continue
-                if stored is not None and checksum(state) != stored:
+                if stored is not None and not matches(state, stored, key):
                     report.problems.append(Problem(
                         "checksum", oid, tid,
                         f"state of {len(state)} bytes does not match its checksum"))
