@@ -9,6 +9,7 @@ Compression (zstd) comes before encryption (AES-GCM, ``keys.py``); the oid and t
 header are the associated data, so a sealed record can't be moved to another object
 or have its flags changed unnoticed.  The checksum a record carries is of its plain
 state, computed before sealing, so every comparison the core makes between states
-(undo, the commit-outcome check) is unchanged; a sealed record that was altered fails
-AES-GCM's tag or decompression, and then the checksum.
+(undo, the commit-outcome check) is unchanged; with encryption on it is keyed with
+the database's checksum key (``opening.py``), since it stays in clear.  A sealed record
+that was altered fails AES-GCM's tag or decompression, and then the checksum.
 """
