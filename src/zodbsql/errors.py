@@ -107,3 +107,15 @@ class BlobContentVanished(ZodbsqlError, POSException.ConflictError):
 
     def __init__(self, message: str, oid: bytes | None = None) -> None:
         POSException.ConflictError.__init__(self, message, oid=oid)
+
+
+class RecordKeyError(ZodbsqlError, POSException.StorageError):
+    """A record (or the storage's configuration) needs an encryption key that is not
+    configured, or the configured key with that id is not the one the database knows.
+
+    The message names the key id, never the key.  Raised before anything is written.
+    """
+
+    def __init__(self, message: str, key_id: str) -> None:
+        super().__init__(message)
+        self.key_id = key_id

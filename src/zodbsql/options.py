@@ -193,6 +193,30 @@ class Options:
         False, doc="true: a slow statement's log line carries the server's plan (EXPLAIN; "
                    "EXPLAIN QUERY PLAN on SQLite).")
 
+    compress: str = setting(
+        "off", doc="zstd: states of compress-threshold bytes or more are stored compressed "
+                   "with zstd when that makes them smaller (needs the atrest extra); off: "
+                   "stored as they are.  Records of either kind are read alike.")
+    compress_level: int = setting(
+        3, doc="zstd's compression level (1 fastest to 22 smallest).")
+    compress_threshold: int = setting(
+        256, doc="States smaller than this many bytes are never compressed.")
+    compress_dict: str | None = setting(
+        None, doc="A zstd dictionary file (zodbsql train-dict) that new records are "
+                  "compressed with; records compressed with it need it to be read.")
+    key_file: str | None = setting(
+        None, doc="A file holding the encryption key (base64 of 16, 24 or 32 bytes) or "
+                  "lines id:base64key: records are then stored encrypted with AES-GCM "
+                  "(needs the atrest extra).  The key itself never goes in the "
+                  "configuration.")
+    key_env: str | None = setting(
+        None, doc="The name of an environment variable holding the key (or id:base64key "
+                  "entries, separated by commas), as key-file.")
+    key_id: str | None = setting(
+        None, doc="The id of the key new records are encrypted with (a bare key's id; "
+                  "default: the only key, named default); records under the other "
+                  "configured ids stay readable until zodbsql rekey re-encrypts them.")
+
     def __post_init__(self) -> None:
         if self.cache_size_mb < 0:
             raise ConfigurationError(f"cache-size-mb must be 0 or more, got {self.cache_size_mb}")
@@ -219,6 +243,22 @@ class Options:
             raise ConfigurationError(
                 f"pack-duty-cycle must be in (0, 1], got {self.pack_duty_cycle}")
 
+        if self.compress not in ("off", "zstd"):
+            raise ConfigurationError(f"compress must be off or zstd, got {self.compress!r}")
+        if not 1 <= self.compress_level <= 22:
+            raise ConfigurationError(
+                f"compress-level must be 1 to 22, got {self.compress_level}")
+        if self.compress_threshold < 0:
+            raise ConfigurationError(
+                f"compress-threshold must be 0 or more bytes, got {self.compress_threshold}")
+        if self.encrypted:
+            # These caches keep states on a disk or another server, in clear.
+            for cache, where in (("cache-persistent-dir", self.cache_persistent_dir),
+                                 ("cache-redis-url", self.cache_redis_url)):
+                if where:
+                    raise ConfigurationError(
+                        f"{cache} would keep states unencrypted; it can't be used with"
+                        " key-file or key-env")
         if self.shared_blob_dir and not self.blob_dir:
             raise ConfigurationError("shared-blob-dir is true but no blob-dir is set")
         if self.blob_cache_size < 0:
@@ -227,6 +267,11 @@ class Options:
         if self.blob_chunk_size < 1024:
             raise ConfigurationError(
                 f"blob-chunk-size must be at least 1024 bytes, got {self.blob_chunk_size}")
+
+    @property
+    def encrypted(self) -> bool:
+        """Are new records encrypted (a key source is configured)?"""
+        return self.key_file is not None or self.key_env is not None
 
     @property
     def row_lock_wait(self) -> float:

@@ -49,6 +49,10 @@ def test_every_test_runs_on_both_contenders(tiny_run: tuple[pathlib.Path, str]) 
     assert document["environment"]["libraries"]["ZODB"]
     sqlite = next(c for c in document["contenders"] if c["name"] == "sqlite")
     assert sqlite["versions"]["sqlite"]
+    # The database's size after the run (what compression saves), printed too.
+    assert sqlite["database_size"] > 0
+    assert re.search(r"database size after the run: mappingstorage unknown, sqlite [0-9.]+ MB",
+                     tiny_run[1])
 
 
 def test_steamin_loads_nothing_and_sql_is_counted(tiny_run: tuple[pathlib.Path, str]) -> None:

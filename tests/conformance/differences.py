@@ -12,6 +12,15 @@ HISTORY_FREE_SKIPS = {
     "TestPackable::testPackAllRevisionsNoGC": NEEDS_OLD_REVISIONS,
     "TestPackable::testPackJustOldRevisions": NEEDS_OLD_REVISIONS,
     "TestPackable::testPackOnlyOneObject": NEEDS_OLD_REVISIONS,
+    # tests/conformance/test_atrest_suites.py
+    "TestPackableCompressed::testPackAllRevisions": NEEDS_OLD_REVISIONS,
+    "TestPackableCompressed::testPackAllRevisionsNoGC": NEEDS_OLD_REVISIONS,
+    "TestPackableCompressed::testPackJustOldRevisions": NEEDS_OLD_REVISIONS,
+    "TestPackableCompressed::testPackOnlyOneObject": NEEDS_OLD_REVISIONS,
+    "TestPackableEncrypted::testPackAllRevisions": NEEDS_OLD_REVISIONS,
+    "TestPackableEncrypted::testPackAllRevisionsNoGC": NEEDS_OLD_REVISIONS,
+    "TestPackableEncrypted::testPackJustOldRevisions": NEEDS_OLD_REVISIONS,
+    "TestPackableEncrypted::testPackOnlyOneObject": NEEDS_OLD_REVISIONS,
     # tests/conformance/test_external_gc.py
     "TestExternalGC::test_load_before_deletion": (
         "loads the revision a deletion replaced; a history-free storage drops it at once"),
@@ -36,6 +45,9 @@ SERVER_SESSIONS_NEEDED = {
     "TestBasicPersistentCache::test_race_external_invalidate_vs_disconnect": (
         328, RACE_SESSIONS + ", and the read-back of each storage's cache file one more"),
     "TestBasicRedisCache::test_race_external_invalidate_vs_disconnect": (264, RACE_SESSIONS),
+    # Records compressed or encrypted (test_atrest_suites.py).
+    "TestBasicCompressed::test_race_external_invalidate_vs_disconnect": (264, RACE_SESSIONS),
+    "TestBasicEncrypted::test_race_external_invalidate_vs_disconnect": (264, RACE_SESSIONS),
 }
 
 #: ZODB's reusable blob suite (``ZODB.tests.testblob.storage_reusable_suite``): parts

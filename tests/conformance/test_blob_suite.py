@@ -37,12 +37,13 @@ def not_applying(part: str, layout: str, keep_history: bool) -> str | None:
     return None
 
 
-def blob_suite(storage_factory: Any, layout: str) -> unittest.TestSuite:
+def blob_suite(storage_factory: Any, layout: str, **options: Any) -> unittest.TestSuite:
+    """The suite on new databases of the cell, opened with ``options`` too."""
     keep_history = storage_factory.param.keep_history
 
     def factory(name: str, blob_dir: str) -> Any:
         return storage_factory.open_other(blob_dir=os.path.abspath(blob_dir),
-                                          shared_blob_dir=layout == "shared")
+                                          shared_blob_dir=layout == "shared", **options)
 
     return storage_reusable_suite(
         f"{storage_factory.param.id}-{layout}-", factory,

@@ -62,6 +62,22 @@ class Contender:
         return storage_section.open()
 
 
+def database_size(contender: Contender) -> int | None:
+    """The contender's database size in bytes, as its storage's ``getSize`` says (None:
+    it can't be opened, or gives none), after a run: what compression saves."""
+    try:
+        storage = contender.open_storage(read_only=True)
+    except Exception:  # a storage that can't be opened read-only (ZEO down, ...)
+        return None
+    try:
+        size = storage.getSize()
+    except Exception:  # a storage without a size
+        return None
+    finally:
+        storage.close()
+    return int(size) if isinstance(size, int) and size > 0 else None
+
+
 def load_factories(text: str) -> list[Any]:
     schema = ZODB.config.getDbSchema()
     try:

@@ -228,7 +228,11 @@ def run(args: argparse.Namespace) -> int:
             status = f"stopped by an error: {mask_secrets(str(exc))}"
             raise
         finally:
-            _write_results(args, output, plan, found, runs, status)
+            sizes = {c.name: contenders.database_size(c) for c in found}
+            _write_results(args, output, plan, found, runs, status, sizes)
+        print("database size after the run: " + ", ".join(
+            f"{name} {size / 1e6:.1f} MB" if size else f"{name} unknown"
+            for name, size in sizes.items()))
     failed = session.failures(runs)
     for run in failed:
         print(f"zodbsql bench: {run['contender']} {run['test']} c={run['concurrency']}"
@@ -240,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list[Any],
-                   runs: list[dict[str, Any]], status: str) -> None:
+                   runs: list[dict[str, Any]], status: str,
+                   sizes: dict[str, int | None]) -> None:
     """results.json, results.csv and the charts of what was measured (all of it, or
     what there was when the run was interrupted)."""
     from zodbsql.bench import charts, results, session
@@ -253,6 +258,7 @@ def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list
         "contenders": [{"name": c.name, "description": c.description,
                         "storage_class": c.storage_class, "single_process": c.single_process,
                         "owned": c.owned, "versions": c.versions,
+                        "database_size": sizes.get(c.name),
                         "config": mask_config(c.config_text) if c.owned else "(from --config)"}
                        for c in found],
         "summary": summary,

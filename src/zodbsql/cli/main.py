@@ -19,7 +19,8 @@ from zodbsql.masking import mask_secrets
 
 #: The tools, each a module ``zodbsql.cli.NAME`` with `add_arguments(parser)`,
 #: `run(args) -> int`, a `HELP` line and an `EXAMPLE`.
-TOOLS = ("bench", "demo", "convert", "pack", "verify", "report", "doctor", "blobspeed")
+TOOLS = ("bench", "demo", "convert", "pack", "verify", "report", "doctor", "blobspeed",
+         "rekey", "train-dict")
 #: The packages of the ``cli`` extra.
 CLI_EXTRA = ("rich", "matplotlib")
 
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="zodbsql", description="Tools for zodbsql, a ZODB storage in SQL databases.")
     sub = parser.add_subparsers(dest="tool", metavar="TOOL", required=True)
     for name in TOOLS:
-        module = importlib.import_module(f"zodbsql.cli.{name}")
+        module = importlib.import_module(f"zodbsql.cli.{name.replace('-', '_')}")
         tool = sub.add_parser(name, help=module.HELP, description=module.__doc__,
                               epilog=module.EXAMPLE,
                               formatter_class=argparse.RawDescriptionHelpFormatter)

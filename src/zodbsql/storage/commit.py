@@ -102,16 +102,19 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
-        self._check_sizes(conn)  # before anything is sent, so nothing is half-written
+        rows: list[StagedState] = []
+        refs: list[Revision] = []
+        encode, key = backend.codec.encode, shared.codec.checksum_key
+        for oid, (prev_tid, state) in self.states.items():
+            # The checksum is of the state itself; what is stored may be sealed.
+            stored = encode(oid, state) if state else state
+            rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state, key),
+                                    len(stored) if stored else 0, stored))
+            refs.extend((oid, ref) for ref in references(oid, state))
+        self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         mover = backend.mover
         mover.clear_staged(conn)
-        rows: list[StagedState] = []
-        refs: list[Revision] = []
-        for oid, (prev_tid, state) in self.states.items():
-            rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state),
-                                    len(state) if state else 0, state))
-            refs.extend((oid, ref) for ref in references(oid, state))
         mover.stage(conn, rows, refs)
         self._stage_blobs(conn)
         if not (rows or self.blob_staged or self.read_current) and backend.locker.skip_empty_lock:
@@ -155,18 +158,18 @@ class PendingCommit:
             if oid not in self.blob_files:
                 blobs.stage_copy(conn, oid, data_tid)
 
-    def _check_sizes(self, conn: ConnectionRole) -> None:
-        """Refuse states larger than one statement may carry on ``conn``'s server
-        (``max_state_size``)."""
+    def _check_sizes(self, conn: ConnectionRole, rows: list[StagedState]) -> None:
+        """Refuse states larger, as stored (compressed, encrypted), than one statement
+        may carry on ``conn``'s server (``max_state_size``)."""
         backend = self.shared.backend
         limit = conn.max_state_size
         if limit is None:
             return
-        for oid, (_, state) in self.states.items():
-            if state is not None and len(state) > limit:
+        for row in rows:
+            if row.state is not None and row.size > limit:
                 detail = conn.max_state_size_detail
                 raise DatabaseError(
-                    f"the state of oid 0x{oid:016x} is {len(state)} bytes, larger than the"
+                    f"the state of oid 0x{row.oid:016x} is {row.size} bytes, larger than the"
                     f" {limit} bytes {backend.describe()} accepts in one statement"
                     + (f" ({detail})" if detail else "")
                     + "; nothing of this transaction was written")
@@ -198,7 +201,8 @@ class PendingCommit:
         for oid, (stored_checksum, state) in shared.backend.mover.load_revisions(
                 conn, missing).items():
             if state is not None:
-                committed[oid] = verified(oid, missing[oid], stored_checksum, state) or b""
+                committed[oid] = verified(oid, missing[oid], stored_checksum, state,
+                                          shared.codec.checksum_key) or b""
         rows: list[ResolvedState] = []
         refs: list[Revision] = []
         for oid, expected, actual in conflicts:
@@ -208,7 +212,9 @@ class PendingCommit:
                 oid, actual, expected, self.states[oid][1], committed[oid])
             self.states[oid] = (actual, resolved)
             self.data_tids.pop(oid, None)
-            rows.append(ResolvedState(oid, actual, checksum(resolved), len(resolved), resolved))
+            stored = shared.backend.codec.encode(oid, resolved) if resolved else resolved
+            rows.append(ResolvedState(oid, actual, checksum(resolved, shared.codec.checksum_key),
+                                      len(stored), stored))
             refs.extend((oid, ref) for ref in references(oid, resolved))
             self.resolved.add(p64(oid))
         shared.backend.mover.restage_many(conn, rows, refs)
@@ -277,7 +283,8 @@ class PendingCommit:
         old = self.conn
         assert old is not None
         old.broken = True
-        written = {oid: checksum(state) for oid, (_, state) in self.states.items()}
+        key = shared.codec.checksum_key
+        written = {oid: checksum(state, key) for oid, (_, state) in self.states.items()}
         deadline = time.monotonic() + max(shared.options.commit_lock_timeout, 1.0)
         outcome: bool | None = None
         last_problem: Exception = error

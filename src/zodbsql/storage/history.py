@@ -114,7 +114,7 @@ def undo(shared: Shared, conn: ConnectionRole, pending: PendingCommit,
     oids = []
     for oid, undone_checksum, _ in backend.history.transaction_states(conn, tid):
         state, data_tid = _undo_one(backend, conn, pending, oid, tid, undone_checksum,
-                                    resolve)
+                                    resolve, shared.codec.checksum_key)
         current_tid = backend.mover.current_tid(conn, oid) or 0
         prev_tid = pending.states[oid][0] if oid in pending.states else current_tid
         pending.states[oid] = (prev_tid, state)
@@ -128,7 +128,7 @@ def undo(shared: Shared, conn: ConnectionRole, pending: PendingCommit,
 
 def _undo_one(backend: BackendContract, conn: ConnectionRole, pending: PendingCommit,
               oid: int, tid: int, undone_checksum: int | None, resolve: ConflictResolver,
-              ) -> tuple[bytes | None, int | None]:
+              key: bytes | None) -> tuple[bytes | None, int | None]:
     """The state that undoes ``tid``'s record of ``oid`` and the tid it copies, or UndoError."""
     before = backend.history.state_before(conn, oid, tid)
     restored = before.state if before is not None else None
@@ -140,11 +140,11 @@ def _undo_one(backend: BackendContract, conn: ConnectionRole, pending: PendingCo
     if oid in pending.states:
         # Undone twice in one transaction: undo against what is already buffered.
         current_state = pending.states[oid][1]
-        current_checksum = checksum(current_state)
+        current_checksum = checksum(current_state, key)
         unchanged = current_checksum == undone_checksum
     else:
         current_checksum = row.checksum
-        current_state = verified(oid, current_tid, row.checksum, row.state)
+        current_state = verified(oid, current_tid, row.checksum, row.state, key)
         unchanged = current_tid == tid or current_checksum == undone_checksum
     if unchanged:
         return restored, before_tid

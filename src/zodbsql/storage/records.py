@@ -12,18 +12,33 @@ from zodbsql.errors import CorruptRecordError
 log = logging.getLogger(__name__)
 
 
-def checksum(state: bytes | None) -> int | None:
-    """A 64-bit BLAKE2b digest as a signed integer (fits every database's BIGINT)."""
+def checksum(state: bytes | None, key: bytes | None = None) -> int | None:
+    """A 64-bit BLAKE2b digest as a signed integer (fits every database's BIGINT).
+
+    ``key``: the database's checksum key when records are encrypted (``zodbsql.atrest``),
+    so that a checksum, which stays in clear, can't confirm a guessed state.
+    """
     if state is None:
         return None
-    return int.from_bytes(hashlib.blake2b(state, digest_size=8).digest(), "big", signed=True)
+    digest = hashlib.blake2b(state, digest_size=8, key=key or b"").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
-def verified(oid: int, tid: int, stored_checksum: int | None, state: bytes | None) -> bytes | None:
-    """Return ``state`` after checking it against the checksum written with it."""
-    if state is not None and stored_checksum is not None and checksum(state) != stored_checksum:
+def verified(oid: int, tid: int, stored_checksum: int | None, state: bytes | None,
+             key: bytes | None = None) -> bytes | None:
+    """Return ``state`` after checking it against the checksum written with it (with
+    ``key``, or without one: a record written before encryption was turned on)."""
+    if state is not None and stored_checksum is not None and not matches(
+            state, stored_checksum, key):
         raise CorruptRecordError(oid, tid, "the state does not match its checksum")
     return state
+
+
+def matches(state: bytes, stored_checksum: int, key: bytes | None) -> bool:
+    """Is ``stored_checksum`` the checksum of ``state``, keyed or not?"""
+    if checksum(state, key) == stored_checksum:
+        return True
+    return key is not None and checksum(state) == stored_checksum
 
 
 def references(oid: int, state: bytes | None) -> set[int]:

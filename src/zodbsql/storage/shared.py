@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
+from zodbsql.atrest.codec import PLAIN, RecordCodec
 from zodbsql.backends.base import oidalloc
 from zodbsql.backends.base.connections import ConnectionPool, StatementTally
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
@@ -29,8 +30,13 @@ COMMIT_POOL_SIZE = 8
 class Shared:
     """What every instance of one storage shares."""
 
-    def __init__(self, backend: BackendContract, options: Options) -> None:
+    def __init__(self, backend: BackendContract, options: Options,
+                 codec: RecordCodec = PLAIN) -> None:
         self.backend = backend
+        #: How states are stored (compressed, encrypted); the backend's roles read
+        #: and write through it.
+        self.codec = codec
+        backend.use_codec(codec)
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
         self.prefetcher = Prefetcher(options.prefetch_count, options.prefetch_bytes)

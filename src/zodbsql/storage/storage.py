@@ -30,6 +30,8 @@ from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
                              IStorageRestoreable, IStorageUndoable)
 from ZODB.utils import p64, u64
 
+from zodbsql.atrest.codec import RecordCodec
+from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
                                             StateRow)
@@ -63,8 +65,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._load: ConnectionRole | None = None
         if shared is None:
             options = options or Options(keep_history=backend.keep_history)
-            shared = Shared(backend, options)
-            self._load = shared.counted(self._open_checked(backend, options))
+            shared = Shared(backend, options, codec_for(options))
+            self._load = shared.counted(self._open_checked(backend, options, shared.codec))
             self._is_root = True
             if options.blob_dir:
                 self._check_blob_layout(backend, options)
@@ -100,13 +102,18 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._db: Any = None
 
     @staticmethod
-    def _open_checked(backend: BackendContract, options: Options) -> ConnectionRole:
+    def _open_checked(backend: BackendContract, options: Options,
+                      codec: RecordCodec) -> ConnectionRole:
         if not options.create_schema:
             backend.check_exists()
         conn = backend.connect()
         try:
             backend.schema.prepare(conn, options.keep_history, options.create_schema,
                                    options.read_only)
+            if codec.keys is not None:
+                codec.checksum_key = check_keys(backend, conn, codec.keys, options.read_only)
+            else:
+                check_no_keys(backend, conn, options.read_only)
         except BaseException:
             conn.close()
             raise
@@ -332,7 +339,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if row is None or row.state is None:
                 raise POSException.POSKeyError(oid)
             tid, state = row.tid, row.state
-            verified(oid_int, tid, row.checksum, state)
+            verified(oid_int, tid, row.checksum, state, shared.codec.checksum_key)
             if shared.metrics is not None:
                 shared.metrics.loaded("database", len(state))
             if snapshot is not None:
@@ -428,7 +435,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if state is None or tid > snapshot:
                 continue
             try:
-                verified(oid, tid, stored_checksum, state)
+                verified(oid, tid, stored_checksum, state, self.shared.codec.checksum_key)
             except CorruptRecordError:
                 continue
             cache.put_loaded(oid, tid, state, snapshot)
@@ -467,7 +474,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
         if row is None or row.state is None:
             raise POSException.POSKeyError(oid)
-        return verified(oid_int, tid, row.checksum, row.state) or b""
+        return verified(oid_int, tid, row.checksum, row.state,
+                        self.shared.codec.checksum_key) or b""
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
         oid_int = u64(oid)
@@ -481,7 +489,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         (start, stored_checksum, state), end = found
         if state is None:
             raise POSException.POSKeyError(oid)  # the object was deleted (undone creation)
-        data = verified(oid_int, int(start), stored_checksum, bytes(state)) or b""
+        data = verified(oid_int, int(start), stored_checksum, bytes(state),
+                        self.shared.codec.checksum_key) or b""
         return data, p64(start), (p64(end) if end is not None else None)
 
     def getTid(self, oid: bytes) -> bytes:
@@ -833,7 +842,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self.release()
         shared.pool.close()
         shared.backend.destroy()
-        self._load = self._open_checked(shared.backend, self._options)
+        self._load = self._open_checked(shared.backend, self._options, shared.codec)
         shared.cache.clear()
         caches.open_caches(shared, self._load)
         shared.watch.reset()

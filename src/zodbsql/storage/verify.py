@@ -12,7 +12,8 @@ from typing import Callable
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.storage.blobs import file_hash
-from zodbsql.storage.records import checksum
+from zodbsql.errors import CorruptRecordError
+from zodbsql.storage.records import matches
 from zodbsql.storage.shared import HasShared, Shared
 
 
@@ -44,6 +45,7 @@ def verify(storage: HasShared, progress: Callable[[int, int], None] | None = Non
            ) -> Report:
     """Check every stored state and reference; ``progress(done, total)`` per batch."""
     backend = storage.shared.backend
+    key = storage.shared.codec.checksum_key
     checker = backend.checker
     report = Report()
     conn = backend.connect()
@@ -55,7 +57,12 @@ def verify(storage: HasShared, progress: Callable[[int, int], None] | None = Non
                 if state is None:
                     continue
                 report.bytes += len(state)
-                if stored is not None and checksum(state) != stored:
+                try:
+                    state = backend.codec.decode(oid, tid, state)
+                except CorruptRecordError as exc:
+                    report.problems.append(Problem("checksum", oid, tid, str(exc)))
+                    continue
+                if stored is not None and not matches(state, stored, key):
                     report.problems.append(Problem(
                         "checksum", oid, tid,
                         f"state of {len(state)} bytes does not match its checksum"))

@@ -12,10 +12,11 @@ import logging
 import time
 from typing import ClassVar, Generic, TypeVar
 
+from zodbsql.atrest.codec import PLAIN
 from zodbsql.backends.base.blobs import Blobs
 from zodbsql.backends.base.checker import Checker
 from zodbsql.backends.base.connections import DBConnection
-from zodbsql.backends.base.contract import BackendOptions, ConnectionRole
+from zodbsql.backends.base.contract import BackendOptions, CodecRole, ConnectionRole
 from zodbsql.backends.base.features import Features
 from zodbsql.backends.base.history import History
 from zodbsql.backends.base.inspector import Inspector
@@ -86,6 +87,12 @@ class Backend(Generic[OptionsT]):
         self.txncontrol = self.txncontrol_class(self)
         self.inspector = self.inspector_class(self)
         self.blobs = self.blobs_class(self)
+        #: How states are stored (compressed, encrypted); the storage sets it from its
+        #: options before it reads or writes a state.
+        self.codec: CodecRole = PLAIN
+
+    def use_codec(self, codec: CodecRole) -> None:
+        self.codec = codec
 
     def connect(self) -> DBConnection:
         """Open a new connection (autocommit between explicit transactions)."""

@@ -123,8 +123,10 @@ class Blobs:
                chunks: Iterator[bytes]) -> int:
         """Insert the chunks, then the content row; return the number of chunks."""
         count = 0
+        seal = self.backend.codec.seal_chunk
         for data in chunks:
-            conn.execute(self.sql.insert_chunk, (content_hash, count, data))
+            conn.execute(self.sql.insert_chunk,
+                         (content_hash, count, seal(content_hash, count, data)))
             count += 1
         conn.execute(self.sql.insert_content, (content_hash, size, count))
         return count
@@ -150,12 +152,13 @@ class Blobs:
 
     def download(self, conn: ConnectionRole, content_hash: bytes, chunks: int,
                  write: Callable[[bytes], object]) -> None:
-        """Pass each chunk to ``write`` in order, one query per chunk."""
+        """Pass each chunk's data to ``write`` in order, one query per chunk."""
+        open_chunk = self.backend.codec.open_chunk
         for num in range(chunks):
             row = conn.fetchone(self.sql.chunk, (content_hash, num))
             if row is None:
                 raise KeyError(num)
-            write(bytes(row[0]))
+            write(open_chunk(content_hash, num, bytes(row[0])))
 
     # -- pack ---------------------------------------------------------------------------
     def delete_refs_of_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:

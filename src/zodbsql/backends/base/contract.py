@@ -702,6 +702,27 @@ class BackendOptions(Protocol):
         :class:`DriverNotFound` when no driver loads."""
 
 
+class CodecRole(Protocol):
+    """How a state is stored (``zodbsql.atrest.codec.RecordCodec``)."""
+
+    def encode(self, oid: int, state: bytes) -> bytes:
+        """``state`` as it is stored (compressed, encrypted, or as it is)."""
+        ...
+
+    def decode(self, oid: int, tid: int, stored: bytes) -> bytes:
+        """The state a stored record holds; raises ``RecordKeyError`` (its key id is not
+        configured) or ``CorruptRecordError``."""
+        ...
+
+    def seal_chunk(self, content_hash: bytes, num: int, data: bytes) -> bytes:
+        """Chunk ``num`` of a blob content as it is stored (encrypted, or as it is)."""
+        ...
+
+    def open_chunk(self, content_hash: bytes, num: int, stored: bytes) -> bytes:
+        """The data of a stored blob chunk; raises ``RecordKeyError``."""
+        ...
+
+
 class BackendContract(Protocol):
     """One database and its roles, as the storage core and the roles see it."""
 
@@ -739,6 +760,15 @@ class BackendContract(Protocol):
     def inspector(self) -> InspectorRole: ...
     @property
     def blobs(self) -> BlobsRole: ...
+    @property
+    def codec(self) -> CodecRole:
+        """How states are stored and read back (``zodbsql.atrest``)."""
+        ...
+
+    def use_codec(self, codec: CodecRole) -> None:
+        """Store and read states through ``codec`` from now on (set by the storage at
+        open, before it reads or writes a state)."""
+        ...
 
     def connect(self) -> ConnectionRole:
         """A new connection (autocommit between explicit transactions).  Raises

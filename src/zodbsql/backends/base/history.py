@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Iterator
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, CurrentRecord,
                                             HistoryEntry, IteratedRecord, StateRow,
                                             TransactionHeader, UndoEntry, WrittenState)
-from zodbsql.backends.base.mover import state_row
+from zodbsql.backends.base.mover import opened, state_row
 from zodbsql.backends.base.statements import for_mode
 
 SET_COMMIT_ROW = "UPDATE commit_row SET last_tid = %s"
@@ -58,10 +58,6 @@ MAX_TID = (1 << 63) - 1
 
 def _bytes(value: Any) -> bytes:
     return bytes(value) if value is not None else b""
-
-
-def _state(value: Any) -> bytes | None:
-    return bytes(value) if value is not None else None
 
 
 def _header(row: tuple[Any, ...]) -> TransactionHeader:
@@ -150,17 +146,20 @@ class History:
 
     def transaction_states(self, conn: ConnectionRole, tid: int) -> list[WrittenState]:
         """Every record ``tid`` wrote."""
-        return [WrittenState(int(oid), stored_checksum, _state(state))
+        return [WrittenState(int(oid), stored_checksum,
+                             opened(self.backend.codec, int(oid), tid, state))
                 for oid, stored_checksum, state in conn.fetchall(self.sql.transaction_states,
                                                                  (tid,))]
 
     def state_before(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
-        return state_row(conn.fetchone(self.sql.state_before, (oid, tid)))
+        return state_row(conn.fetchone(self.sql.state_before, (oid, tid)), oid,
+                         self.backend.codec)
 
     def current_records(self, conn: ConnectionRole, after_oid: int,
                         limit: int) -> list[CurrentRecord]:
         """Current, non-deleted objects with oid > after_oid."""
-        return [CurrentRecord(int(oid), int(tid), bytes(state))
+        codec = self.backend.codec
+        return [CurrentRecord(int(oid), int(tid), codec.decode(int(oid), int(tid), bytes(state)))
                 for oid, tid, state in conn.fetchall(self.sql.current_records,
                                                      (after_oid, limit))]
 
@@ -181,7 +180,8 @@ class History:
             if not rows:
                 return
             for row in rows:
-                yield row, [IteratedRecord(int(oid), _state(state),
+                yield row, [IteratedRecord(int(oid), opened(self.backend.codec, int(oid),
+                                                            row.tid, state),
                                            int(data_tid) if data_tid is not None else None)
                             for oid, state, data_tid in conn.fetchall(sql.iter_records,
                                                                       (row.tid,))]

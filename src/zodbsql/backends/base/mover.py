@@ -6,16 +6,21 @@ tables under the final tid in a few set-based statements.  Loads come in three k
 the current revision, the revision current at a snapshot tid, and one exact revision.
 
 Loaded rows are ``(tid, checksum, state)``; ``state`` is None for a deleted object.
+States are staged as the commit sealed them (``zodbsql.atrest``: compressed, encrypted)
+and come out of every load opened again by the backend's codec, so the core sees only
+states as ZODB wrote them.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, ClassVar, Iterable, Sequence
 
-from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
+from zodbsql.backends.base.contract import (BackendContract, CodecRole, ConnectionRole,
+                                            LoadedState,
                                             ResolvedState,
                                             Revision, StagedState, StateRow)
 from zodbsql.backends.base.statements import for_mode, in_list
+from zodbsql.errors import CorruptRecordError, RecordKeyError
 
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
@@ -138,12 +143,20 @@ HP_LOAD_WITH_REFS = (
     " FROM object_ref r JOIN kept k ON r.zoid = k.zoid AND r.tid = k.tid LIMIT %s) f")
 
 
-def state_row(row: tuple[Any, ...] | None) -> StateRow | None:
-    """A loaded ``(tid, checksum, state)`` row as a :class:`StateRow`."""
+def state_row(row: tuple[Any, ...] | None, oid: int, codec: CodecRole) -> StateRow | None:
+    """A loaded ``(tid, checksum, state)`` row of ``oid`` as a :class:`StateRow`, its
+    state decoded."""
     if row is None:
         return None
     tid, stored_checksum, state = row
-    return StateRow(int(tid), stored_checksum, bytes(state) if state is not None else None)
+    return StateRow(int(tid), stored_checksum, opened(codec, oid, int(tid), state))
+
+
+def opened(codec: CodecRole, oid: int, tid: int, state: Any) -> bytes | None:
+    """A stored state column as the state it holds (None: a deletion)."""
+    if state is None:
+        return None
+    return codec.decode(oid, tid, bytes(state))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -218,28 +231,31 @@ class Mover:
             conn.execute(statement)
 
     # -- loading --------------------------------------------------------------------------
+    def _row(self, row: tuple[Any, ...] | None, oid: int) -> StateRow | None:
+        return state_row(row, oid, self.backend.codec)
+
     def load_current(self, conn: ConnectionRole, oid: int) -> StateRow | None:
-        return state_row(conn.fetchone(self.sql.load_current, (oid,)))
+        return self._row(conn.fetchone(self.sql.load_current, (oid,)), oid)
 
     def load_at(self, conn: ConnectionRole, oid: int, snapshot_tid: int) -> StateRow | None:
         """The revision current as of ``snapshot_tid`` (HP); the current one (HF)."""
         if self.keep_history:
-            return state_row(conn.fetchone(self.sql.load_at, (oid, snapshot_tid)))
-        return state_row(conn.fetchone(self.sql.load_at, (oid,)))
+            return self._row(conn.fetchone(self.sql.load_at, (oid, snapshot_tid)), oid)
+        return self._row(conn.fetchone(self.sql.load_at, (oid,)), oid)
 
     def load_serial(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
         if self.keep_history:
-            return state_row(conn.fetchone(self.sql.load_serial, (oid, tid)))
-        row = state_row(conn.fetchone(self.sql.load_serial, (oid,)))
+            return self._row(conn.fetchone(self.sql.load_serial, (oid, tid)), oid)
+        row = self._row(conn.fetchone(self.sql.load_serial, (oid,)), oid)
         return row if row is not None and row.tid == tid else None
 
     def load_before(self, conn: ConnectionRole, oid: int,
                     before_tid: int) -> tuple[StateRow, int | None] | None:
         """The revision before ``before_tid`` and the tid that replaced it (or None)."""
         if not self.keep_history:
-            row = state_row(conn.fetchone(self.sql.load_before, (oid,)))
+            row = self._row(conn.fetchone(self.sql.load_before, (oid,)), oid)
             return (row, None) if row is not None and row.tid < before_tid else None
-        row = state_row(conn.fetchone(self.sql.load_before, (oid, before_tid)))
+        row = self._row(conn.fetchone(self.sql.load_before, (oid, before_tid)), oid)
         if row is None:
             return None
         following = conn.fetchone(self.sql.next_tid, (oid, row.tid))
@@ -268,7 +284,8 @@ class Mover:
             test, params = self.listed(oids[start:start + step])
             sql = self.sql.load_many.format(listed=test)
             found = conn.fetchall(sql, [*params, snapshot_tid] if self.keep_history else params)
-            rows += [loaded_state(row) for row in found]
+            rows += [state for state in (loaded_state(row, self.backend.codec)
+                                         for row in found) if state is not None]
         return rows
 
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
@@ -292,9 +309,11 @@ class Mover:
         references: list[Revision] = []
         for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params):
             if kind == 0:
-                row = state_row((tid, stored_checksum, state))
+                row = self._row((tid, stored_checksum, state), oid)
             elif kind == 1:
-                states.append(loaded_state((zoid, tid, stored_checksum, state)))
+                loaded = loaded_state((zoid, tid, stored_checksum, state), self.backend.codec)
+                if loaded is not None:
+                    states.append(loaded)
             else:
                 references.append((int(zoid), int(tid)))
         return row, states, references
@@ -341,7 +360,8 @@ class Mover:
         found: dict[int, tuple[int | None, bytes | None]] = {}
         for oid, tid, stored_checksum, state in conn.fetchall(sql, params):
             if wanted.get(int(oid)) == int(tid):
-                found[int(oid)] = (stored_checksum, bytes(state) if state is not None else None)
+                found[int(oid)] = (stored_checksum,
+                                   opened(self.backend.codec, int(oid), int(tid), state))
         return found
 
     def restage_many(self, conn: ConnectionRole,
@@ -389,8 +409,13 @@ def padded_length(count: int) -> int:
     return count if count > 512 else 1 << max(0, count - 1).bit_length()
 
 
-def loaded_state(row: tuple[Any, ...]) -> LoadedState:
-    """A loaded ``(oid, tid, checksum, state)`` row as a :class:`LoadedState`."""
+def loaded_state(row: tuple[Any, ...], codec: CodecRole) -> LoadedState | None:
+    """A prefetched ``(oid, tid, checksum, state)`` row as a :class:`LoadedState`, its
+    state decoded; None when it does not open (damaged, or its key is not configured):
+    it is left out, and its own load reports it."""
     oid, tid, stored_checksum, state = row
-    return LoadedState(int(oid), int(tid), stored_checksum,
-                       bytes(state) if state is not None else None)
+    try:
+        return LoadedState(int(oid), int(tid), stored_checksum,
+                           opened(codec, int(oid), int(tid), state))
+    except (CorruptRecordError, RecordKeyError):
+        return None

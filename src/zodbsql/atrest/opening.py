@@ -1,0 +1,159 @@
+"""The codec a storage's options describe, and the check of its keys against the
+database before anything is written."""
+from __future__ import annotations
+
+import base64
+import os
+
+from zodbsql.atrest.codec import PLAIN, RecordCodec
+from zodbsql.atrest.keys import KeyRing, load_keys
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole
+from zodbsql.errors import ConfigurationError, RecordKeyError
+from zodbsql.options import Options
+from zodbsql.storage import identity
+
+#: Meta entries ``key_check:<id>``: an AES-GCM tag made with that key the first time it
+#: was used, so a different key under the same id is refused at open.
+KEY_CHECK = "key_check:"
+#: The key id the database's first encrypted records used: once set, a storage without
+#: keys may open it read-only only (it would write records in clear among them).
+ENCRYPTED_WITH = "encrypted_with"
+#: Meta entries ``checksum_key:<id>``: the database's checksum key (random, made with its
+#: first encrypted records), encrypted with the key of that id.  Record checksums stay
+#: in clear; keyed, they can't confirm a guessed state.  Every key id a storage opens
+#: the database with gets an entry, so the key survives rotation.
+CHECKSUM_KEY = "checksum_key:"
+
+
+def codec_for(options: Options) -> RecordCodec:
+    """The record codec of ``options`` (``PLAIN`` with both features off)."""
+    keys = load_keys(options.key_file, options.key_env, options.key_id)
+    dictionary = None
+    if options.compress_dict is not None:
+        try:
+            with open(options.compress_dict, "rb") as stream:
+                dictionary = stream.read()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"compress-dict {options.compress_dict!r} cannot be read: {exc.strerror}"
+            ) from None
+    if keys is not None:
+        _need_cryptography()
+    if options.compress == "off" and keys is None and dictionary is None:
+        return PLAIN
+    return RecordCodec(compress=options.compress == "zstd", level=options.compress_level,
+                       threshold=options.compress_threshold, dictionary=dictionary,
+                       keys=keys)
+
+
+def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
+               read_only: bool) -> bytes | None:
+    """Refuse a key whose id the database knows with another key; record the ones it
+    does not know yet (unless read-only).  Return the database's checksum key (None:
+    read-only on a database without encrypted records)."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    for key_id in keys.ids():
+        key = keys.get(key_id)
+        assert key is not None
+        cipher = AESGCM(key)
+        nonce = os.urandom(12)
+        made = base64.b64encode(nonce + cipher.encrypt(nonce, b"", _aad(key_id))).decode()
+        recorded = identity.recorded_once(backend, conn, KEY_CHECK + key_id, made, read_only)
+        if recorded is None:
+            continue
+        raw = base64.b64decode(recorded)
+        try:
+            cipher.decrypt(raw[:12], raw[12:], _aad(key_id))
+        except InvalidTag:
+            raise RecordKeyError(
+                f"the key configured as key id {key_id!r} is not the key {backend.describe()}"
+                " was written with under that id; nothing was written", key_id) from None
+    found = _checksum_key(backend, conn, keys, read_only)
+    identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, read_only)
+    return found
+
+
+def _checksum_key(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
+                  read_only: bool) -> bytes | None:
+    """The database's checksum key, opened with a configured key; made when the
+    database has none; recorded under every configured id that lacks it."""
+    found = None
+    missing = []
+    for key_id in keys.ids():
+        wrapped = backend.history.get_meta(conn, CHECKSUM_KEY + key_id)
+        if wrapped is None:
+            missing.append(key_id)
+        else:
+            found = _unwrap(keys, key_id, wrapped)
+    if found is None:
+        first = backend.history.get_meta(conn, ENCRYPTED_WITH)
+        if first is not None:
+            raise RecordKeyError(
+                f"none of the configured key ids ({', '.join(keys.ids())}) has opened"
+                f" {backend.describe()} before, so its checksum key can't be read; configure"
+                f" a key id it knows (the first was {first!r}) beside the new one once;"
+                " nothing was written", first)
+        if read_only:
+            return None
+        made = _wrap(keys, keys.current, os.urandom(32))
+        stored = identity.recorded_once(backend, conn, CHECKSUM_KEY + keys.current, made,
+                                        read_only)
+        assert stored is not None
+        found = _unwrap(keys, keys.current, stored)
+        missing.remove(keys.current)
+    if not read_only:
+        for key_id in missing:
+            identity.recorded_once(backend, conn, CHECKSUM_KEY + key_id,
+                                   _wrap(keys, key_id, found), read_only)
+    return found
+
+
+def _wrap(keys: KeyRing, key_id: str, secret: bytes) -> str:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    key = keys.get(key_id)
+    assert key is not None
+    nonce = os.urandom(12)
+    return base64.b64encode(nonce + AESGCM(key).encrypt(nonce, secret, _wrap_aad(key_id))
+                            ).decode()
+
+
+def _unwrap(keys: KeyRing, key_id: str, wrapped: str) -> bytes:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    key = keys.get(key_id)
+    assert key is not None
+    raw = base64.b64decode(wrapped)
+    try:
+        return AESGCM(key).decrypt(raw[:12], raw[12:], _wrap_aad(key_id))
+    except InvalidTag:
+        raise RecordKeyError(
+            f"the key configured as key id {key_id!r} does not open the checksum key"
+            " recorded under that id; nothing was written", key_id) from None
+
+
+def _wrap_aad(key_id: str) -> bytes:
+    return b"zodbsql checksum key " + key_id.encode("ascii")
+
+
+def check_no_keys(backend: BackendContract, conn: ConnectionRole, read_only: bool) -> None:
+    """Refuse to write in clear into a database whose records are encrypted."""
+    first = backend.history.get_meta(conn, ENCRYPTED_WITH)
+    if first is not None and not read_only:
+        raise RecordKeyError(
+            f"{backend.describe()} holds records encrypted with key id {first!r} (and"
+            " maybe later ids), but no key-file or key-env is configured; nothing was"
+            " written (read-only, it opens, and a record says which key id it needs)", first)
+
+
+def _aad(key_id: str) -> bytes:
+    return b"zodbsql key check " + key_id.encode("ascii")
+
+
+def _need_cryptography() -> None:
+    try:
+        import cryptography.hazmat.primitives.ciphers.aead  # noqa: F401
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"key-file and key-env need the cryptography package (pip install"
+            f" 'zodbsql[atrest]'): {exc}") from None
