@@ -93,7 +93,8 @@ class PostgreSQLLocker(Locker):
         conflicts: list[Conflict] = []
         read_conflicts: list[Conflict] = []
         for oid, expected, actual, kind in rows:
-            found = read_conflicts if kind in ("r", b"r") else conflicts
+            # psycopg loads "char" as str, in text and binary results alike.
+            found = read_conflicts if kind == "r" else conflicts
             found.append(Conflict(int(oid), int(expected), int(actual)))
         return conflicts, read_conflicts
 
@@ -104,5 +105,7 @@ class PostgreSQLLocker(Locker):
         return [int(row[0]) for row in conn.fetchall(self.sql.lock_for_pack, (oids,))]
 
     def lock_commit(self, conn: ConnectionRole, timeout: float) -> int | None:
-        row = conn.fetchone(LOCK_COMMIT)
-        return int(row[0]) if row else 0
+        # Only a pack batch calls this here (zodbsql_finish takes commit_row itself),
+        # and it wants the lock, not the tid.
+        conn.execute(LOCK_COMMIT)
+        return None
