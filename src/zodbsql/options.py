@@ -203,7 +203,9 @@ class Options:
         256, doc="States smaller than this many bytes are never compressed.")
     compress_dict: str | None = setting(
         None, doc="A zstd dictionary file (zodbsql train-dict) that new records are "
-                  "compressed with; records compressed with it need it to be read.")
+                  "compressed with, then, comma-separated, the dictionaries older "
+                  "records were compressed with: a record needs its dictionary to be "
+                  "read.")
     key_file: str | None = setting(
         None, doc="A file holding the encryption key (base64 of 16, 24 or 32 bytes) or "
                   "lines id:base64key: records are then stored encrypted with AES-GCM "

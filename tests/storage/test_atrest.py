@@ -542,6 +542,42 @@ def test_a_dictionary_trained_on_the_records(storage_factory: Any,
     db.close()
 
 
+def test_a_new_dictionary_keeps_records_of_the_old_one_readable(
+        storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """compress-dict "new, old": new records use the first, records compressed with the
+    second still read; without it they name its id."""
+    from zodbsql.atrest.dictionary import sample_states, train
+    from zodbsql.errors import ConfigurationError
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    fill(db, count=200)
+    samples = sample_states(storage.backend, storage.shared.codec, 100)
+    db.close()
+    old, new = tmp_path / "old.dict", tmp_path / "new.dict"
+    old.write_bytes(train(samples, 2048))
+    new.write_bytes(train(samples[::-1] + [b"\x80\x03other" * 20], 4096))
+    settings: dict[str, Any] = dict(compress="zstd", compress_threshold=0)
+    db = ZODB.DB(storage_factory.open(compress_dict=str(old), **settings))
+    fill(db, count=20, text="old")
+    db.close()
+    db = ZODB.DB(storage_factory.open(compress_dict=f"{new}, {old}", **settings))
+    check(db, count=20, text="old")
+    with db.transaction() as conn:
+        conn.root()["fresh"] = PersistentMapping(text="new " * 50)
+    with db.transaction() as conn:
+        assert conn.root()["fresh"]["text"] == "new " * 50
+    db.close()
+    only_new = ZODB.DB(storage_factory.open(compress_dict=str(new), **settings))
+    try:
+        with only_new.transaction() as conn:
+            assert conn.root()["fresh"]["text"] == "new " * 50
+            with pytest.raises(ConfigurationError, match=r"dictionary id \d+, but"
+                               r" compress-dict has only id\(s\) \d+"):
+                conn.root()["item0"]["text"]
+    finally:
+        only_new.close()
+
+
 def test_several_keys_in_one_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     from zodbsql.atrest.keys import load_keys
     monkeypatch.setenv("ZODBSQL_TEST_KEYS", f"k1:{new_key()}, k2:{new_key()}")

@@ -12,7 +12,7 @@ import os
 import struct
 import threading
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from zodbsql.atrest.keys import KeyRing
 from zodbsql.errors import ConfigurationError, CorruptRecordError, RecordKeyError
@@ -41,7 +41,8 @@ class RecordCodec:
     """
 
     def __init__(self, compress: bool = False, level: int = 3, threshold: int = 256,
-                 dictionary: bytes | None = None, keys: KeyRing | None = None) -> None:
+                 dictionary: bytes | None = None, keys: KeyRing | None = None,
+                 older_dictionaries: Sequence[bytes] = ()) -> None:
         self.compress = compress
         self.level = level
         self.threshold = threshold
@@ -54,6 +55,14 @@ class RecordCodec:
             if dictionary is not None:
                 self._dictionary = zstd.ZstdCompressionDict(dictionary)
                 self._dict_id = self._dictionary.dict_id()
+        # Dictionaries by id, for reading: the current one and those records were
+        # compressed with before a new one was trained.
+        self._readable: dict[int, zstandard.ZstdCompressionDict] = {}
+        if self._dictionary is not None:
+            self._readable[self._dict_id] = self._dictionary
+        for data in older_dictionaries:
+            older = zstandard_module().ZstdCompressionDict(data)
+            self._readable.setdefault(older.dict_id(), older)
         self._ciphers: dict[str, AESGCM] = {}
         #: The database's checksum key (``opening.checksum_key``) once the storage has
         #: opened it; None: checksums are plain BLAKE2b digests.
@@ -125,13 +134,15 @@ class RecordCodec:
         return payload
 
     def _decompress(self, oid: int, tid: int, payload: bytes, dict_id: int | None) -> bytes:
-        if dict_id is not None and dict_id != self._dict_id:
+        if dict_id is not None and dict_id not in self._readable:
+            known = ", ".join(str(i) for i in self._readable)
             raise ConfigurationError(
                 f"the record of oid 0x{oid:016x} tid 0x{tid:016x} was compressed with the zstd"
                 f" dictionary id {dict_id}, but compress-dict "
-                + (f"has id {self._dict_id}" if self._dictionary is not None else "is not set"))
+                + (f"has only id(s) {known}" if known else "is not set")
+                + " (list the dictionaries records were compressed with after the current one)")
         try:
-            return bytes(self._decompressor(dict_id is not None).decompress(payload))
+            return bytes(self._decompressor(dict_id).decompress(payload))
         except Exception as exc:  # zstandard.ZstdError
             raise CorruptRecordError(oid, tid, f"it does not decompress: {exc}") from None
 
@@ -202,14 +213,17 @@ class RecordCodec:
                 level=self.level, dict_data=self._dictionary)
         return found
 
-    def _decompressor(self, with_dictionary: bool) -> zstandard.ZstdDecompressor:
-        name = "dict_decompressor" if with_dictionary else "decompressor"
-        found = getattr(self._local, name, None)
+    def _decompressor(self, dict_id: int | None) -> zstandard.ZstdDecompressor:
+        """This thread's decompressor for records with dictionary ``dict_id`` (None:
+        without one)."""
+        found_all = getattr(self._local, "decompressors", None)
+        if found_all is None:
+            found_all = self._local.decompressors = {}
+        found = found_all.get(dict_id)
         if found is None:
             zstd = zstandard_module()
-            found = zstd.ZstdDecompressor(dict_data=self._dictionary if with_dictionary
-                                          else None)
-            setattr(self._local, name, found)
+            data = self._readable[dict_id] if dict_id is not None else None
+            found = found_all[dict_id] = zstd.ZstdDecompressor(dict_data=data)
         return found
 
     def _cipher(self, key_id: str) -> AESGCM:

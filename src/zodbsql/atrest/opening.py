@@ -28,22 +28,27 @@ CHECKSUM_KEY = "checksum_key:"
 def codec_for(options: Options) -> RecordCodec:
     """The record codec of ``options`` (``PLAIN`` with both features off)."""
     keys = load_keys(options.key_file, options.key_env, options.key_id)
-    dictionary = None
-    if options.compress_dict is not None:
+    # compress-dict: the dictionary new records use, then any that older records
+    # were compressed with (comma-separated), kept readable.
+    dictionaries: list[bytes] = []
+    for path in (options.compress_dict or "").split(","):
+        path = path.strip()
+        if not path:
+            continue
         try:
-            with open(options.compress_dict, "rb") as stream:
-                dictionary = stream.read()
+            with open(path, "rb") as stream:
+                dictionaries.append(stream.read())
         except OSError as exc:
             raise ConfigurationError(
-                f"compress-dict {options.compress_dict!r} cannot be read: {exc.strerror}"
-            ) from None
+                f"compress-dict {path!r} cannot be read: {exc.strerror}") from None
+    dictionary = dictionaries[0] if dictionaries else None
     if keys is not None:
         _need_cryptography()
     if options.compress == "off" and keys is None and dictionary is None:
         return PLAIN
     return RecordCodec(compress=options.compress == "zstd", level=options.compress_level,
                        threshold=options.compress_threshold, dictionary=dictionary,
-                       keys=keys)
+                       keys=keys, older_dictionaries=dictionaries[1:])
 
 
 def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
