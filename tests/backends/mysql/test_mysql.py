@@ -201,6 +201,33 @@ def test_overlapping_commit_times_out(factory: MySQLFactory) -> None:
     assert b.tpc_finish(txn_b) > tid_a
 
 
+def test_a_pack_batch_holding_the_gate_times_out_a_vote(factory: MySQLFactory) -> None:
+    """A vote waits for the pack gate a deleting pack batch holds, as long as
+    row-lock-timeout allows, and then says so; once the batch ends it commits."""
+    oids = _populate(factory, 1)
+    storage = factory.open(commit_lock_timeout=1)
+    batch = mysql_admin()
+    cursor = batch.cursor()
+    cursor.execute(f"USE `{factory.path}`")
+    cursor.execute("START TRANSACTION")
+    cursor.execute("SELECT value FROM zodbsql_meta WHERE name = 'pack_gate' FOR UPDATE")
+    assert cursor.fetchall()        # the row every database opened for writing has
+    try:
+        txn = _begin_store(storage, {oids[0]: _state("x")})
+        with pytest.raises(CommitLockTimeout) as info:
+            storage.tpc_vote(txn)
+        storage.tpc_abort(txn)
+        assert str(info.value).startswith(
+            "a pack batch held the pack gate for longer than row-lock-timeout (default:"
+            " commit-lock-timeout); the transaction can be retried")
+    finally:
+        cursor.execute("ROLLBACK")
+        batch.close()
+    txn = _begin_store(storage, {oids[0]: _state("x")})
+    storage.tpc_vote(txn)
+    assert storage.load(oids[0])[1] < storage.tpc_finish(txn)
+
+
 def test_killed_connection_between_vote_and_finish(factory: MySQLFactory) -> None:
     storage = factory.open()
     oids = _populate(factory, 2)

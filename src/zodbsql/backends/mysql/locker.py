@@ -98,10 +98,10 @@ class MySQLLocker(Locker):
             # Causal on Galera: rows committed on other nodes are applied here first.
             rows = conn.fetchall(conn.causal + self.sql.find_conflicts)
         except CommitLockTimeout as exc:
-            seconds = getattr(conn, "lock_timeout", None) or "?"
             raise CommitLockTimeout(
                 "another commit held the row lock of an object this one changes for"
-                f" longer than row-lock-timeout (default: commit-lock-timeout; {seconds}s,"
+                " longer than row-lock-timeout (default: commit-lock-timeout;"
+                f" {conn.lock_timeout}s,"
                 " applied as innodb_lock_wait_timeout); the transaction can be retried"
             ) from exc
         conflicts = [Conflict(int(o), int(e), int(a)) for o, e, a in rows if int(e) != int(a)]
