@@ -55,7 +55,8 @@ class Locker:
     skip_empty_lock: ClassVar[bool] = True
 
     def __init__(self, backend: BackendContract) -> None:
-        self.backend = backend
+        # Lockers need only the history mode: their statements and timeouts come from
+        # it and from the connection they are given.
         self.keep_history = backend.keep_history
         self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 

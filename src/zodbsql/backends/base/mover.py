@@ -379,7 +379,7 @@ class Mover:
         row = conn.fetchone(self.sql.max_staged_oid)
         return int(row[0]) if row and row[0] is not None else None
 
-    def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool = True) -> None:
+    def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool) -> None:
         """Make the staged states the revisions of ``tid``.
 
         ``blobs``: the commit may change blob references (it staged blobs, copies
