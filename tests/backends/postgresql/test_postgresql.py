@@ -428,10 +428,13 @@ def test_a_database_made_before_commit_log_gets_it():
         read_only = made.open(read_only=True)  # can't install anything, still reads
         read_only.close()
         db = ZODB.DB(made.open())
-        with db.transaction() as conn:
-            conn.root()["x"] = 1
-        count = made.admin.execute(f'SELECT count(*) FROM "{schema}".commit_log').fetchone()
-        assert count == (2,)  # the root, then x
-        db.close()
+        try:
+            with db.transaction() as conn:
+                conn.root()["x"] = 1
+            count = made.admin.execute(
+                f'SELECT count(*) FROM "{schema}".commit_log').fetchone()
+            assert count == (2,)  # the root, then x
+        finally:
+            db.close()  # before cleanup drops the schema, which an open session blocks
     finally:
         made.cleanup()

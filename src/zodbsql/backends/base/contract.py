@@ -403,9 +403,6 @@ class MoverRole(Protocol):
                      refs: list[Revision]) -> None:
         """Replace staged states and their references after conflict resolution."""
 
-    def max_staged_oid(self, conn: ConnectionRole) -> int | None:
-        """The highest staged oid, or None when nothing is staged."""
-
     def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool) -> None:
         """Make the staged states the revisions of ``tid`` (commit lock held).
         ``blobs``: the commit may change blob references; otherwise those steps are

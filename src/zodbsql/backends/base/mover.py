@@ -32,7 +32,6 @@ STAGE_REF = "INSERT INTO temp_ref (zoid, to_zoid) VALUES (%s, %s)"
 RESTAGE_STATE = ("UPDATE temp_store SET prev_tid = %s, checksum = %s, state_size = %s,"
                  " state = %s WHERE zoid = %s")
 UNSTAGE_REFS_OF = "DELETE FROM temp_ref WHERE zoid IN ({oids})"
-MAX_STAGED_OID = "SELECT MAX(zoid) FROM temp_store"
 
 # -- history-preserving ---------------------------------------------------------------------
 HP_LOAD_CURRENT = (
@@ -170,7 +169,6 @@ class MoverStatements:
     stage_ref: str = STAGE_REF
     restage_state: str = RESTAGE_STATE
     unstage_refs_of: str = UNSTAGE_REFS_OF
-    max_staged_oid: str = MAX_STAGED_OID
     load_current: str
     #: The revision current at a snapshot tid (history-free: the current one).
     load_at: str
@@ -374,10 +372,6 @@ class Mover:
         conn.execute(self.sql.unstage_refs_of.format(oids=in_list(len(oids))), oids)
         if refs:
             conn.executemany(self.sql.stage_ref, refs)
-
-    def max_staged_oid(self, conn: ConnectionRole) -> int | None:
-        row = conn.fetchone(self.sql.max_staged_oid)
-        return int(row[0]) if row and row[0] is not None else None
 
     def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool) -> None:
         """Make the staged states the revisions of ``tid``.
