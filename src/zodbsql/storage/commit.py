@@ -104,7 +104,7 @@ class PendingCommit:
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
         rows: list[StagedState] = []
         refs: list[Revision] = []
-        encode, key = backend.codec.encode, shared.codec.checksum_key
+        encode, key = shared.codec.encode, shared.codec.checksum_key
         for oid, (prev_tid, state) in self.states.items():
             # The checksum is of the state itself; what is stored may be sealed.
             stored = encode(oid, state) if state else state
@@ -212,7 +212,7 @@ class PendingCommit:
                 oid, actual, expected, self.states[oid][1], committed[oid])
             self.states[oid] = (actual, resolved)
             self.data_tids.pop(oid, None)
-            stored = shared.backend.codec.encode(oid, resolved) if resolved else resolved
+            stored = shared.codec.encode(oid, resolved) if resolved else resolved
             rows.append(ResolvedState(oid, actual, checksum(resolved, shared.codec.checksum_key),
                                       len(stored), stored))
             refs.extend((oid, ref) for ref in references(oid, resolved))
