@@ -115,12 +115,12 @@ class PendingCommit:
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         mover = backend.mover
         mover.clear_staged(conn)
-        mover.stage(conn, rows, refs)
         self._stage_blobs(conn)
         if not (rows or self.blob_staged or self.read_current) and backend.locker.skip_empty_lock:
             self.voted = True  # nothing staged, nothing read-current: nothing to lock
             return self.resolved
-        conflicts, read_conflicts = backend.locker.lock_objects(conn, self.read_current)
+        conflicts, read_conflicts = backend.locker.stage_and_lock(
+            conn, mover, rows, refs, self.read_current)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
         self._resolve(conn, [c for c in conflicts if c.oid not in self.unchecked])

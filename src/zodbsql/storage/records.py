@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import pickle
 
 from ZODB.serialize import referencesf
 from ZODB.utils import p64, u64
@@ -10,6 +11,10 @@ from ZODB.utils import p64, u64
 from zodbsql.errors import CorruptRecordError
 
 log = logging.getLogger(__name__)
+
+#: The pickle opcodes of a persistent reference (ZODB pickles with protocol 3).
+PERSID = pickle.PERSID
+BINPERSID = pickle.BINPERSID
 
 
 def checksum(state: bytes | None, key: bytes | None = None) -> int | None:
@@ -48,6 +53,10 @@ def references(oid: int, state: bytes | None) -> set[int]:
     logged and recorded without references rather than refused.
     """
     if not state:
+        return set()
+    if PERSID not in state and BINPERSID not in state:
+        # A reference is pickled with one of these two opcodes: without either byte
+        # (most leaf objects) there is nothing to find, and no unpickler to build.
         return set()
     try:
         return {u64(ref) for ref in referencesf(state)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import transaction
 import ZODB
+from persistent.mapping import PersistentMapping
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.POSException import POSKeyError
@@ -436,5 +437,31 @@ def test_a_database_made_before_commit_log_gets_it():
             assert count == (2,)  # the root, then x
         finally:
             db.close()  # before cleanup drops the schema, which an open session blocks
+    finally:
+        made.cleanup()
+
+
+@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
+def test_a_database_made_before_stage_and_lock_gets_it(keep_history: bool) -> None:
+    made = PostgreSQLFactory(Param("postgresql", keep_history))
+    try:
+        made.open().close()
+        schema = made.path
+        # As a database made by an older zodbsql: vote staged, then locked, in two calls.
+        made.admin.execute(f'DROP FUNCTION "{schema}".zodbsql_stage_and_lock(BIGINT[],'
+                           ' BIGINT[], BIGINT[], BIGINT[], BIGINT[], BYTEA[], BIGINT[],'
+                           ' BIGINT[], BIGINT[], BIGINT[])')
+        db = ZODB.DB(made.open())
+        try:
+            with db.transaction() as conn:
+                conn.root()["x"] = PersistentMapping(a=1)
+            installed = made.admin.execute(
+                "SELECT count(*) FROM information_schema.routines WHERE routine_schema = %s"
+                " AND routine_name = 'zodbsql_stage_and_lock'", (schema,)).fetchone()
+            assert installed == (1,)
+            with db.transaction() as conn:
+                assert conn.root()["x"]["a"] == 1
+        finally:
+            db.close()
     finally:
         made.cleanup()

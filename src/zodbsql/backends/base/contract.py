@@ -321,6 +321,13 @@ class LockerRole(Protocol):
         and ``ReadConflictError`` when a row read-current is being written by another
         commit (backends with row locks)."""
 
+    def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
+                       states: Sequence[StagedState], refs: Sequence[Revision],
+                       read_current: dict[int, int],
+                       ) -> tuple[list[Conflict], list[Conflict]]:
+        """Vote's writes: ``mover.stage(states, refs)`` then ``lock_objects``, as one
+        round trip where the backend can (PostgreSQL: one function call)."""
+
     def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
         """oid -> current tid of those of ``oids`` that exist."""
 

@@ -11,9 +11,10 @@ backend without row locks (SQLite) takes the database write lock already in vote
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
-from zodbsql.backends.base.contract import BackendContract, Conflict, ConnectionRole
+from zodbsql.backends.base.contract import (BackendContract, Conflict, ConnectionRole,
+                                            MoverRole, Revision, StagedState)
 from zodbsql.backends.base.statements import for_mode, in_list
 
 # Staged states whose expected previous tid is not the current one: (oid, expected, actual).
@@ -81,6 +82,15 @@ class Locker:
                 if actual != expected:
                     read_conflicts.append(Conflict(oid, expected, actual))
         return conflicts, read_conflicts
+
+    def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
+                       states: Sequence[StagedState], refs: Sequence[Revision],
+                       read_current: dict[int, int],
+                       ) -> tuple[list[Conflict], list[Conflict]]:
+        """Stage, then lock: two steps here (a backend that can do both in one call
+        overrides this)."""
+        mover.stage(conn, states, refs)
+        return self.lock_objects(conn, read_current)
 
     def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
         result: dict[int, int] = {}

@@ -3,8 +3,9 @@
 Design note.
 
 * Locking.  Two commits on disjoint objects should not wait for each other, so vote
-  does not take a database-wide lock: it opens an ordinary (read committed) transaction,
-  stages the states, and calls ``zodbsql_lock_objects`` once.  That function locks the
+  does not take a database-wide lock: it opens an ordinary (read committed) transaction
+  and calls ``zodbsql_stage_and_lock`` once, which stages the states and runs
+  ``zodbsql_lock_objects``.  That function locks the
   *rows* of the objects the commit changes with ``FOR UPDATE`` in oid order
   (``current_object`` in history-preserving mode, ``object_state`` in history-free
   mode), then share-locks the rows it read-current with ``FOR SHARE NOWAIT`` (a row
@@ -65,17 +66,18 @@ Design note.
   ===========================  ==========  ==========
   one ZODB transaction          1 object    1,000 new
   ===========================  ==========  ==========
-  history-preserving            6           9
-  history-free                  8           11
+  history-preserving            5           7
+  history-free                  7           9
   ===========================  ==========  ==========
 
-  The 6: the poll (one UNION statement: last tid and changes), ``BEGIN; SET LOCAL
-  lock_timeout`` (one call), the staged states and references (one statement: each
-  column one array, ``unnest`` into both staging tables), the row locks with the
-  conflict check (``zodbsql_lock_objects``), ``zodbsql_finish(...)`` (procedures_hp.sql:
+  The 5: the poll (one UNION statement: last tid and changes), ``BEGIN; SET LOCAL
+  lock_timeout`` (one call), ``zodbsql_stage_and_lock`` (the states and references
+  staged, each column one array that ``unnest`` turns into rows of both staging tables,
+  then the row locks and the conflict check), ``zodbsql_finish(...)`` (procedures_hp.sql:
   lock the commit row, allocate the tid, record the transaction, move states, current
-  pointers and references) and COMMIT. 1,000 new objects add oid blocks from the
-  sequence. The staging tables are ``ON COMMIT DELETE ROWS``, so nothing is spent
+  pointers and references) and COMMIT. 1,000 new objects after a pause add two oid
+  blocks from the sequence (16 and 1,024 oids); back-to-back big commits take one block
+  of 4,096 per 4,096 new objects. The staging tables are ``ON COMMIT DELETE ROWS``, so nothing is spent
   clearing them. History-free adds the read transaction (BEGIN and ROLLBACK) that holds
   its snapshot.
 * Standbys, failover, poolers.  Polls and loads may go to a hot standby

@@ -77,14 +77,18 @@ DROP_NONCE_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYT
                      " BYTEA, BOOLEAN, INTEGER, BOOLEAN, BIGINT)")
 DROP_ALLOCATE_TID = "DROP FUNCTION IF EXISTS zodbsql_allocate_tid(BIGINT, BIGINT, INTEGER, BOOLEAN)"
 DROP_LOCK_OBJECTS = "DROP FUNCTION IF EXISTS zodbsql_lock_objects(BIGINT[], BIGINT[])"
+DROP_STAGE_AND_LOCK = ("DROP FUNCTION IF EXISTS zodbsql_stage_and_lock(BIGINT[], BIGINT[],"
+                       " BIGINT[], BIGINT[], BIGINT[], BYTEA[], BIGINT[], BIGINT[], BIGINT[],"
+                       " BIGINT[])")
 DROP_CHANNEL = "DROP FUNCTION IF EXISTS zodbsql_channel()"
 DROP_LOG_WINDOW = "DROP FUNCTION IF EXISTS zodbsql_commit_log_window()"
 DROP_PACK_GATE = "DROP FUNCTION IF EXISTS zodbsql_pack_gate()"
-#: The procedures, which are installed together; the newest (the pack gate) comes with
-#: the current bodies of the others.  One missing means a database made by an older
+#: The procedures, which are installed together; the newest (vote's staging and locking
+#: in one call) comes with the current bodies of the others.  One missing means a database made by an older
 #: zodbsql (or damaged), whose procedures are installed again.
 PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
-              "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects")
+              "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects",
+              "zodbsql_stage_and_lock")
 HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = ANY(%s)"
@@ -120,7 +124,8 @@ class PostgreSQLSchema(Schema):
         if not read_only and conn.fetchone(
                 HAS_CURRENT_PROCEDURES, (list(PROCEDURES), len(PROCEDURES))) is None:
             # A database made before vote locked in one call, before commits were
-            # announced (listener.py), before commit_log or before the pack gate:
+            # announced (listener.py), before commit_log, before the pack gate or
+            # before vote staged and locked in one call:
             # install the procedures again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
@@ -166,6 +171,7 @@ class PostgreSQLSchema(Schema):
         conn.execute(DROP_LOG_WINDOW)
         conn.execute(DROP_PACK_GATE)
         conn.execute(DROP_ALLOCATE_TID)
+        conn.execute(DROP_STAGE_AND_LOCK)  # before the function it calls
         conn.execute(DROP_LOCK_OBJECTS)
         conn.execute(DROP_CHANNEL)
         if conn.fetchone(HAS_SEQUENCE) is not None:

@@ -1,0 +1,73 @@
+"""What a state's references are, as recorded at commit (pack and prefetch follow them)."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from persistent import Persistent
+from persistent.mapping import PersistentMapping
+import ZODB
+from ZODB.MappingStorage import MappingStorage
+from ZODB.utils import u64
+
+from zodbsql.storage.records import references
+
+
+class Leaf(Persistent):
+    """An object whose class pickle holds neither reference opcode's byte."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def pickled(obj: Persistent) -> tuple[bytes, list[int]]:
+    """``obj``'s record as ZODB writes it, committed to a MappingStorage with what it
+    refers to, and the oids of the objects of ``obj.children`` (when it has them)."""
+    db = ZODB.DB(MappingStorage())
+    try:
+        with db.transaction() as conn:
+            conn.root()["obj"] = obj
+        with db.transaction() as conn:
+            stored = conn.root()["obj"]
+            state, _ = db.storage.load(stored._p_oid)
+            kids = (stored.get("children", ()) if isinstance(stored, PersistentMapping)
+                    else getattr(stored, "children", ()))
+            children = [u64(each._p_oid) for each in kids]
+        return state, children
+    finally:
+        db.close()
+
+
+class Holder(Persistent):
+    """A container whose class pickle holds neither opcode's byte either."""
+
+    def __init__(self, children: list[Leaf]) -> None:
+        self.children = children
+
+
+@pytest.mark.parametrize("make", [
+    lambda children: PersistentMapping(children=children),
+    lambda children: Holder(children),
+], ids=["mapping", "holder"])
+def test_every_reference_is_found(make) -> None:
+    state, children = pickled(make([Leaf(b"") for _ in range(3)]))
+    assert len(children) == 3 and references(1, state) == set(children)
+
+
+def test_a_state_with_a_binary_reference_and_no_text_one_is_read() -> None:
+    # Holder's record holds no "P": only the BINPERSID opcode marks its references,
+    # and that byte alone must send the state to the unpickler.
+    state, children = pickled(Holder([Leaf(b"")]))
+    assert pickle.PERSID not in state and pickle.BINPERSID in state
+    assert references(1, state) == set(children)
+
+
+def test_states_without_references() -> None:
+    plain, _ = pickled(Leaf(b"no references here"))
+    assert pickle.PERSID not in plain and pickle.BINPERSID not in plain
+    assert references(1, plain) == set()
+    # The opcodes' bytes in data are not references: the unpickler says so.
+    data, _ = pickled(Leaf(b"PQ" * 10))
+    assert pickle.PERSID in data and pickle.BINPERSID in data
+    assert references(1, data) == set()
+    assert references(1, None) == set() and references(1, b"") == set()
