@@ -529,3 +529,58 @@ def test_restart_reads_from_the_persistent_cache(tmp_path: pathlib.Path) -> None
     assert cached["adopted"] >= 0 and 0 <= cached["db_loads"] <= 200
     assert by["sqlite", "restart"]["db_loads"] >= 1
     assert by["sqlite", "restart"]["first_ms"] > 0
+
+
+def test_server_statements_agree_with_zodbsql_and_count_relstorage(
+        tmp_path: pathlib.Path) -> None:
+    """--server-statements: each PostgreSQL contender behind a relay of its own, whose
+    count of the statements sent agrees with zodbsql's own and gives RelStorage's."""
+    from tests.databases import BACKENDS
+    if "postgresql" not in BACKENDS:
+        pytest.skip("postgresql is not in ZODBSQL_TEST_BACKENDS")
+    out = tmp_path / "out"
+    assert main(["bench", "--contender", "postgresql,relstorage-postgresql",
+                 "--tests", "add,update,empty", "--server-statements", *TINY,
+                 "--no-charts", "--output", str(out)]) == 0
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    rows = {(r["contender"], r["test"]): r for r in summary}
+    for test in ("add", "update", "empty"):
+        ours = rows[("postgresql", test)]
+        assert ours["server_sql_per_txn"] == ours["sql_per_txn"] > 0, test
+    # RelStorage counts nothing itself; on the wire it sends statements all the same.
+    theirs = rows[("relstorage-postgresql", "update")]
+    assert theirs["sql_per_txn"] is None and theirs["server_sql_per_txn"] > 0
+    with open(out / "results.csv", newline="") as f:
+        assert "server_sql_per_txn" in next(csv.reader(f))
+
+
+def test_the_relay_counts_each_statement_sent_once() -> None:
+    from tests.databases import BACKENDS, POSTGRESQL_DSN
+    if "postgresql" not in BACKENDS:
+        pytest.skip("postgresql is not in ZODBSQL_TEST_BACKENDS")
+    import time
+
+    import psycopg
+
+    from zodbsql.bench.wire import StatementRelay
+    params = psycopg.conninfo.conninfo_to_dict(POSTGRESQL_DSN)
+    relay = StatementRelay(str(params.get("host") or "127.0.0.1"),
+                           int(params.get("port") or 5432))
+    try:
+        params.update(host="127.0.0.1", port=str(relay.port))   # sslmode as configured
+        start = time.perf_counter()
+        with psycopg.connect(psycopg.conninfo.make_conninfo("", **params),
+                             autocommit=True) as conn:
+            conn.execute("SELECT 1")                                 # extended protocol
+            big = conn.execute("SELECT length(%s)", (b"x" * 3_000_000,)).fetchone()
+            conn.execute("SELECT 2; SELECT 3")                       # one simple query
+            with conn.pipeline():
+                for n in range(5):
+                    conn.execute("SELECT %s::int", (n,))
+        end = time.perf_counter()
+        assert big == (3_000_000,)
+        assert relay.statements_between(start, end) == 8
+        relay.forget_before(end)
+        assert relay.statements_between(start, end) == 0
+    finally:
+        relay.close()

@@ -29,6 +29,7 @@ import ZODB.config
 from ZODB.utils import z64
 
 from zodbsql.bench.deadlocks import DeadlockCounter, counter_for
+from zodbsql.bench.wire import StatementRelay
 from zodbsql.errors import ConfigurationError
 
 #: A ``<zodb NAME>`` section that holds this comment may be written to although it
@@ -51,6 +52,11 @@ class Contender:
     storage_class: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     deadlocks: DeadlockCounter | None = None   # its server's deadlock counter, if any
+    relay: StatementRelay | None = None         # counts its statements on the wire
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers get the contender without the relay, which lives in the bench's process.
+        return {**self.__dict__, "relay": None}
 
     def open_db(self) -> ZODB.DB:
         return database_factory(self.config_text, self.name).open()
@@ -205,9 +211,25 @@ class Servers:
     """Servers and scratch databases the bench makes for its contenders, stopped and
     dropped in ``close`` (also on Ctrl-C)."""
 
-    def __init__(self) -> None:
+    def __init__(self, server_statements: bool = False) -> None:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.scratch = contextlib.ExitStack()
+        self.server_statements = server_statements
+        self.relays: dict[str, StatementRelay] = {}   # contender name -> its relay
+
+    def relayed(self, name: str, dsn: str) -> str:
+        """``dsn`` itself, or (with --server-statements) the DSN of a relay of its own
+        in front of that server, which counts the contender's statements."""
+        if not self.server_statements:
+            return dsn
+        import psycopg
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+        relay = StatementRelay(str(params.get("host") or "127.0.0.1"),
+                               int(params.get("port") or 5432))
+        self.relays[name] = relay
+        self.scratch.callback(relay.close)
+        params.update(host="127.0.0.1", port=str(relay.port), sslmode="disable")
+        return psycopg.conninfo.make_conninfo("", **params)
 
     def scratch_database(self, backend_options: Any) -> Any:
         """Backend options for a new schema (PostgreSQL) or database (MySQL) on the
@@ -326,7 +348,7 @@ def _postgresql(keep_history: bool, relstorage: bool = False, persistent: bool =
         from zodbsql.backends.postgresql.options import PostgreSQLOptions
         # A database of its own, as RelStorage's: PostgreSQL counts deadlocks per
         # database, so the hotspot test's figure is this contender's alone.
-        dsn = servers.scratch_postgresql_database(POSTGRESQL_DSN)
+        dsn = servers.relayed(name, servers.scratch_postgresql_database(POSTGRESQL_DSN))
         if relstorage:
             return RELSTORAGE_POSTGRESQL.format(
                 name=name, dsn=dsn, keep_history=str(keep_history).lower())
@@ -386,10 +408,12 @@ DEFAULT_CONTENDERS = ("sqlite", "filestorage")
 
 
 @contextlib.contextmanager
-def prepared(config_files: list[str] | str | None, shortcuts: list[str], wipe: bool = False
-             ) -> Iterator[list[Contender]]:
-    """The contenders, checked and ready; temporary files and servers go at the end."""
-    servers = Servers()
+def prepared(config_files: list[str] | str | None, shortcuts: list[str], wipe: bool = False,
+             server_statements: bool = False) -> Iterator[list[Contender]]:
+    """The contenders, checked and ready; temporary files and servers go at the end.
+    ``server_statements``: the PostgreSQL shortcuts go through a :class:`StatementRelay`
+    each."""
+    servers = Servers(server_statements)
     tmp = tempfile.mkdtemp(prefix="zodbsql-bench-")
     try:
         contenders: list[Contender] = []
@@ -413,6 +437,7 @@ def prepared(config_files: list[str] | str | None, shortcuts: list[str], wipe: b
             description, make = SHORTCUTS[shortcut]
             (contender,) = from_config_text(make(shortcut, directory, servers), owned=True)
             contender.description = description
+            contender.relay = servers.relays.get(shortcut)
             contenders.append(contender)
         names = [c.name for c in contenders]
         if len(set(names)) != len(names):

@@ -44,12 +44,22 @@ def sql_contenders(summary: list[dict[str, Any]], contenders: list[str]) -> set[
     return {r["contender"] for r in summary if r.get("sql_per_txn") is not None}
 
 
+def server_sql_contenders(summary: list[dict[str, Any]]) -> set[str]:
+    """Contenders whose statements were counted on the wire (--server-statements)."""
+    return {r["contender"] for r in summary if r.get("server_sql_per_txn") is not None}
+
+
+def per_txn(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "-"
+
+
 def table_rows(summary: list[dict[str, Any]], contenders: list[str]
                ) -> list[tuple[str, str, list[str]]]:
     """(label, unit, cells) for each line of the table: a value per contender, followed
     by SQL statements per transaction for contenders that count them, and the peak
     memory (MB) of the contender's largest worker process."""
     with_sql = sql_contenders(summary, contenders)
+    with_server = server_sql_contenders(summary)
     keyed = {(r["test"], r["concurrency"], r["objects_per_txn"], r["contender"]): r
              for r in summary}
     combos = list(dict.fromkeys((r["test"], r["concurrency"], r["objects_per_txn"])
@@ -64,7 +74,8 @@ def table_rows(summary: list[dict[str, Any]], contenders: list[str]
         for contender in contenders:
             row = keyed.get((test, c, n, contender))
             first = first or row
-            blanks = [""] * (2 if contender in with_sql else 1)   # sql/txn, MB
+            # sql/txn, server sql/txn, MB
+            blanks = [""] * (1 + (contender in with_sql) + (contender in with_server))
             if row is None:
                 cells += [""] + blanks
                 for extra in extras:
@@ -72,8 +83,9 @@ def table_rows(summary: list[dict[str, Any]], contenders: list[str]
                 continue
             cells.append("failed" if row.get("failed") else fmt(row["value"]))
             if contender in with_sql:
-                sql = row.get("sql_per_txn")
-                cells.append(f"{sql:.1f}" if sql is not None else "-")
+                cells.append(per_txn(row.get("sql_per_txn")))
+            if contender in with_server:
+                cells.append(per_txn(row.get("server_sql_per_txn")))
             cells.append(count(row.get("peak_rss_mb")))
             for extra, (_, _, key, show) in zip(extras, specs):
                 extra += [show(row.get(key))] + blanks
@@ -90,10 +102,13 @@ def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str
     table.add_column("test", no_wrap=True)
     table.add_column("unit", style="dim", no_wrap=True)
     with_sql = sql_contenders(summary, contenders)
+    with_server = server_sql_contenders(summary)
     for contender in contenders:
         table.add_column(contender, justify="right", no_wrap=True)
         if contender in with_sql:
             table.add_column("sql/txn", justify="right", style="dim", no_wrap=True)
+        if contender in with_server:
+            table.add_column("server sql/txn", justify="right", style="dim", no_wrap=True)
         table.add_column("MB", justify="right", style="dim", no_wrap=True)
     for label, unit, cells in table_rows(summary, contenders):
         table.add_row(label, unit, *cells)
@@ -111,6 +126,8 @@ def result_line(run: dict[str, Any]) -> str:
     line = f"{where}: {fmt(run['value'])} {unit}"
     if run.get("sql_per_txn") is not None:
         line += f", {run['sql_per_txn']:.1f} sql/txn"
+    if run.get("server_sql_per_txn") is not None:
+        line += f", {run['server_sql_per_txn']:.1f} sql/txn on the wire"
     if "retries_per_commit" in run:
         line += f", {run['retries_per_commit']:.2f} retries/commit"
     if run.get("peak_rss_mb") is not None:

@@ -14,7 +14,7 @@ from typing import Any
 from zodbsql.errors import ConfigurationError
 
 CSV_FIELDS = ["contender", "test", "title", "unit", "concurrency", "objects_per_txn",
-              "value", "median", "repetitions", "sql_per_txn", "loads", "seconds",
+              "value", "median", "repetitions", "sql_per_txn", "server_sql_per_txn", "loads", "seconds",
               "conflicts_raised_per_s", "conflicts_resolved_per_s", "retries_per_commit",
               "deadlocks", "queries_per_s", "last_first", "rss_last_second", "rss_mb", "peak_rss_mb", "cache_mb", "lower_is_better", "failed"]
 LIBRARIES = ["zodbsql", "ZODB", "persistent", "BTrees", "transaction", "ZEO", "RelStorage",

@@ -329,7 +329,18 @@ class Round:
         kind = TESTS[test]
         counter = self.contender.deadlocks if kind.counts_deadlocks else None
         before = counter.read() if counter is not None else 0
-        result = figure(test, self.run(test, rep, tag))
+        units = self.run(test, rep, tag)
+        result = figure(test, units)
+        relay = self.contender.relay
+        if relay is not None:
+            # What the server was sent while the workers ran (the monotonic clock is the
+            # machine's: the workers' start and end compare with the relay's times).
+            start, end = min(u["start"] for u in units), max(u["end"] for u in units)
+            sent = relay.statements_between(start, end)
+            relay.forget_before(end)
+            result["server_statements"] = sent
+            result["server_sql_per_txn"] = (sent / result["transactions"]
+                                            if result["transactions"] else None)
         problems = self.verify(test, tag) if kind.verify else []
         if problems:
             raise BenchFailure(f"{test} on {self.contender.name} left wrong data: "

@@ -60,7 +60,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                # Memory: the largest worker process at the end of any repetition.
                "peak_rss_mb": _largest(group, "peak_rss_mb"),
                "rss_mb": _largest(group, "rss_mb"), "cache_mb": _largest(group, "cache_mb")}
-        for name in ("last_first", "rss_last_second", "queries_per_s", "soak",
+        for name in ("server_sql_per_txn", "last_first", "rss_last_second", "queries_per_s", "soak",
                      "first_ms", "warmup_wait_ms", "db_loads", "adopted", "metrics",
                      "redis_hits"):
             if name in best:

@@ -51,7 +51,9 @@ wait at a barrier and are released together; a figure is the total work of all w
 (objects, or transactions) divided by the wall time from the release to the last
 worker's finish.  The table shows the best of the repetitions (--warmup runs are
 dropped); results.json holds every run.  For zodbsql contenders, "sql/txn" is the
-number of SQL statements sent during the test divided by its transactions.  A storage
+number of SQL statements sent during the test divided by its transactions; with
+--server-statements, "server sql/txn" is the same counted on the wire, for every
+PostgreSQL contender the bench creates (RelStorage's too).  A storage
 that only one process can open (FileStorage, MappingStorage) runs its workers as
 threads of one process.
 """
@@ -164,6 +166,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", metavar="DIR",
                         help="results folder (default: ./bench-results/<timestamp>/)")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    parser.add_argument("--server-statements", action="store_true",
+                        help="count the statements each PostgreSQL contender (zodbsql and"
+                        " RelStorage shortcuts) sends, on the wire through a relay of"
+                        " its own: a 'server sql/txn' column beside zodbsql's own count;"
+                        " the relay slows what goes through it, so compare seconds only"
+                        " between relayed contenders")
     parser.add_argument("--wipe", action="store_true",
                         help="allow writing to (and packing) a configured database that"
                         " already holds data, if its <zodb> section is marked"
@@ -202,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     output = args.output or results.default_output_dir()
-    with contenders.prepared(args.config, args.contender, args.wipe) as found:
+    with contenders.prepared(args.config, args.contender, args.wipe,
+                             args.server_statements) as found:
         names = [c.name for c in found]
         for c in found:
             print(f"{c.name}: {c.description}" + (" (workers are threads of one process)"
