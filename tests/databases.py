@@ -182,9 +182,10 @@ MYSQL_SERVER: dict[str, Any] = {
 }
 
 
-def mysql_admin(driver: str | None = None) -> Any:
-    """A raw driver connection to the test server, outside any database."""
-    settings = dict(MYSQL_SERVER)
+def mysql_admin(driver: str | None = None, server: dict[str, Any] | None = None) -> Any:
+    """A raw driver connection to the test server (or ``server``, settings as
+    MYSQL_SERVER's), outside any database."""
+    settings = dict(server or MYSQL_SERVER)
     name, module = load_driver(driver or settings["driver"])
     args: dict[str, Any] = {"user": settings["user"], "port": settings["port"],
                             "autocommit": True, "connect_timeout": 5}
@@ -201,16 +202,19 @@ def mysql_admin(driver: str | None = None) -> Any:
 class MySQLFactory(StorageFactory):
     """Storages on databases ``zodbsql_test_<random>`` the factory creates and drops."""
 
-    def __init__(self, param: Param, tmp_path: pathlib.Path, driver: str | None = None) -> None:
+    def __init__(self, param: Param, tmp_path: pathlib.Path, driver: str | None = None,
+                 server: dict[str, Any] | None = None) -> None:
+        """``server``: settings as MYSQL_SERVER's, of another server (a private one)."""
         self.param = param
-        self.driver = driver or MYSQL_SERVER["driver"]
+        self.server = server or MYSQL_SERVER
+        self.driver = driver or self.server["driver"]
         self.opened: list[SQLStorage] = []
         self.databases: list[str] = []
         try:
-            self.admin = mysql_admin(self.driver)
+            self.admin = mysql_admin(self.driver, self.server)
         except Exception as exc:
-            server = MYSQL_SERVER["unix_socket"] or f"{MYSQL_SERVER['host']}:{MYSQL_SERVER['port']}"
-            server_unavailable(f"the MySQL server at {server}", exc)
+            where = self.server["unix_socket"] or f"{self.server['host']}:{self.server['port']}"
+            server_unavailable(f"the MySQL server at {where}", exc)
         self.db = self.new_path()
 
     def new_path(self) -> str:
@@ -226,7 +230,7 @@ class MySQLFactory(StorageFactory):
         return self.db
 
     def backend_options(self, path: str | None = None) -> Any:
-        settings = {k: v for k, v in MYSQL_SERVER.items()}
+        settings = dict(self.server)
         settings["driver"] = self.driver
         return MySQLOptions(db=path or self.db, **settings)
 
@@ -260,18 +264,30 @@ _SESSION_LIMITS: dict[str, int | None] = {}
 
 
 def server_session_limit(backend: str) -> int | None:
-    """The server's ``max_connections`` minus reserved ones (None: no server or unknown)."""
-    if backend != "postgresql":
+    """The shared test server's ``max_connections`` minus reserved ones (None: no such
+    server, or unknown)."""
+    if backend not in ("postgresql", "mysql"):
         return None
     if backend not in _SESSION_LIMITS:
         limit = None
         try:
-            import psycopg
-            with psycopg.connect(POSTGRESQL_DSN, autocommit=True, connect_timeout=5) as conn:
-                row = conn.execute(
-                    "SELECT current_setting('max_connections')::int"
-                    " - current_setting('superuser_reserved_connections')::int").fetchone()
-                limit = int(row[0]) if row else None
+            if backend == "postgresql":
+                import psycopg
+                with psycopg.connect(POSTGRESQL_DSN, autocommit=True,
+                                     connect_timeout=5) as conn:
+                    row = conn.execute(
+                        "SELECT current_setting('max_connections')::int"
+                        " - current_setting('superuser_reserved_connections')::int"
+                    ).fetchone()
+            else:
+                admin = mysql_admin()
+                try:
+                    cursor = admin.cursor()
+                    cursor.execute("SELECT @@max_connections")   # plus one for SUPER
+                    row = cursor.fetchone()
+                finally:
+                    admin.close()
+            limit = int(row[0]) if row else None
         except Exception:
             pass  # unreachable: the factory reports it (fails under CI=true)
         _SESSION_LIMITS[backend] = limit

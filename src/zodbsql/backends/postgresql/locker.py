@@ -49,20 +49,20 @@ from zodbsql.backends.postgresql.connections import sqlstate
 from zodbsql.errors import CommitLockTimeout, DatabaseError
 
 
-LOCK_OBJECTS = "SELECT * FROM zodbsql_lock_objects(%s::BIGINT[], %s::BIGINT[])"
+LOCK_OBJECTS = "SELECT * FROM zodbsql_lock_objects(%b::BIGINT[], %b::BIGINT[])"
 STAGE_AND_LOCK = (
-    "SELECT * FROM zodbsql_stage_and_lock(%s::BIGINT[], %s::BIGINT[], %s::BIGINT[],"
-    " %s::BIGINT[], %s::BIGINT[], %s::BYTEA[], %s::BIGINT[], %s::BIGINT[], %s::BIGINT[],"
-    " %s::BIGINT[])")
+    "SELECT * FROM zodbsql_stage_and_lock(%b::BIGINT[], %b::BIGINT[], %b::BIGINT[],"
+    " %b::BIGINT[], %b::BIGINT[], %b::BYTEA[], %b::BIGINT[], %b::BIGINT[], %b::BIGINT[],"
+    " %b::BIGINT[])")
 BEGIN_WITH_TIMEOUT = "BEGIN; SET LOCAL lock_timeout = {millis}"
 LOCK_COMMIT = "SELECT last_tid FROM commit_row FOR UPDATE"
 #: Exclusive, against every voted commit's shared hold (procedures_lock.sql).
 CLOSE_PACK_GATE = "SELECT pg_advisory_xact_lock(zodbsql_pack_gate())"
 HP_LOCK_FOR_PACK = (
-    "SELECT zoid FROM current_object WHERE zoid = ANY(%s) ORDER BY zoid"
+    "SELECT zoid FROM current_object WHERE zoid = ANY(%b::BIGINT[]) ORDER BY zoid"
     " FOR UPDATE SKIP LOCKED")
 HF_LOCK_FOR_PACK = (
-    "SELECT zoid FROM object_state WHERE zoid = ANY(%s) ORDER BY zoid"
+    "SELECT zoid FROM object_state WHERE zoid = ANY(%b::BIGINT[]) ORDER BY zoid"
     " FOR UPDATE SKIP LOCKED")
 #: The SQLSTATE zodbsql_lock_objects raises when a row read-current is being written.
 READ_CURRENT_LOCKED = "ZS003"

@@ -3,7 +3,9 @@
 A commit's states and references reach them in one statement whatever their number:
 each column travels as one array, ``unnest`` turns the arrays back into rows, and a
 data-modifying CTE fills both tables.  (``executemany``, even pipelined, makes the
-server parse, bind and run one INSERT per row.)
+server parse, bind and run one INSERT per row.)  The arrays go in binary (``%b``):
+psycopg's text form of a ``bytea[]`` escapes every byte, which cost 7.7 ms for 1,000
+states of 170 bytes here, against 0.9 ms in binary.
 """
 from __future__ import annotations
 
@@ -30,20 +32,20 @@ CREATE_TEMP_TABLES = (
 STAGE_ALL = (
     "WITH staged AS (INSERT INTO temp_store"
     " (zoid, prev_tid, data_tid, checksum, state_size, state)"
-    " SELECT * FROM unnest(%s::BIGINT[], %s::BIGINT[], %s::BIGINT[], %s::BIGINT[],"
-    " %s::BIGINT[], %s::BYTEA[]))"
-    " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%s::BIGINT[], %s::BIGINT[])")
+    " SELECT * FROM unnest(%b::BIGINT[], %b::BIGINT[], %b::BIGINT[], %b::BIGINT[],"
+    " %b::BIGINT[], %b::BYTEA[]))"
+    " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%b::BIGINT[], %b::BIGINT[])")
 
 # After conflict resolution, with the row locks held: the resolved states replace the
 # staged ones and their references are swapped, in one statement.  (The CTEs see one
 # snapshot, so the DELETE removes only the references staged before.)
 RESTAGE_ALL = (
     "WITH resolved (zoid, prev_tid, checksum, state_size, state) AS (SELECT * FROM"
-    " unnest(%s::BIGINT[], %s::BIGINT[], %s::BIGINT[], %s::BIGINT[], %s::BYTEA[])),"
+    " unnest(%b::BIGINT[], %b::BIGINT[], %b::BIGINT[], %b::BIGINT[], %b::BYTEA[])),"
     " replaced AS (UPDATE temp_store t SET prev_tid = r.prev_tid, checksum = r.checksum,"
     " state_size = r.state_size, state = r.state FROM resolved r WHERE t.zoid = r.zoid),"
     " unlinked AS (DELETE FROM temp_ref f USING resolved r WHERE f.zoid = r.zoid)"
-    " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%s::BIGINT[], %s::BIGINT[])")
+    " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%b::BIGINT[], %b::BIGINT[])")
 
 
 class PostgreSQLMover(Mover):
@@ -53,7 +55,7 @@ class PostgreSQLMover(Mover):
     MAX_LISTED_OIDS = 100_000
 
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
-        return "= ANY(%s::BIGINT[])", [list(oids)]
+        return "= ANY(%b::BIGINT[])", [list(oids)]
 
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
               refs: Iterable[Revision]) -> None:
