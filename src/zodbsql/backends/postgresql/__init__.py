@@ -24,18 +24,27 @@ Design note.
   no cycle forms.  ``tests/storage/test_contention.py`` checks the server's own
   ``pg_stat_database.deadlocks`` stays at zero under crossing write/read-current sets
   and a shared BTree.  The plans of the two locking steps, as ``EXPLAIN (COSTS OFF)``
-  printed them for a commit staging all 1,001 objects of a database (three read-current
-  oids); in both, ``LockRows`` sits above the ``Sort`` on ``zoid``, so rows are locked
-  one by one in oid order whatever the join below chose::
+  printed them for a commit staging all objects of a database (the first: 20,021; the
+  second: three read-current oids); in both, ``LockRows`` sits above the ``Sort`` on
+  ``zoid``, so rows are locked one by one in oid order whatever the join below chose.
+  The first step's locked rows give the write conflicts in the same statement (a
+  MATERIALIZED CTE, read whole by the join above it)::
 
-    LockRows
-      ->  Sort
-            Sort Key: c.zoid
-            ->  Hash Join
-                  Hash Cond: (c.zoid = t.zoid)
-                  ->  Seq Scan on current_object c
-                  ->  Hash
-                        ->  Seq Scan on temp_store t
+    Hash Right Join
+      Hash Cond: (l.zoid = t.zoid)
+      Filter: (COALESCE(l.tid, '0'::bigint) <> t.prev_tid)
+      CTE locked
+        ->  LockRows
+              ->  Sort
+                    Sort Key: c.zoid
+                    ->  Hash Join
+                          Hash Cond: (c.zoid = t_1.zoid)
+                          ->  Seq Scan on current_object c
+                          ->  Hash
+                                ->  Seq Scan on temp_store t_1
+      ->  CTE Scan on locked l
+      ->  Hash
+            ->  Seq Scan on temp_store t
     LockRows
       ->  Sort
             Sort Key: c.zoid

@@ -12,8 +12,18 @@ RETURNS TABLE (zoid BIGINT, expected BIGINT, actual BIGINT, kind "char")
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(zodbsql_pack_gate());
-    PERFORM 1 FROM {current} c WHERE c.zoid IN (SELECT t.zoid FROM temp_store t)
-        ORDER BY c.zoid FOR UPDATE;
+    -- The write locks and the write conflicts in one pass: FOR UPDATE returns each row
+    -- as it is once locked (its newest committed tid), and a staged object without a
+    -- row (new, or deleted since) has tid 0.  MATERIALIZED: every row is locked, in oid
+    -- order, whatever the join above reads of it.
+    RETURN QUERY
+        WITH locked AS MATERIALIZED (
+            SELECT c.zoid, c.tid FROM {current} c
+                WHERE c.zoid IN (SELECT t.zoid FROM temp_store t)
+                ORDER BY c.zoid FOR UPDATE)
+        SELECT t.zoid, t.prev_tid, COALESCE(l.tid, 0), 'w'::"char" FROM temp_store t
+            LEFT JOIN locked l ON l.zoid = t.zoid
+            WHERE COALESCE(l.tid, 0) <> t.prev_tid;
     IF cardinality(p_read_oids) > 0 THEN
         BEGIN
             PERFORM 1 FROM {current} c WHERE c.zoid = ANY(p_read_oids)
@@ -25,10 +35,6 @@ BEGIN
         END;
     END IF;
     RETURN QUERY
-        SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0), 'w'::"char" FROM temp_store t
-            LEFT JOIN {current} c ON c.zoid = t.zoid
-            WHERE COALESCE(c.tid, 0) <> t.prev_tid
-        UNION ALL
         SELECT r.zoid, r.tid, COALESCE(c.tid, 0), 'r'::"char"
             FROM unnest(p_read_oids, p_read_tids) AS r (zoid, tid)
             LEFT JOIN {current} c ON c.zoid = r.zoid
