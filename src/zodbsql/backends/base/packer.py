@@ -16,7 +16,7 @@ edges of each object's ``keep_tid`` revision and of every revision after the pac
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
 from zodbsql.backends.base.statements import for_mode, in_list
@@ -75,12 +75,12 @@ NEXT_GARBAGE = (
 # Objects whose kept revision is a deletion (deleteObject, an undone creation) and that
 # nothing recreated since: IExternalGC removes them once their older revisions go.
 # Re-checks of a batch of candidates, under the commit lock: bounded by the batch.
-UNREACHED = "SELECT zoid FROM pack_object p WHERE zoid IN ({oids}) AND NOT EXISTS" \
+UNREACHED = "SELECT zoid FROM pack_object p WHERE zoid {listed} AND NOT EXISTS" \
     " (SELECT 1 FROM pack_reach x WHERE x.zoid = p.zoid)"
 HP_STILL_DELETED = (
     "SELECT p.zoid FROM pack_object p"
     " JOIN object_state s ON s.zoid = p.zoid AND s.tid = p.keep_tid"
-    " WHERE p.zoid IN ({oids}) AND s.state IS NULL"
+    " WHERE p.zoid {listed} AND s.state IS NULL"
     " AND NOT EXISTS (SELECT 1 FROM object_state n WHERE n.zoid = p.zoid AND n.tid > p.keep_tid)")
 HP_NEXT_DELETED = (
     "SELECT p.zoid FROM pack_object p"
@@ -92,15 +92,15 @@ NEXT_WITH_OLD_REVISIONS = (
     "SELECT zoid, keep_tid FROM pack_object WHERE zoid > %s AND old_count > 0"
     " ORDER BY zoid LIMIT %s")
 HP_DELETE_OBJECTS = (
-    "DELETE FROM blob_ref WHERE zoid IN ({oids})",
-    "DELETE FROM object_ref WHERE zoid IN ({oids})",
-    "DELETE FROM current_object WHERE zoid IN ({oids})",
-    "DELETE FROM object_state WHERE zoid IN ({oids})",
+    "DELETE FROM blob_ref WHERE zoid {listed}",
+    "DELETE FROM object_ref WHERE zoid {listed}",
+    "DELETE FROM current_object WHERE zoid {listed}",
+    "DELETE FROM object_state WHERE zoid {listed}",
 )
 HF_DELETE_OBJECTS = (
-    "DELETE FROM blob_ref WHERE zoid IN ({oids})",
-    "DELETE FROM object_ref WHERE zoid IN ({oids})",
-    "DELETE FROM object_state WHERE zoid IN ({oids})",
+    "DELETE FROM blob_ref WHERE zoid {listed}",
+    "DELETE FROM object_ref WHERE zoid {listed}",
+    "DELETE FROM object_state WHERE zoid {listed}",
 )
 DELETE_OLD_STATES = "DELETE FROM object_state WHERE zoid = %s AND tid < %s"
 DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid = %s AND tid < %s"
@@ -133,7 +133,7 @@ class PackerStatements:
     unreached: str = UNREACHED
     next_deleted: str = ""
     still_deleted: str = ""
-    #: Run in order to delete whole objects (``{oids}``).
+    #: Run in order to delete whole objects (``{listed}``).
     delete_objects: tuple[str, ...]
     next_with_old_revisions: str = NEXT_WITH_OLD_REVISIONS
     delete_old_states: str = DELETE_OLD_STATES
@@ -197,10 +197,16 @@ class Packer:
         """Candidates: unreached objects with oid > after (read without the lock)."""
         return [int(row[0]) for row in conn.fetchall(self.sql.next_garbage, (after, limit))]
 
+    def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
+        """The test of a column against ``oids`` (``{listed}`` in the statements) and
+        its parameters: ``IN (%s, ...)`` here, one array on PostgreSQL."""
+        return f"IN ({in_list(len(oids))})", list(oids)
+
     def unreached(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
         """Those of ``oids`` still unreached (after a rescue; commit lock held)."""
-        sql = self.sql.unreached.format(oids=in_list(len(oids)))
-        return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
+        test, params = self.listed(oids)
+        return [int(row[0]) for row in conn.fetchall(self.sql.unreached.format(listed=test),
+                                                     params)]
 
     def next_deleted(self, conn: ConnectionRole, after: int, limit: int) -> list[int]:
         """Candidates: objects left with nothing but a deletion (read without the lock)."""
@@ -208,13 +214,14 @@ class Packer:
 
     def still_deleted(self, conn: ConnectionRole, oids: Sequence[int]) -> list[int]:
         """Those of ``oids`` that nothing recreated meanwhile (commit lock held)."""
-        sql = self.sql.still_deleted.format(oids=in_list(len(oids)))
-        return [int(row[0]) for row in conn.fetchall(sql, list(oids))]
+        test, params = self.listed(oids)
+        return [int(row[0]) for row in conn.fetchall(
+            self.sql.still_deleted.format(listed=test), params)]
 
     def delete_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
-        marks = in_list(len(oids))
+        test, params = self.listed(oids)
         for template in self.sql.delete_objects:
-            conn.execute(template.format(oids=marks), list(oids))
+            conn.execute(template.format(listed=test), params)
 
     def next_with_old_revisions(self, conn: ConnectionRole, after: int,
                                 limit: int) -> list[Revision]:

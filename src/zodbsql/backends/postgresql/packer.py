@@ -1,5 +1,12 @@
-"""PostgreSQL packs with TEMPORARY work tables: pack uses one connection throughout."""
-from zodbsql.backends.base.contract import ConnectionRole
+"""PostgreSQL packs with TEMPORARY work tables: pack uses one connection throughout.
+
+A batch's oids travel as one binary array (``= ANY``), and old revisions are deleted
+set-wise against arrays of (oid, kept tid): an ``IN`` list of a thousand parameters, or
+a statement per object, cost the server a parse and the client a dump per oid.
+"""
+from typing import Any, Sequence
+
+from zodbsql.backends.base.contract import ConnectionRole, Revision
 from zodbsql.backends.base.packer import Packer
 
 CREATE_WORK_TABLES = (
@@ -19,6 +26,10 @@ CREATE_WORK_TABLES = (
 CUSTOM_PLANS = "SET plan_cache_mode = force_custom_plan"
 ANALYZE_WORK_TABLES = "ANALYZE pack_object, pack_reach"
 ANALYZE_STORED = "ANALYZE object_state, object_ref"
+#: Revisions older than the one kept, of each (oid, kept tid) in two arrays.
+DELETE_OLD = ("DELETE FROM {table} x USING unnest(%b::BIGINT[], %b::BIGINT[]) AS k (zoid, tid)"
+              " WHERE x.zoid = k.zoid AND x.tid < k.tid")
+OLD_REVISION_TABLES = ("object_state", "object_ref", "blob_ref")
 
 
 class PostgreSQLPacker(Packer):
@@ -33,3 +44,11 @@ class PostgreSQLPacker(Packer):
     def count(self, conn: ConnectionRole, gc: bool) -> dict[str, int]:
         conn.execute(ANALYZE_WORK_TABLES)  # the walk filled pack_reach
         return super().count(conn, gc)
+
+    def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
+        return "= ANY(%b::BIGINT[])", [list(oids)]
+
+    def delete_old_revisions(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
+        columns = [[oid for oid, _ in keep], [tid for _, tid in keep]]
+        for table in OLD_REVISION_TABLES:
+            conn.execute(DELETE_OLD.format(table=table), columns)
