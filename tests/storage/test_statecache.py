@@ -428,3 +428,17 @@ def test_the_frequency_sketch_saturates_at_15_and_forgets() -> None:
     for oid in range(1000, 1000 + 10 * 64):       # others, once each
         sketch.add(oid)
     assert sketch.count(7) <= 8
+
+
+def test_a_commits_states_are_remembered_together_within_the_bound() -> None:
+    cache = polled_cache(limit=64 * 1024)
+    for oid in range(100):                        # current states, to be evicted first
+        cache.put_loaded(oid, 5, STATE, snapshot=10)
+    written = [(1000 + n, STATE) for n in range(2000)] + [(5000, None)]   # and a deletion
+    cache.put_revisions(20, written)
+    assert cache.bytes_used <= cache.limit        # the bound holds once the call returns
+    assert cache.get_revision(5000, 20) is None   # nothing kept for the deletion
+    kept = [oid for oid, _ in written[:-1] if cache.get_revision(oid, 20) == STATE]
+    # The newest revisions stay (first in, first out), within their share.
+    assert kept and kept == [oid for oid, _ in written[-1 - len(kept):-1]]
+    assert len(kept) * (len(STATE) + 40) <= REVISIONS_SHARE * cache.limit

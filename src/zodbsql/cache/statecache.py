@@ -60,6 +60,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import OrderedDict
+from typing import Iterable
 
 # Roughly what one entry of ``changed`` costs, to bound its length by the cache's bytes.
 INDEX_ENTRY_BYTES = 100
@@ -401,17 +402,26 @@ class StateCache:
 
     def put_revision(self, oid: int, tid: int, state: bytes) -> None:
         """Remember an exact revision (a commit's own states)."""
+        self.put_revisions(tid, [(oid, state)])
+
+    def put_revisions(self, tid: int, states: Iterable[tuple[int, bytes | None]]) -> None:
+        """Remember the states a commit wrote at ``tid`` (a deletion, None, is skipped),
+        under one hold of the lock, fitting the bound once at the end."""
         if not self.enabled:
             return
         with self._lock:
-            if (self._changed.get(oid) == tid and tid <= self.polled
-                    and oid not in self._probation and oid not in self._protected
-                    and len(state) <= self.limit // 4):
-                self._insert(oid, tid.to_bytes(8, "big") + state)   # a poll named it
-            else:
-                self._put_revision(oid, tid, state)
+            for oid, state in states:
+                if state is None:
+                    continue
+                if (self._changed.get(oid) == tid and tid <= self.polled
+                        and oid not in self._probation and oid not in self._protected
+                        and len(state) <= self.limit // 4):
+                    self._insert(oid, tid.to_bytes(8, "big") + state)   # a poll named it
+                else:
+                    self._put_revision(oid, tid, state, shrink=False)
+            self._shrink(None)
 
-    def _put_revision(self, oid: int, tid: int, state: bytes) -> None:
+    def _put_revision(self, oid: int, tid: int, state: bytes, shrink: bool = True) -> None:
         key = oid << 64 | tid
         if key in self._revisions or len(state) > self.limit // 4:
             return
@@ -423,7 +433,8 @@ class StateCache:
         share = REVISIONS_SHARE * self.limit
         while self._revision_bytes > share and self._revisions:
             self._pop_revision()
-        self._shrink(None)
+        if shrink:
+            self._shrink(None)
 
     def _pop_revision(self) -> None:
         self._revision_bytes -= state_cost(self._revisions.popitem(last=False)[1]) + _KEY_BYTES

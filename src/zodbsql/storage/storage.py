@@ -623,10 +623,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             shared = self.shared
             shared.last_commit = max(shared.last_commit, tid)
             shared.watch.committed(tid)
-            cache = self.shared.cache
-            for oid, (_, state) in pending.states.items():
-                if state is not None:
-                    cache.put_revision(oid, tid, state)
+            self.shared.cache.put_revisions(
+                tid, [(oid, state) for oid, (_, state) in pending.states.items()])
             if self.shared.second_level is not None:
                 self.shared.second_level.store(
                     [(oid, tid, state) for oid, (_, state) in pending.states.items()
