@@ -65,7 +65,7 @@ def arm(storage: SQLStorage, phase: str, at: int, hold: float,
         # Instances are made per ZODB connection: patch the class (this process only).
         SQLStorage.store = stopper.after(SQLStorage.store)  # type: ignore[method-assign]
     elif phase == "vote":
-        backend.locker.lock_objects = stopper.after(backend.locker.lock_objects)
+        backend.locker.stage_and_lock = stopper.after(backend.locker.stage_and_lock)
     elif phase == "finish":
         backend.txncontrol.finish = stopper.after(backend.txncontrol.finish)
     elif phase == "blob":

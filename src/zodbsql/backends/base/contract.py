@@ -306,27 +306,23 @@ class LockerRole(Protocol):
     @property
     def skip_empty_lock(self) -> bool:
         """Whether a commit that stages nothing and read nothing current may skip
-        ``lock_objects`` (it has no row to lock and no conflict to find)."""
+        ``stage_and_lock`` (it has no row to lock and no conflict to find)."""
 
     def begin_commit(self, conn: ConnectionRole, timeout: float) -> None:
         """Open the transaction a commit (or a pack step) writes in, its row-lock waits
         bounded by ``timeout`` seconds.  Raises :class:`CommitLockTimeout` when the
         database's write lock is not granted in time (SQLite)."""
 
-    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
-                     ) -> tuple[list[Conflict], list[Conflict]]:
-        """Lock the rows of the staged objects and of ``read_current`` (oid -> tid
-        read); return ``(write conflicts, read conflicts)``.  Raises
-        :class:`CommitLockTimeout` when a row lock is not granted within the timeout,
-        and ``ReadConflictError`` when a row read-current is being written by another
-        commit (backends with row locks)."""
-
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
                        states: Sequence[StagedState], refs: Sequence[Revision],
                        read_current: dict[int, int],
                        ) -> tuple[list[Conflict], list[Conflict]]:
-        """Vote's writes: ``mover.stage(states, refs)`` then ``lock_objects``, as one
-        round trip where the backend can (PostgreSQL: one function call)."""
+        """Vote's writes: stage ``states`` and ``refs`` (as ``mover.stage``), then lock
+        the rows of the staged objects and of ``read_current`` (oid -> tid read); in one
+        round trip where the backend can (PostgreSQL: one function call).  Return
+        ``(write conflicts, read conflicts)``.  Raises :class:`CommitLockTimeout` when a
+        row lock is not granted within the timeout, and ``ReadConflictError`` when a row
+        read-current is being written by another commit (backends with row locks)."""
 
     def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:
         """oid -> current tid of those of ``oids`` that exist."""

@@ -1,7 +1,7 @@
 """Locker: who may commit, and which staged states conflict.
 
-A commit takes its locks in two steps.  During vote, ``lock_objects`` locks the rows of
-the objects being changed (exclusively, in oid order) and of the objects read-current
+A commit takes its locks in two steps.  During vote, ``stage_and_lock`` stages the states
+and (``lock_objects`` here) locks the rows of the objects being changed (exclusively, in oid order) and of the objects read-current
 (shared, never waiting) and returns what conflicts.  At finish, ``lock_commit`` takes the
 short, database-wide lock under which the tid is allocated and the commit made visible.
 A pack batch locks the rows it deletes first, skipping rows a commit holds, and only

@@ -37,7 +37,7 @@ Commits of disjoint objects never wait for each other.  Every wait is bounded by
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Sequence
 
 from ZODB.POSException import ReadConflictError
 
@@ -49,7 +49,6 @@ from zodbsql.backends.postgresql.connections import sqlstate
 from zodbsql.errors import CommitLockTimeout, DatabaseError
 
 
-LOCK_OBJECTS = "SELECT * FROM zodbsql_lock_objects(%b::BIGINT[], %b::BIGINT[])"
 STAGE_AND_LOCK = (
     "SELECT * FROM zodbsql_stage_and_lock(%b::BIGINT[], %b::BIGINT[], %b::BIGINT[],"
     " %b::BIGINT[], %b::BIGINT[], %b::BYTEA[], %b::BIGINT[], %b::BIGINT[], %b::BIGINT[],"
@@ -81,25 +80,16 @@ class PostgreSQLLocker(Locker):
         conn.execute(BEGIN_WITH_TIMEOUT.format(millis=millis))
         conn.in_transaction = True
 
-    def lock_objects(self, conn: ConnectionRole, read_current: dict[int, int],
-                     ) -> tuple[list[Conflict], list[Conflict]]:
-        oids = sorted(read_current)
-        return self._locked(conn, LOCK_OBJECTS, [oids, [read_current[o] for o in oids]])
-
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
                        states: Sequence[StagedState], refs: Sequence[Revision],
                        read_current: dict[int, int],
                        ) -> tuple[list[Conflict], list[Conflict]]:
         # One call stages (the mover's arrays) and locks: a round trip less per commit.
         oids = sorted(read_current)
-        return self._locked(conn, STAGE_AND_LOCK, [
-            *as_arrays(states, 6), *as_arrays(refs, 2), oids, [read_current[o] for o in oids]])
-
-    def _locked(self, conn: ConnectionRole, sql: str, params: list[Any],
-                ) -> tuple[list[Conflict], list[Conflict]]:
-        """Run the locking call ``sql``; its conflicts, or the error a wait ended in."""
+        params = [*as_arrays(states, 6), *as_arrays(refs, 2), oids,
+                  [read_current[o] for o in oids]]
         try:
-            rows = conn.fetchall(sql, params)
+            rows = conn.fetchall(STAGE_AND_LOCK, params)
         except CommitLockTimeout as exc:
             raise CommitLockTimeout(
                 "another commit held the row lock of an object this one changes for"
