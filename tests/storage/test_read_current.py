@@ -9,6 +9,7 @@ import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ReadConflictError
 
 ITEMS = 1001   # more than one statement's worth of oids (500 a statement)
@@ -78,5 +79,38 @@ def test_an_object_read_current_and_deleted_since_conflicts_with_serial_zero(
         assert raised.value.serials == (z64, read_serial)
         reader_tm.abort()
         reader.close()
+    finally:
+        db.close()
+
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_commit_that_only_reads_current(storage_factory: Any, changed: bool) -> None:
+    """A commit that stores nothing but checks an object current (the storage API:
+    ZODB itself joins a transaction only for a change) still votes: it fails when
+    another commit changed the object, and commits when none did."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["item"] = item = PersistentMapping(v=1)
+        oid = item._p_oid
+        read_serial = storage.load(oid)[1]
+        if changed:
+            with db.transaction() as writer:
+                writer.root()["item"]["v"] = 2
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.checkCurrentSerialInTransaction(oid, read_serial, txn)
+        if changed:
+            with pytest.raises(ReadConflictError) as raised:
+                storage.tpc_vote(txn)
+            assert raised.value.oid == oid
+            storage.tpc_abort(txn)
+        else:
+            storage.tpc_vote(txn)
+            tid = storage.tpc_finish(txn)
+            assert tid == storage.lastTransaction() and tid > read_serial
+            assert storage.load(oid)[1] == read_serial     # nothing of it was written
     finally:
         db.close()
