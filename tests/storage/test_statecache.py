@@ -434,11 +434,12 @@ def test_a_commits_states_are_remembered_together_within_the_bound() -> None:
     cache = polled_cache(limit=64 * 1024)
     for oid in range(100):                        # current states, to be evicted first
         cache.put_loaded(oid, 5, STATE, snapshot=10)
-    written = [(1000 + n, STATE) for n in range(2000)] + [(5000, None)]   # and a deletion
+    # A deletion first: it is passed over, and so is nothing after it.
+    written = [(5000, None)] + [(1000 + n, STATE) for n in range(2000)]
     cache.put_revisions(20, written)
     assert cache.bytes_used <= cache.limit        # the bound holds once the call returns
     assert cache.get_revision(5000, 20) is None   # nothing kept for the deletion
-    kept = [oid for oid, _ in written[:-1] if cache.get_revision(oid, 20) == STATE]
+    kept = [oid for oid, _ in written[1:] if cache.get_revision(oid, 20) == STATE]
     # The newest revisions stay (first in, first out), within their share.
-    assert kept and kept == [oid for oid, _ in written[-1 - len(kept):-1]]
+    assert kept and kept == [oid for oid, _ in written[len(written) - len(kept):]]
     assert len(kept) * (len(STATE) + 40) <= REVISIONS_SHARE * cache.limit

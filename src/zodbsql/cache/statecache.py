@@ -233,6 +233,7 @@ class StateCache:
                     self._retire(oid)
             self.base = min(self.base, since)
             self.polled = max(self.polled, upto)
+            self._shrink(None)      # retired states became revisions, which cost more
             return True
 
     def adopt(self, entries: list[tuple[int, int, bytes]], as_of: int) -> tuple[int, bool]:
@@ -418,10 +419,12 @@ class StateCache:
                         and len(state) <= self.limit // 4):
                     self._insert(oid, tid.to_bytes(8, "big") + state)   # a poll named it
                 else:
-                    self._put_revision(oid, tid, state, shrink=False)
+                    self._put_revision(oid, tid, state)
             self._shrink(None)
 
-    def _put_revision(self, oid: int, tid: int, state: bytes, shrink: bool = True) -> None:
+    def _put_revision(self, oid: int, tid: int, state: bytes) -> None:
+        """Keep an exact revision within the revisions' share; the caller fits the
+        whole cache to its bound afterwards (``_shrink``)."""
         key = oid << 64 | tid
         if key in self._revisions or len(state) > self.limit // 4:
             return
@@ -433,8 +436,6 @@ class StateCache:
         share = REVISIONS_SHARE * self.limit
         while self._revision_bytes > share and self._revisions:
             self._pop_revision()
-        if shrink:
-            self._shrink(None)
 
     def _pop_revision(self) -> None:
         self._revision_bytes -= state_cost(self._revisions.popitem(last=False)[1]) + _KEY_BYTES
