@@ -87,6 +87,7 @@ class StatementRelay:
             pass        # either side went away (or close() closed them): the relay ends
         finally:
             for each in (client, server):
+                self._sockets.remove(each)
                 try:
                     each.close()
                 except OSError:

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from zodbsql.backends.base.contract import ConnectionRole, Revision
 from zodbsql.backends.base.packer import Packer
+from zodbsql.backends.postgresql.mover import any_of
 
 CREATE_WORK_TABLES = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS pack_object (zoid BIGINT PRIMARY KEY,"
@@ -46,7 +47,7 @@ class PostgreSQLPacker(Packer):
         return super().count(conn, gc)
 
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
-        return "= ANY(%b::BIGINT[])", [list(oids)]
+        return any_of(oids)
 
     def delete_old_revisions(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
         columns = [[oid for oid, _ in keep], [tid for _, tid in keep]]

@@ -42,7 +42,8 @@ BEGIN
 END
 $$;
 -- Vote in one round trip: stage the commit's states and references (each column one
--- array, as mover.py's STAGE_ALL) and then lock and check as zodbsql_lock_objects does.
+-- array, as mover.py's as_arrays gives them) and then lock and check as
+-- zodbsql_lock_objects does.
 -- Staging must come first, in a statement of its own: the lock reads temp_store, and a
 -- data-modifying CTE's rows are not visible to the rest of its statement.
 CREATE OR REPLACE FUNCTION zodbsql_stage_and_lock(
