@@ -91,6 +91,17 @@ def rebuild(args: argparse.Namespace) -> None:
     db.close()
 
 
+def database_exists(name: str) -> bool:
+    import psycopg2
+    conn = psycopg2.connect("host=127.0.0.1 user=postgres dbname=postgres")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            return cur.fetchone() is not None
+    finally:
+        conn.close()
+
+
 def read_all(conn: Any) -> float:
     started = time.perf_counter()
     count = 0
@@ -141,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args, args.one)))
         return 0
     exists = os.path.exists(f"{args.dir}/cachemem.sqlite") if args.backend == "sqlite" \
-        else not args.rebuild
+        else database_exists(NAMES[args.backend])
     if args.rebuild or not exists:
         rebuild(args)
     rows = []

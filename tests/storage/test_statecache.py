@@ -157,12 +157,12 @@ def test_a_second_pass_over_more_than_fits_is_served_in_part() -> None:
     keeps what filled the cache first."""
     cache = StateCache(64 * 1024)
     cache.after_poll(1, 1, [])
-    for oid in range(400):
+    for oid in range(600):
         if cache.get(oid, 1) is None:
             cache.put_loaded(oid, 1, STATE, snapshot=1)
-    assert 150 < len(cache) < 200                 # 400 is more than twice that
+    assert 200 < len(cache) < 300                 # 600 is more than twice that
     kept = len(cache)
-    for oid in range(400):
+    for oid in range(600):
         if cache.get(oid, 1) is None:
             cache.put_loaded(oid, 1, STATE, snapshot=1)
     assert cache.hits > 0.75 * kept
@@ -350,11 +350,13 @@ def test_a_poll_that_grows_the_index_keeps_the_bound() -> None:
 def assert_counts_add_up(cache: StateCache) -> None:
     """The running byte counts behind ``bytes_used`` are what the states held take."""
     protected = sum(state_cost(v) for v in cache._protected.values())
-    current = protected + sum(state_cost(v) for v in cache._probation.values())
+    window = sum(state_cost(v) for v in cache._window.values())
+    current = (protected + window
+               + sum(state_cost(v) for v in cache._probation.values()))
     key = allocated(sys.getsizeof(1 << 127))
     revisions = sum(state_cost(v) + key for v in cache._revisions.values())
-    assert (cache._protected_bytes, cache._current_bytes, cache._revision_bytes) == (
-        protected, current, revisions)
+    assert (cache._protected_bytes, cache._window_bytes, cache._current_bytes,
+            cache._revision_bytes) == (protected, window, current, revisions)
 
 
 def test_a_state_served_from_either_segment_is_also_its_exact_revision() -> None:
@@ -443,3 +445,39 @@ def test_a_commits_states_are_remembered_together_within_the_bound() -> None:
     # The newest revisions stay (first in, first out), within their share.
     assert kept and kept == [oid for oid, _ in written[len(written) - len(kept):]]
     assert len(kept) * (len(STATE) + 40) <= REVISIONS_SHARE * cache.limit
+
+
+def test_states_a_full_cache_would_not_admit_are_served_from_the_window() -> None:
+    """A prefetch into a cache full of states asked for often: admission keeps the
+    newcomers out of probation, but they wait in the window, so the loads that follow
+    the prefetch find them (with no window every one of them was a miss, and the
+    prefetch bound fell to 0)."""
+    cache = polled_cache(limit=4 << 20)
+    assert cache._window_limit == 0.01 * (4 << 20)
+    hot = range(1 << 30, (1 << 30) + 30_000)      # more than fit: the cache fills up
+    for _ in range(2):
+        for oid in hot:
+            if cache.get(oid, 10) is None:
+                cache.put_loaded(oid, 9, STATE, snapshot=10)
+    held = len(cache)
+    batch = range(100)                            # a prefetch: about 20 KB of 40
+    for oid in batch:
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    assert all(cache.get(oid, 10) == (STATE, 9) for oid in batch)
+    assert len(cache) == held                     # each pushed one out of the window
+    assert cache.bytes_used <= cache.limit
+    # Out of the window they face admission: asked for once, they lose to states
+    # asked for twice; the hot states kept stay.
+    for oid in range(1000, 1400):
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    assert not any(cache.has(oid, 10) for oid in batch)
+    kept_hot = sum(cache.has(oid, 10) for oid in hot)
+    assert kept_hot > 0.9 * held - 400
+    assert_counts_add_up(cache)
+
+
+def test_a_cache_below_4_mb_has_no_window() -> None:
+    cache = polled_cache(limit=(4 << 20) - 1)
+    assert cache._window_limit == 0
+    cache.put_loaded(1, 9, STATE, snapshot=10)
+    assert list(cache._probation) == [1] and not cache._window

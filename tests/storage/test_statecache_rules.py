@@ -351,10 +351,12 @@ def test_the_count_follows_what_each_table_and_entry_takes() -> None:
     """A state moving between segments costs only what their tables change by; an
     index entry costs its oid and tid objects, and the index's table what it grew by."""
     cache = started(limit=10 << 20, at=10)
+    cache._window_limit = 0                       # no window: a state starts in probation
     cache.put_loaded(1, 9, STATE, snapshot=10)
 
     def tables() -> int:
-        return sys.getsizeof(cache._probation) + sys.getsizeof(cache._protected)
+        return (sys.getsizeof(cache._probation) + sys.getsizeof(cache._protected)
+                + sys.getsizeof(cache._window))
     before, tables_before = cache.bytes_used, tables()
     assert cache.get(1, 10) == (STATE, 9)         # probation -> protected
     assert list(cache._protected) == [1]
@@ -384,8 +386,8 @@ def test_a_newcomer_that_beat_one_victim_still_faces_the_next() -> None:
         cache._sketch.add(2)
     for _ in range(3):
         cache._sketch.add(3)
-    cache._probation.move_to_end(2, last=False)
-    cache._probation.move_to_end(1, last=False)   # oldest first: 1, 2, the fillers
+    moved = [(oid, cache._probation.pop(oid)) for oid in (2, 1)]
+    cache._probation.push_behind(moved)           # oldest first: 1, 2, the fillers
     assert len(cache) == filler - 2               # nothing evicted yet
     assert cache.limit - cache.bytes_used < 4000 - 2100   # 1 alone would not do
     cache.put_loaded(3, 9, bytes(4000), snapshot=10)          # needs both to go
@@ -423,8 +425,8 @@ def test_the_count_follows_both_segments_and_the_index_as_tracemalloc_does() -> 
         for oid in range(15_000):
             key = oid + (1 << 40)
             cache.put_loaded(key, 1, bytes(190) + oid.to_bytes(4, "big"), 2)
-            if oid % 2:
-                cache.get(key, 2)
+        for oid in range(1, 15_000, 2):           # asked again once out of the window
+            cache.get(oid + (1 << 40), 2)
         traced = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()

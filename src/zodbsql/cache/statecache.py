@@ -29,38 +29,42 @@ CPython allocates them: each state's ``bytes`` object (header included, rounded 
 pymalloc's 16-byte blocks), each key's ``int``, the hash tables of the dicts
 (``sys.getsizeof``, read whenever the count is checked, so a table that doubles is seen
 at once) and the frequency sketch.  A current state is kept as ``tid + state`` in one
-``bytes`` under the oid alone: its pickle and ~180 bytes (one OrderedDict slot and
-node, one small int, one bytes header).  Measured with ``scripts/cache_memory.py``
-(200,000 objects of 128 bytes in an OOBTree, SQLite), peak RSS above the cache-off run
-was 14, 41, 80 and 107 MB at 10, 32, 64 and 256 MB (the last counting 100 MB: all of
-it fit), within 1.2 x ``cache-size-mb`` + 10 MB; the OrderedDict of ``(oid, tid)``
-tuples it replaced, counted as ``len(state) + 64``, took ~310 bytes besides the pickle
-where it counted 64, and an uncounted index entry for every state loaded.
+``bytes`` under the oid alone: its pickle and ~130 bytes (a slot of a plain dict's
+table, one int, one bytes header).  Measured with ``scripts/cache_memory.py`` (200,000
+objects of 128 bytes in an OOBTree): see the README's memory table.  Before issue 24 an
+OrderedDict of ``(oid, tid)`` tuples, counted as ``len(state) + 64``, took ~310 bytes
+besides the pickle; then an OrderedDict by oid took ~180.
 
-**Eviction: TinyLFU admission in front of a segmented LRU.**  Current states live in
-two ``OrderedDict``s: *probation*, where they arrive, and *protected* (80% of the bytes),
-where a second hit moves them; protected's oldest fall back to probation, and
-probation's oldest is the eviction victim.  (A plain dict would save ~70 bytes a state,
-but finding its oldest key scans the slots its deletions left, until it is resized:
-a second pass ran at half the speed of the first.)  Before a new state may push the
-victim out, a count-min sketch of recent accesses (4 rows of 4-bit counters, halved
-every 10 x its width accesses, so it forgets) compares them: the newcomer enters only
-if it was asked for at least two more times than the victim (with no margin, a loop's
-second pass pushes out, one by one, the states it is about to ask for).  Compared on the same script (second pass over twice
-the cache, 32 MB): plain LRU (the old policy) and segmented LRU alone both serve ~0% of
-a second pass, since in a loop larger than the cache every state is evicted before it
-is asked again and never reaches protected; with admission the states that filled the
-cache first stay, and the second pass is served in proportion to what fits.  A hot
-working set survives a scan for the same reason (a scanned state, asked once, does not
-out-count a hot one).  The sketch is pure Python and every access pays it: 5 us of a
-cache hit's 9 us on this loaded machine, where a PostgreSQL load took ~1 ms.
+**Eviction: W-TinyLFU.**  Current states live in three insertion-ordered segments
+(``Segment``: a plain dict that hands out its oldest keys in batches, ~55 bytes a state
+less than an ``OrderedDict``).  A new state enters the *window* (1% of the cache, in
+caches of 4 MB and more), an LRU with no admission; what leaves the window moves to
+*probation*; a hit there moves a state to *protected* (80% of the bytes), whose oldest
+fall back to probation; probation's oldest is the eviction victim.  Before a newcomer
+from the window may push the victim out, a count-min sketch of recent accesses (2 rows
+of 4-bit counters, halved every 10 x its width accesses, so it forgets) compares them:
+the newcomer enters only if it was asked for at least two more times than the victim
+(with no margin, a loop's second pass pushes out, one by one, the states it is about
+to ask for).
+
+Compared on the same script (second pass over twice the cache, 32 MB): plain LRU (the
+old policy) and segmented LRU alone both serve ~0% of a second pass, since in a loop
+larger than the cache every state is evicted before it is asked again and never
+reaches protected; with admission the states that filled the cache first stay, and the
+second pass is served in proportion to what fits.  A hot working set survives a scan
+for the same reason (a scanned state, asked once, does not out-count a hot one).  The
+window is what makes admission and prefetch work together: without it a full cache
+turned away what a prefetch had just brought (asked for zero times), the next load
+missed it, and the prefetch bound fell to 0 (measured: one statement per object once
+the cache was full); in the window a prefetched state waits for its load.
 """
 from __future__ import annotations
 
 import sys
 import threading
-from collections import OrderedDict
 from typing import Iterable
+
+from .segment import BATCH, Segment
 
 # Roughly what one entry of ``changed`` costs, to bound its length by the cache's bytes.
 INDEX_ENTRY_BYTES = 100
@@ -68,6 +72,10 @@ INDEX_ENTRY_BYTES = 100
 PROTECTED_SHARE = 0.8
 # Exact revisions (first in, first out) may hold this share of the cache.
 REVISIONS_SHARE = 0.5
+# New current states wait in a window of this share of the cache before admission.
+WINDOW_SHARE = 0.01
+# ... in a cache of at least this size (in a smaller one it would not hold a prefetch).
+WINDOW_FROM = 4 << 20
 # A newcomer must have been asked for more than this many times above the victim.
 ADMISSION_MARGIN = 1
 
@@ -93,16 +101,23 @@ _KEY_BYTES = allocated(sys.getsizeof(1 << 127))
 
 class FrequencySketch:
     """How often each oid was asked for recently: a count-min sketch of 4-bit counters
-    (4 rows of bytes, conservative update), all halved every ``10 x width`` increments."""
+    (2 rows of bytes, conservative update), all halved every ``10 x width`` increments.
 
-    _MULTIPLIERS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F,
-                    0x165667B19E3779F9, 0xD6E8FEB86659FD93)
+    Every cache access pays for ``add``, so it is written out for two rows: with four
+    (and lists of slots) it took about half of a cache hit's time; two rows of a counter
+    per entry each keep the false counts of a 4-bit sketch rare enough to rank a
+    newcomer against a victim, which is all admission asks of it."""
+
+    _FIRST = 0x9E3779B97F4A7C15
+    _SECOND = 0xC2B2AE3D27D4EB4F
+    _MASK = 0xFFFF_FFFF_FFFF_FFFF
     _HALF = bytes(i // 2 for i in range(256))
 
     def __init__(self, entries: int) -> None:
         self.bits = max(6, (max(entries, 1) - 1).bit_length())
         width = 1 << self.bits
-        self.rows = [bytearray(width) for _ in self._MULTIPLIERS]
+        self._shift = 64 - self.bits
+        self.rows = [bytearray(width), bytearray(width)]
         self.samples = 0
         self.period = 10 * width
 
@@ -110,39 +125,49 @@ class FrequencySketch:
     def size_bytes(self) -> int:
         return sum(sys.getsizeof(row) for row in self.rows)
 
-    def _slots(self, oid: int) -> list[int]:
-        shift = 64 - self.bits
-        return [((oid * m) & 0xFFFF_FFFF_FFFF_FFFF) >> shift for m in self._MULTIPLIERS]
-
     def add(self, oid: int) -> None:
-        # Conservative update: only the smallest counters grow, so an oid that shares
-        # a counter with a frequent one is not counted up with it.
-        pairs = list(zip(self.rows, self._slots(oid)))
-        least = min(row[slot] for row, slot in pairs)
-        if least < 15:
-            for row, slot in pairs:
-                if row[slot] == least:
-                    row[slot] = least + 1
+        # Conservative update: only the smaller counter grows (both when equal), so an
+        # oid that shares a counter with a frequent one is not counted up with it.
+        first, second = self.rows
+        a = ((oid * self._FIRST) & self._MASK) >> self._shift
+        b = ((oid * self._SECOND) & self._MASK) >> self._shift
+        x = first[a]
+        y = second[b]
+        if x <= y:
+            if x < 15:
+                first[a] = x + 1
+                if y == x:
+                    second[b] = y + 1
+        elif y < 15:
+            second[b] = y + 1
         self.samples += 1
         if self.samples >= self.period:
-            self.rows = [row.translate(self._HALF) for row in self.rows]
+            self.rows = [first.translate(self._HALF), second.translate(self._HALF)]
             self.samples //= 2
 
     def count(self, oid: int) -> int:
-        return min(row[slot] for row, slot in zip(self.rows, self._slots(oid)))
+        first, second = self.rows
+        x = first[((oid * self._FIRST) & self._MASK) >> self._shift]
+        y = second[((oid * self._SECOND) & self._MASK) >> self._shift]
+        return x if x < y else y
 
 
 class StateCache:
     def __init__(self, size_bytes: int) -> None:
         self.limit = size_bytes
         # Current states (as of ``polled``), oid -> tid (8 bytes, big-endian) + state.
-        self._probation: OrderedDict[int, bytes] = OrderedDict()
-        self._protected: OrderedDict[int, bytes] = OrderedDict()
+        # A small cache reads fewer of its oldest keys at a time (see Segment).
+        batch = max(8, min(BATCH, size_bytes // 8192))
+        self._window = Segment(batch)
+        self._window_bytes = 0
+        self._window_limit = WINDOW_SHARE * size_bytes if size_bytes >= WINDOW_FROM else 0
+        self._probation = Segment(batch)
+        self._protected = Segment(batch)
         self._protected_bytes = 0
         # Exact revisions, (oid << 64 | tid) -> state, oldest first.
-        self._revisions: OrderedDict[int, bytes] = OrderedDict()
+        self._revisions = Segment(batch)
         self._revision_bytes = 0
-        self._current_bytes = 0          # the states in probation and protected
+        self._current_bytes = 0          # the states in the window, probation and protected
         self._changed: dict[int, int] = {}
         self._max_index = max(1000, size_bytes // (4 * INDEX_ENTRY_BYTES))
         self._sketch = FrequencySketch(size_bytes // 128)
@@ -163,6 +188,7 @@ class StateCache:
         """For ``scripts/cache_memory.py`` only: ``off`` drops the admission filter
         (segmented LRU alone), ``lru`` also the protected segment (one plain LRU)."""
         self._admission = False
+        self._window_limit = 0
         if name == "lru":
             self._protected_share = 0.0
 
@@ -195,16 +221,21 @@ class StateCache:
         value = self._probation.pop(oid, None)
         if value is None:
             value = self._protected.pop(oid, None)
-            if value is None:
-                return
-            self._protected_bytes -= state_cost(value)
+            if value is not None:
+                self._protected_bytes -= state_cost(value)
+            else:
+                value = self._window.pop(oid, None)
+                if value is None:
+                    return
+                self._window_bytes -= state_cost(value)
         self._current_bytes -= state_cost(value)
         self._put_revision(oid, int.from_bytes(value[:8], "big"), value[8:])
 
     def _drop_current(self) -> None:
+        self._window.clear()
         self._probation.clear()
         self._protected.clear()
-        self._current_bytes = self._protected_bytes = 0
+        self._current_bytes = self._protected_bytes = self._window_bytes = 0
 
     # -- restoring (the persistent and shared caches) ------------------------------------------
     def cover(self, since: int, upto: int, changes: list[tuple[int, int]]) -> bool:
@@ -247,16 +278,15 @@ class StateCache:
         with self._lock:
             if not self.base <= as_of <= self.polled:
                 return 0, False
-            taken = 0
+            adopted: list[tuple[int, bytes]] = []
             full = False
             for oid, tid, value in entries:
                 changed = self._changed.get(oid)
                 if (tid > as_of or (changed is not None and changed != tid)
-                        or oid in self._probation or oid in self._protected):
+                        or self._current(oid) is not None):
                     continue
                 cost = state_cost(value)
-                self._probation[oid] = value
-                self._probation.move_to_end(oid, last=False)
+                self._probation.push(oid, value)
                 self._current_bytes += cost
                 # Counted whole after each (a few lookups): the tables grow too, ~100
                 # bytes a state, and counting them only at the end made the shrink
@@ -266,8 +296,14 @@ class StateCache:
                     self._current_bytes -= cost
                     full = True
                     break
-                taken += 1
+                adopted.append((oid, value))
+            # Taken at the new end (so the tables counted above are the ones kept),
+            # then moved behind what this process loaded itself.
+            for oid, _ in adopted:
+                del self._probation[oid]
+            self._probation.push_behind(adopted)
             self._shrink(None)
+            taken = len(adopted)
             return taken, not full
 
     def shared_key(self, oid: int, snapshot: int, checkpoint: int) -> int | None:
@@ -292,6 +328,7 @@ class StateCache:
             if not self.enabled or self.polled < 0:
                 return -1, []
             return self.polled, [*reversed(self._protected.items()),
+                                 *reversed(self._window.items()),
                                  *reversed(self._probation.items())]
 
     # -- reading -------------------------------------------------------------------------------------
@@ -331,27 +368,37 @@ class StateCache:
         return state, changed
 
     def _touch(self, oid: int) -> bytes | None:
-        """The current state of ``oid``, moved up as the policy says (a hit)."""
-        value = self._protected.get(oid)
-        if value is not None:
-            self._protected.move_to_end(oid)        # the newest end
-            return value
+        """The current state of ``oid``, moved up as the policy says (a hit).  A move
+        takes a slot of the entry table it moves to, and a dict out of free slots
+        resizes, maybe larger: then the bound is checked again."""
+        tables = self._tables()
+        value = self._move_up(oid)
+        if value is not None and self._tables() != tables:
+            self._shrink(None)
+        return value
+
+    def _tables(self) -> int:
+        return (sys.getsizeof(self._protected) + sys.getsizeof(self._probation)
+                + sys.getsizeof(self._window))
+
+    def _move_up(self, oid: int) -> bytes | None:
+        if oid in self._protected:
+            return self._protected.touch(oid)       # to the newest end
+        if oid in self._window:
+            return self._window.touch(oid)
         if self._protected_share <= 0:
-            value = self._probation.get(oid)
-            if value is not None:
-                self._probation.move_to_end(oid)
-            return value
+            return self._probation.touch(oid) if oid in self._probation else None
         value = self._probation.pop(oid, None)
         if value is None:
             return None
         cost = state_cost(value)
-        self._protected[oid] = value
+        self._protected.push(oid, value)
         self._protected_bytes += cost
         cap = self._protected_share * (self.limit - self._revision_bytes)
         while self._protected_bytes > cap and len(self._protected) > 1:
-            old, demoted = self._protected.popitem(last=False)
+            old, demoted = self._protected.pop_oldest()
             self._protected_bytes -= state_cost(demoted)
-            self._probation[old] = demoted
+            self._probation.push(old, demoted)
         return value
 
     def has(self, oid: int, snapshot: int) -> bool:
@@ -364,7 +411,7 @@ class StateCache:
             changed = self._changed.get(oid)
             if changed is not None and changed > snapshot:
                 return False
-            value = self._protected.get(oid) or self._probation.get(oid)
+            value = self._current(oid)
             if value is not None:
                 return changed is None or int.from_bytes(value[:8], "big") == changed
             return changed is not None and (oid << 64 | changed) in self._revisions
@@ -377,7 +424,7 @@ class StateCache:
             state = self._revisions.get(oid << 64 | tid)
             if state is not None:
                 return state
-            value = self._probation.get(oid) or self._protected.get(oid)
+            value = self._current(oid)
             if value is not None and int.from_bytes(value[:8], "big") == tid:
                 return value[8:]
             return None
@@ -395,7 +442,7 @@ class StateCache:
             changed = self._changed.get(oid)
             if changed is not None and changed != tid:
                 return              # an older revision, read by an older snapshot
-            if oid in self._probation or oid in self._protected:
+            if self._current(oid) is not None:
                 return
             if len(state) > self.limit // 4:
                 return
@@ -415,7 +462,7 @@ class StateCache:
                 if state is None:
                     continue
                 if (self._changed.get(oid) == tid and tid <= self.polled
-                        and oid not in self._probation and oid not in self._protected
+                        and self._current(oid) is None
                         and len(state) <= self.limit // 4):
                     self._insert(oid, tid.to_bytes(8, "big") + state)   # a poll named it
                 else:
@@ -428,31 +475,59 @@ class StateCache:
         key = oid << 64 | tid
         if key in self._revisions or len(state) > self.limit // 4:
             return
-        current = self._probation.get(oid) or self._protected.get(oid)
+        current = self._current(oid)
         if current is not None and int.from_bytes(current[:8], "big") == tid:
             return                      # kept already, as the current state
-        self._revisions[key] = state
+        self._revisions.push(key, state)
         self._revision_bytes += state_cost(state) + _KEY_BYTES
         share = REVISIONS_SHARE * self.limit
         while self._revision_bytes > share and self._revisions:
             self._pop_revision()
 
-    def _pop_revision(self) -> None:
-        self._revision_bytes -= state_cost(self._revisions.popitem(last=False)[1]) + _KEY_BYTES
+    def _pop_revision(self) -> int:
+        """Drop the oldest exact revision; the bytes that frees."""
+        freed = state_cost(self._revisions.pop_oldest()[1]) + _KEY_BYTES
+        self._revision_bytes -= freed
+        return freed
+
+    def _current(self, oid: int) -> bytes | None:
+        """``tid + state`` of ``oid`` if it is kept as current, wherever it is."""
+        value = self._protected.get(oid)
+        if value is None:
+            value = self._window.get(oid)
+            if value is None:
+                value = self._probation.get(oid)
+        return value
 
     def _insert(self, oid: int, value: bytes) -> None:
-        self._probation[oid] = value
-        self._current_bytes += state_cost(value)
-        self._shrink(oid)
+        """A new current state enters the window; what the window no longer holds
+        moves on to probation, where it must win admission once the cache is full."""
+        self._probation.trim()
+        self._protected.trim()
+        cost = state_cost(value)
+        self._window.push(oid, value)
+        self._window_bytes += cost
+        self._current_bytes += cost
+        if self._window_bytes <= self._window_limit:
+            self._shrink(None)
+        while self._window_bytes > self._window_limit and self._window:
+            candidate, value = self._window.pop_oldest()
+            self._window_bytes -= state_cost(value)
+            self._probation.push(candidate, value)
+            self._shrink(candidate)
 
     def _shrink(self, newcomer: int | None) -> None:
         """Evict current states until the count fits (see :meth:`_victim`), exact
-        revisions (kept within their share as they come) once none is left."""
-        while self._bytes() > self.limit:
-            if not self._probation and not self._protected:
+        revisions (kept within their share as they come) once none is left.
+
+        The tables are measured once: taking entries out never grows them (a dict does
+        not resize on deletion), so what each eviction frees is subtracted instead."""
+        excess = self._bytes() - self.limit
+        while excess > 0:
+            if not self._probation and not self._protected and not self._window:
                 if not self._revisions:
                     return
-                self._pop_revision()
+                excess -= self._pop_revision()
                 continue
             source, victim = self._victim(newcomer)
             value = source.pop(victim)
@@ -460,17 +535,23 @@ class StateCache:
             self._current_bytes -= cost
             if source is self._protected:
                 self._protected_bytes -= cost
+            elif source is self._window:
+                self._window_bytes -= cost
+            excess -= cost + _OID_BYTES
             if victim == newcomer:
                 newcomer = None
 
-    def _victim(self, newcomer: int | None) -> tuple[OrderedDict[int, bytes], int]:
+    def _victim(self, newcomer: int | None) -> tuple[Segment, int]:
         """Probation's oldest (protected's, when probation holds only the newcomer), or
         the newcomer itself unless it was asked for clearly more often than that one."""
         source = self._probation
-        victim = next(iter(source), None)
+        victim = source.oldest()
         if (victim is None or victim == newcomer) and self._protected:
             source = self._protected
-            victim = next(iter(source))
+            victim = source.oldest()
+        if victim is None:              # the window alone is over the bound
+            source = self._window
+            victim = source.oldest()
         assert victim is not None        # the caller checked that a segment holds one
         if (self._admission and newcomer is not None and victim != newcomer
                 and newcomer in self._probation):
@@ -480,10 +561,11 @@ class StateCache:
         return source, victim
 
     def _bytes(self) -> int:
-        states = len(self._probation) + len(self._protected)
+        states = len(self._probation) + len(self._protected) + len(self._window)
         return (self._current_bytes + states * _OID_BYTES + self._revision_bytes
-                + sys.getsizeof(self._probation) + sys.getsizeof(self._protected)
-                + sys.getsizeof(self._revisions) + sys.getsizeof(self._changed)
+                + self._probation.size_bytes + self._protected.size_bytes
+                + self._window.size_bytes
+                + self._revisions.size_bytes + sys.getsizeof(self._changed)
                 + len(self._changed) * (_OID_BYTES + _TID_BYTES)
                 + self._fixed_bytes)
 
@@ -505,7 +587,8 @@ class StateCache:
             self._fixed_bytes = self._sketch.size_bytes
 
     def __len__(self) -> int:
-        return len(self._probation) + len(self._protected) + len(self._revisions)
+        return (len(self._probation) + len(self._protected) + len(self._window)
+                + len(self._revisions))
 
     @property
     def bytes_used(self) -> int:
