@@ -584,3 +584,22 @@ def test_the_relay_counts_each_statement_sent_once() -> None:
         assert relay.statements_between(start, end) == 0
     finally:
         relay.close()
+
+
+def test_a_soak_query_reads_the_newest_keys_of_a_tag_without_reading_them_all() -> None:
+    """The soak's query (a key range below the largest key, widened until it holds 20)
+    returns the whole set's last 20 keys, and all of a set smaller than that."""
+    import random as _random
+
+    from BTrees.OOBTree import OOTreeSet
+
+    from zodbsql.bench.soak import QUERY_SIZE, newest
+    rng = _random.Random(3)
+    members = OOTreeSet()
+    assert newest(members) == []
+    for number in range(200_000):
+        if rng.random() < 0.06:
+            members.add(f"{number:012d}")
+    assert newest(members) == list(members.keys())[-QUERY_SIZE:]
+    few = OOTreeSet([f"{n:012d}" for n in (3, 5, 7)])
+    assert newest(few) == list(few.keys())
