@@ -19,7 +19,7 @@ from ZODB import POSException
 from ZODB.utils import u64
 
 from tests.storage.test_verify import CORRUPT, run_sql
-from zodbsql.cache.prefetch import PROBE, PROBE_EVERY, START, Prefetcher
+from zodbsql.cache.prefetch import DEAD_SLACK, PROBE, PROBE_EVERY, START, Prefetcher
 from zodbsql.errors import CorruptRecordError
 
 CHILDREN = 500
@@ -245,6 +245,23 @@ def test_queued_references_come_along_in_the_order_found() -> None:
     assert (bound, queued) == (START, [12, 20, 21])
     prefetcher.loaded(11, [12, 20], [])
     assert prefetcher.plan(21) == (START, [])             # the last one queued
+
+
+def test_a_walk_that_loads_what_it_queued_keeps_the_queue_short() -> None:
+    """A BTree walk: each bucket queues its items, and loading them leaves their slots
+    dead; the queue drops them instead of growing to MAX_QUEUED (~8 MB of ints)."""
+    prefetcher = Prefetcher(1000, 1 << 20)
+    longest = 0
+    for bucket in range(10_000):                          # 300,000 items in all
+        items = [bucket * 100 + n for n in range(30)]
+        prefetcher.loaded(-1, [], [(-1, item) for item in items])
+        prefetcher.loaded(items[0], items[1:], [])        # the walk loads them all
+        longest = max(longest, len(prefetcher._queue))
+    assert longest <= 2 * 30 + 4096 + 1 == 2 * 30 + DEAD_SLACK + 1
+    assert prefetcher._position == {}
+    # What is still queued (not loaded) stays, in order.
+    prefetcher.loaded(-1, [], [(-1, 7), (-1, 8), (-1, 9)])
+    assert prefetcher.plan(7)[1] == [8, 9]
 
 
 def test_unused_prefetches_shrink_the_bound_to_zero_and_a_probe_grows_it_back() -> None:

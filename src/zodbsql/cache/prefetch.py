@@ -41,6 +41,8 @@ PROBE_EVERY = 64
 PROBE = 8
 #: Queued references kept at most (the oldest go first).
 MAX_QUEUED = 200_000
+#: Dead slots (oids loaded since they were queued) tolerated beyond the live ones.
+DEAD_SLACK = 4096
 
 
 class Prefetcher:
@@ -106,6 +108,8 @@ class Prefetcher:
                     self._queue.append(to_oid)
             if len(self._queue) > MAX_QUEUED:
                 self._compact()
+            elif len(self._queue) > 2 * len(self._position) + DEAD_SLACK:
+                self._drop_loaded()
 
     # -- inside the lock ------------------------------------------------------------------
     def _reconsider(self) -> None:
@@ -133,6 +137,15 @@ class Prefetcher:
                 if len(found) == count:
                     break
         return found
+
+    def _drop_loaded(self) -> None:
+        """Forget the slots of oids loaded since they were queued: a walk loads nearly
+        everything it queues, and the dead slots (and the ints they hold) grew the
+        queue to ``MAX_QUEUED`` before, ~8 MB at its peak over an OOBTree walk."""
+        live = [oid for index, oid in enumerate(self._queue)
+                if self._position.get(oid) == index]
+        self._queue = live
+        self._position = {oid: index for index, oid in enumerate(live)}
 
     def _compact(self) -> None:
         """Keep the newest half of the queued oids."""
