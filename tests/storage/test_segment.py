@@ -1,0 +1,45 @@
+"""The state cache's segments: insertion-ordered dicts that hand out their oldest keys
+in batches (``cache/segment.py``)."""
+from __future__ import annotations
+
+import sys
+
+from zodbsql.cache.segment import Segment
+
+
+def test_a_key_that_leaves_and_comes_back_is_newest_though_its_batch_was_read() -> None:
+    segment = Segment(batch=256)
+    for key in range(1, 301):
+        segment.push(key, b"v")
+    assert segment.oldest() == 1                  # reads the batch: 1 .. 256
+    segment.touch(2)                              # 2 moves to the newest end
+    value = segment.pop(3)
+    segment.push(3, value)                        # 3 leaves and comes back
+    order = [segment.pop_oldest()[0] for _ in range(len(segment))]
+    assert order == [1, *range(4, 301), 2, 3]
+    assert segment.oldest() is None
+
+
+def test_push_behind_puts_entries_at_the_oldest_end_the_last_oldest() -> None:
+    segment = Segment(batch=8)
+    for key in (10, 11):
+        segment.push(key, b"v")
+    assert segment.oldest() == 10
+    segment.push_behind([(5, b"a"), (6, b"b")])   # 6 is the oldest, then 5
+    assert [segment.pop_oldest()[0] for _ in range(4)] == [6, 5, 10, 11]
+
+
+def test_trim_gives_back_a_table_deletions_emptied_and_leaves_a_normal_one() -> None:
+    segment = Segment(batch=8)
+    for key in range(10_000):
+        segment.push(key, b"v")
+    for key in range(9_990):
+        del segment[key]
+    emptied = sys.getsizeof(segment)
+    segment.trim()
+    assert sys.getsizeof(segment) < emptied // 10
+    assert list(segment) == list(range(9_990, 10_000))
+    # A table at its normal size is left as it is, with the batch already read.
+    assert segment.oldest() == 9_990
+    segment.trim()
+    assert segment._next                          # not written again
