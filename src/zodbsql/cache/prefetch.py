@@ -138,18 +138,17 @@ class Prefetcher:
                     break
         return found
 
-    def _drop_loaded(self) -> None:
-        """Forget the slots of oids loaded since they were queued: a walk loads nearly
-        everything it queues, and the dead slots (and the ints they hold) grew the
-        queue to ``MAX_QUEUED`` before, ~8 MB at its peak over an OOBTree walk."""
+    def _drop_loaded(self, keep_from: int = 0) -> None:
+        """Forget the slots of oids loaded since they were queued (and, with
+        ``keep_from``, the oldest live ones): a walk loads nearly everything it
+        queues, and the dead slots (and the ints they hold) grew the queue to
+        ``MAX_QUEUED`` before, ~8 MB at its peak over an OOBTree walk."""
         live = [oid for index, oid in enumerate(self._queue)
                 if self._position.get(oid) == index]
-        self._queue = live
-        self._position = {oid: index for index, oid in enumerate(live)}
+        self._queue = live[keep_from:]
+        self._position = {oid: index for index, oid in enumerate(self._queue)}
 
     def _compact(self) -> None:
         """Keep the newest half of the queued oids."""
-        live = [oid for index, oid in enumerate(self._queue)
-                if self._position.get(oid) == index]
-        self._queue = live[len(live) // 2:]
-        self._position = {oid: index for index, oid in enumerate(self._queue)}
+        # Every oid in _position is live at exactly one slot: it counts the live ones.
+        self._drop_loaded(keep_from=len(self._position) // 2)
