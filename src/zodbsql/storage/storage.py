@@ -428,19 +428,19 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         """Put loaded states that the snapshot sees into the shared cache, as ``load``
         does; return their oids.  A state that fails its checksum is left out (its own
         ``load`` reports it)."""
-        cache = self.shared.cache
+        key = self.shared.codec.checksum_key
         cached = []
         shared_rows = []
         for oid, tid, stored_checksum, state in rows:
             if state is None or tid > snapshot:
                 continue
             try:
-                verified(oid, tid, stored_checksum, state, self.shared.codec.checksum_key)
+                verified(oid, tid, stored_checksum, state, key)
             except CorruptRecordError:
                 continue
-            cache.put_loaded(oid, tid, state, snapshot)
             cached.append(oid)
             shared_rows.append((oid, tid, state))
+        self.shared.cache.put_loaded_many(shared_rows, snapshot)
         if self.shared.metrics is not None:
             self.shared.metrics.read(sum(len(state) for _, _, state in shared_rows))
         if self.shared.second_level is not None:

@@ -150,12 +150,13 @@ class DBConnection:
             raise self._fail(exc, sql) from exc
         self._traced(sql, None, started)
 
-    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
+                 ) -> list[Row]:
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
-            cursor = self.raw.cursor()
+            cursor = self.result_cursor() if binary else self.raw.cursor()
             cursor.execute(self._sql(sql), params)
             rows = list(cursor.fetchall())
         except Exception as exc:
@@ -163,6 +164,10 @@ class DBConnection:
             raise self._fail(exc, sql) from exc
         self._traced(sql, params, started)
         return rows
+
+    def result_cursor(self) -> Any:
+        """A cursor whose results come in the driver's binary format, if it has one."""
+        return self.raw.cursor()
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         self.statements += 1

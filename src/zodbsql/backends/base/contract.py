@@ -236,8 +236,11 @@ class ConnectionRole(Protocol):
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run one statement for each row of parameters."""
 
-    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run a query; return all its rows."""
+    def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
+                 ) -> list[tuple[Any, ...]]:
+        """Run a query; return all its rows.  ``binary``: the results may travel in the
+        driver's binary format (PostgreSQL: no hex text to decode for BYTEA); the rows
+        hold the same Python values either way."""
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         """Run a query; return its first row, or None when it has none."""

@@ -106,12 +106,13 @@ HF_LOAD_WITH_REFS = (
     " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
-    " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY w.step, w.zoid)"
-    " AS total FROM chosen w JOIN object_state s ON s.zoid = w.zoid),"
-    " kept AS (SELECT zoid, tid FROM sized WHERE total <= %s)"
+    # The states travel with their running size: one index lookup per state.
+    " sized AS (SELECT s.zoid, s.tid, s.checksum, s.state,"
+    " SUM(s.state_size) OVER (ORDER BY w.step, w.zoid) AS total"
+    " FROM chosen w JOIN object_state s ON s.zoid = w.zoid),"
+    " kept AS (SELECT zoid, tid, checksum, state FROM sized WHERE total <= %s)"
     " SELECT 0, zoid, tid, checksum, state FROM target"
-    " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
-    " JOIN object_state s ON s.zoid = k.zoid"
+    " UNION ALL SELECT 1, zoid, tid, checksum, state FROM kept"
     " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
     " FROM object_ref r WHERE r.zoid IN (SELECT zoid FROM kept) LIMIT %s) f")
 # History-preserving: every state as of the snapshot tid (the current one unless it is
@@ -129,17 +130,30 @@ HP_LOAD_WITH_REFS = (
     " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
+    "{revisions}"
+    " kept AS (SELECT zoid, tid, checksum, state FROM sized WHERE total <= %s)"
+    " SELECT 0, zoid, tid, checksum, state FROM target"
+    " UNION ALL SELECT 1, zoid, tid, checksum, state FROM kept"
+    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
+    " FROM object_ref r JOIN kept k ON r.zoid = k.zoid AND r.tid = k.tid LIMIT %s) f")
+# ``sized``: each chosen object's revision at the snapshot (the current one unless it is
+# newer), with its state and the running size.  Portable: through current_object.
+HP_REVISIONS_PORTABLE = (
     " revision AS (SELECT w.zoid, w.step, CASE WHEN c.tid <= %s THEN c.tid ELSE"
     " (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = c.zoid AND m.tid <= %s) END"
     " AS tid FROM chosen w JOIN current_object c ON c.zoid = w.zoid),"
-    " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY v.step, v.zoid)"
-    " AS total FROM revision v JOIN object_state s ON s.zoid = v.zoid AND s.tid = v.tid),"
-    " kept AS (SELECT zoid, tid FROM sized WHERE total <= %s)"
-    " SELECT 0, zoid, tid, checksum, state FROM target"
-    " UNION ALL SELECT 1, s.zoid, s.tid, s.checksum, s.state FROM kept k"
-    " JOIN object_state s ON s.zoid = k.zoid AND s.tid = k.tid"
-    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
-    " FROM object_ref r JOIN kept k ON r.zoid = k.zoid AND r.tid = k.tid LIMIT %s) f")
+    " sized AS (SELECT s.zoid, s.tid, s.checksum, s.state,"
+    " SUM(s.state_size) OVER (ORDER BY v.step, v.zoid) AS total"
+    " FROM revision v JOIN object_state s ON s.zoid = v.zoid AND s.tid = v.tid),")
+# Where the database has LATERAL (PostgreSQL): one backward index scan per object finds
+# its revision and its state at once.
+HP_REVISIONS_LATERAL = (
+    " sized AS (SELECT s.zoid, s.tid, s.checksum, s.state,"
+    " SUM(s.state_size) OVER (ORDER BY w.step, w.zoid) AS total"
+    " FROM chosen w CROSS JOIN LATERAL (SELECT m.zoid, m.tid, m.checksum, m.state,"
+    " m.state_size FROM object_state m WHERE m.zoid = w.zoid AND m.tid <= %s"
+    " ORDER BY m.tid DESC LIMIT 1) s),")
+
 
 
 def state_row(row: tuple[Any, ...] | None, oid: int, codec: CodecRole) -> StateRow | None:
@@ -205,7 +219,8 @@ class Mover:
         load_before=HP_LOAD_BEFORE, next_tid=HP_NEXT_TID, exists=HP_EXISTS,
         current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
         load_revisions=HP_LOAD_REVISIONS, load_many=HP_LOAD_MANY_AT,
-        load_with_refs=HP_LOAD_WITH_REFS, move_states=HP_MOVE_STATES, move_refs=HP_MOVE_REFS,
+        load_with_refs=HP_LOAD_WITH_REFS.replace("{revisions}", HP_REVISIONS_PORTABLE),
+        move_states=HP_MOVE_STATES, move_refs=HP_MOVE_REFS,
         move_blobs=HP_MOVE_BLOBS, set_current=HP_SET_CURRENT)
     HISTORY_FREE: ClassVar[MoverStatements] = MoverStatements(
         load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
@@ -217,6 +232,9 @@ class Mover:
         delete_old_blobs=HF_DELETE_OLD_BLOBS)
     #: The most oids one statement lists (the rest go in further statements).
     MAX_LISTED_OIDS = 1000
+    #: How many times ``load_with_refs`` (history-preserving) takes the snapshot tid
+    #: where it finds the chosen objects' revisions (``HP_REVISIONS_*``).
+    HP_REVISION_SNAPSHOTS = 2
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
@@ -281,7 +299,8 @@ class Mover:
         for start in range(0, len(oids), step):
             test, params = self.listed(oids[start:start + step])
             sql = self.sql.load_many.format(listed=test)
-            found = conn.fetchall(sql, [*params, snapshot_tid] if self.keep_history else params)
+            found = conn.fetchall(sql, [*params, snapshot_tid] if self.keep_history else params,
+                                  binary=True)
             rows += [state for state in (loaded_state(row, self.backend.codec)
                                          for row in found) if state is not None]
         return rows
@@ -298,14 +317,15 @@ class Mover:
         sql = self.sql.load_with_refs.format(listed=test)
         if self.keep_history:
             params = [oid, snapshot_tid, oid, oid, limit, *listed, snapshot_tid, oid, limit,
-                      oid, limit, snapshot_tid, snapshot_tid, max_bytes, max_references]
+                      oid, limit, *[snapshot_tid] * self.HP_REVISION_SNAPSHOTS, max_bytes,
+                      max_references]
         else:
             params = [oid, oid, limit, *listed, oid, oid, limit, oid, limit, max_bytes,
                       max_references]
         row: StateRow | None = None
         states: list[LoadedState] = []
         references: list[Revision] = []
-        for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params):
+        for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params, binary=True):
             if kind == 0:
                 row = self._row((tid, stored_checksum, state), oid)
             elif kind == 1:

@@ -158,8 +158,9 @@ class MySQLConnection(DBConnection):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         return super().execute(sql, params or None)  # type: ignore[arg-type]
 
-    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return super().fetchall(sql, params or None)  # type: ignore[arg-type]
+    def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
+                 ) -> list[Any]:
+        return super().fetchall(sql, params or None, binary)  # type: ignore[arg-type]
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return super().fetchone(sql, params or None)  # type: ignore[arg-type]

@@ -107,6 +107,11 @@ class PostgreSQLConnection(DBConnection):
             except Exception:
                 self.broken = True
 
+    def result_cursor(self) -> Any:
+        # Binary BYTEA arrives as the bytes themselves; the text form is hex, which
+        # psycopg decodes byte by byte (measured: 513 prefetched states, 5.1 -> 4.2 ms).
+        return self.raw.cursor(binary=True)
+
     def close(self) -> None:
         try:
             self.raw.close()

@@ -10,10 +10,11 @@ states of 170 bytes here, against 0.9 ms in binary.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 from zodbsql.backends.base.contract import ConnectionRole, ResolvedState, Revision
-from zodbsql.backends.base.mover import Mover
+from zodbsql.backends.base.mover import HP_LOAD_WITH_REFS, HP_REVISIONS_LATERAL, Mover
 
 
 # ON COMMIT DELETE ROWS: every commit or rollback empties them, so a commit never
@@ -43,6 +44,10 @@ RESTAGE_ALL = (
 
 class PostgreSQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
+    HISTORY_PRESERVING = dataclasses.replace(
+        Mover.HISTORY_PRESERVING,
+        load_with_refs=HP_LOAD_WITH_REFS.replace("{revisions}", HP_REVISIONS_LATERAL))
+    HP_REVISION_SNAPSHOTS = 1
     # One array parameter whatever the number: the statement's text never changes, so
     # it stays prepared.
     MAX_LISTED_OIDS = 100_000
