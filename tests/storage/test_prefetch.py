@@ -19,7 +19,7 @@ from ZODB import POSException
 from ZODB.utils import u64
 
 from tests.storage.test_verify import CORRUPT, run_sql
-from zodbsql.cache.prefetch import DEAD_SLACK, PROBE, PROBE_EVERY, START, Prefetcher
+from zodbsql.cache.prefetch import DEAD_SLACK, NEAR, PROBE, PROBE_EVERY, START, Prefetcher
 from zodbsql.errors import CorruptRecordError
 
 CHILDREN = 500
@@ -256,6 +256,8 @@ def test_a_walk_that_loads_what_it_queued_keeps_the_queue_short() -> None:
         items = [bucket * 100 + n for n in range(30)]
         prefetcher.loaded(-1, [], [(-1, item) for item in items])
         prefetcher.loaded(items[0], items[1:], [])        # the walk loads them all
+        for item in items[1:]:
+            prefetcher.note_hit(item)
         longest = max(longest, len(prefetcher._queue))
     assert longest <= 2 * 30 + 4096 + 1 == 2 * 30 + DEAD_SLACK + 1
     assert prefetcher._position == {}
@@ -280,6 +282,40 @@ def test_unused_prefetches_shrink_the_bound_to_zero_and_a_probe_grows_it_back() 
         for oid in used:
             prefetcher.note_hit(oid)
     assert prefetcher.bound >= 2 * PROBE
+
+
+def test_a_batch_of_which_nothing_was_used_stops_prefetching_at_once() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.loaded(-1, [], [(-1, child) for child in range(1000)])
+    bound, following = prefetcher.plan(0)
+    assert bound == START and following == list(range(1, START + 1))
+    prefetcher.loaded(0, following, [])                   # none of them is read
+    assert prefetcher.plan(100)[0] == 0                   # not halved: 0 at the next miss
+
+
+def test_misses_one_after_another_in_the_queue_probe_again_and_sparse_ones_do_not() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 0                                  # a sparse walk taught it
+    prefetcher.loaded(-1, [], [(-1, child) for child in range(10_000)])
+    for child in range(0, 3000, 100):                     # sparse: one in a hundred
+        bound, following = prefetcher.plan(child)
+        assert (bound, following) == (0, [])
+        prefetcher.loaded(child, [], [])
+    # A full walk now: its second miss follows the first in the queue.
+    assert prefetcher.plan(5000)[0] == 0
+    prefetcher.loaded(5000, [], [])
+    bound, following = prefetcher.plan(5001)
+    assert bound == PROBE and following == list(range(5002, 5002 + PROBE))
+    prefetcher.loaded(5001, following, [])
+    for child in following:
+        prefetcher.note_hit(child)
+    assert prefetcher.bound == 0
+    assert prefetcher.plan(5002 + PROBE)[0] == PROBE      # the bound is back, to grow
+    # A miss further on than NEAR slots is not sequential.
+    prefetcher.bound = 0
+    prefetcher.plan(6000)
+    prefetcher.loaded(6000, [], [])
+    assert prefetcher.plan(6001 + NEAR)[0] == 0
 
 
 def test_prefetch_of_more_oids_than_one_statement_lists_serves_them_all(

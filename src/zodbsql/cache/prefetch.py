@@ -12,11 +12,13 @@ A batch holds at most ``bound`` states and ``max_bytes`` bytes.  ``bound`` adapt
 what the process does with them: every prefetched state is remembered until a load
 finds it in the cache (used) or it drops out of the ``fresh`` record.  At each miss,
 once ``WINDOW`` states (a whole batch, for a bound below that) were prefetched since
-the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halves (a
-sparse walk: one child in a hundred), over ``GROW_ABOVE`` it grows fourfold, up to
-``limit`` (``prefetch-count``).  At 0 a load brings nothing along, except that every
-``PROBE_EVERY``-th miss tries ``PROBE`` states again so that a walk that becomes
-sequential is noticed.
+the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halves, and
+when none was used it drops to 0 at once (a sparse walk: one child in a hundred); over
+``GROW_ABOVE`` it grows fourfold, up to ``limit`` (``prefetch-count``).  At 0 a load
+brings nothing along, except that a miss tries ``PROBE`` states again when it follows
+the previous miss in the queue (at most ``NEAR`` slots on: a walk that turned
+sequential, such as a process's next full read after a sparse one) and at every
+``PROBE_EVERY``-th miss.
 
 One ``Prefetcher`` serves every instance of a storage in the process; what it decides
 never affects which revision a load returns, only how many statements it takes (the
@@ -39,6 +41,8 @@ GROW_ABOVE = 0.5
 #: With the bound at 0: how often a miss still tries, and how many states.
 PROBE_EVERY = 64
 PROBE = 8
+#: A miss this many queue slots or fewer after the previous one is a sequential walk's.
+NEAR = 4
 #: Queued references kept at most (the oldest go first).
 MAX_QUEUED = 200_000
 #: Dead slots (oids loaded since they were queued) tolerated beyond the live ones.
@@ -58,6 +62,7 @@ class Prefetcher:
         self._window_prefetched = 0
         self._window_used = 0
         self._misses = 0
+        self._last_miss: int | None = None     # the queue slot of the previous miss
         self._lock = threading.Lock()
         #: Totals since the storage was opened.
         self.prefetched = 0
@@ -83,8 +88,12 @@ class Prefetcher:
             self._misses += 1
             self._reconsider()
             bound = self.bound
-            if bound == 0 and self._misses % PROBE_EVERY == 0:
-                bound = PROBE
+            slot = self._position.get(oid)
+            last, self._last_miss = self._last_miss, slot
+            if bound == 0:
+                sequential = slot is not None and last is not None and 0 < slot - last <= NEAR
+                if sequential or self._misses % PROBE_EVERY == 0:
+                    bound = PROBE
             return bound, self._following(oid, bound)
 
     def loaded(self, oid: int, prefetched: list[int],
@@ -116,7 +125,9 @@ class Prefetcher:
         if self._window_prefetched < max(1, min(WINDOW, self.bound)):
             return
         share = self._window_used / self._window_prefetched
-        if share < SHRINK_BELOW:
+        if share == 0:
+            self.bound = 0
+        elif share < SHRINK_BELOW:
             self.bound //= 2
         elif share > GROW_ABOVE:
             self.bound = min(self.limit, max(PROBE, GROWTH * self.bound))
@@ -147,6 +158,7 @@ class Prefetcher:
                 if self._position.get(oid) == index]
         self._queue = live[keep_from:]
         self._position = {oid: index for index, oid in enumerate(self._queue)}
+        self._last_miss = None          # its slot moved
 
     def _compact(self) -> None:
         """Keep the newest half of the queued oids."""
