@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import transaction
 import ZODB
+from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 from ZODB import POSException
 from ZODB.utils import u64
@@ -145,9 +146,9 @@ def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any, polled: Any)
     instance.release()
 
 
-def cold_walk(storage: Any, db: Any) -> int:
-    """Statements of reading every child of the container with every cache empty (the
-    transaction's poll included, its end not)."""
+def cold_walk(storage: Any, db: Any, key: str = "items") -> int:
+    """Statements of reading every child of the container under ``key`` with every
+    cache empty (the transaction's poll included, its end not)."""
     storage.shared.cache.clear()
     db.cacheMinimize()
     tm = transaction.TransactionManager()
@@ -155,7 +156,7 @@ def cold_walk(storage: Any, db: Any) -> int:
     conn.cacheMinimize()
     before = storage.statement_count()
     tm.begin()
-    values = [child["v"] for child in conn.root()["items"].values()]
+    values = [child["v"] for child in conn.root()[key].values()]
     statements = storage.statement_count() - before
     tm.abort()
     conn.close()
@@ -167,6 +168,31 @@ def test_a_cold_walk_of_a_thousand_children_is_a_few_statements(storage_and_db: 
     storage, db = storage_and_db
     fill(db, 1000)
     assert cold_walk(storage, db) <= 10
+
+
+def test_a_cold_btree_walk_brings_the_next_buckets_with_their_items(
+        storage_factory: Any) -> None:
+    """PostgreSQL's prefetch follows references breadth first, so one statement brings
+    several buckets and their items; the others bring one bucket's items at a time."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["tree"] = tree = OOBTree()
+            for i in range(6000):
+                tree[i] = PersistentMapping(v=0)
+        with db.transaction() as conn:
+            buckets, bucket = 0, conn.root()["tree"]._firstbucket
+            while bucket is not None:
+                buckets, bucket = buckets + 1, bucket._next
+        statements = cold_walk(storage, db, "tree")
+    finally:
+        db.close()
+    assert buckets > 200
+    if storage_factory.param.backend == "postgresql":
+        assert statements <= buckets // 10
+    else:
+        assert statements <= buckets + 20
 
 
 def test_prefetch_off_loads_one_state_per_statement(storage_factory: Any) -> None:
@@ -245,6 +271,14 @@ def test_queued_references_come_along_in_the_order_found() -> None:
     assert (bound, queued) == (START, [12, 20, 21])
     prefetcher.loaded(11, [12, 20], [])
     assert prefetcher.plan(21) == (START, [])             # the last one queued
+
+
+def test_references_are_queued_in_the_order_their_states_came() -> None:
+    """The database lists a batch's references in any order; the queue takes the
+    loaded state's first, then those of each prefetched state in the batch's order."""
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.loaded(1, [30, 20], [(20, 200), (20, 201), (30, 300), (1, 5)])
+    assert prefetcher.plan(5) == (START, [300, 200, 201])
 
 
 def test_a_walk_that_loads_what_it_queued_keeps_the_queue_short() -> None:

@@ -111,7 +111,14 @@ class Prefetcher:
             self.prefetched += len(prefetched)
             while len(self._fresh) > max(4 * self.limit, 4 * WINDOW):
                 self._fresh.popitem(last=False)
-            for _, to_oid in references:
+            # Queued in the order their states came (the loaded one's first, then the
+            # batch's order, which a walk follows: a BTree's buckets one after the
+            # other), not the order the database listed the references in, so that a
+            # miss brings what follows it (unordered: a statement a bucket).
+            rank = {each: index for index, each in enumerate(prefetched)}
+            rank[oid] = -1                  # the loaded state's own come first
+            last = len(rank)
+            for _, to_oid in sorted(references, key=lambda ref: rank.get(ref[0], last)):
                 if to_oid not in fetched and to_oid not in self._position:
                     self._position[to_oid] = len(self._queue)
                     self._queue.append(to_oid)

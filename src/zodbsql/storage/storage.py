@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 #: The meta entry that records where blob data lives ("database" or "shared-directory").
 BLOB_LAYOUT = "blob_layout"
 
-#: References of prefetched states a load brings along, per state it may prefetch (they
-#: name what a later miss brings: the items of a BTree's next buckets).
-REFERENCES_PER_STATE = 4
 
 #: Seconds an instance that found no usable standby waits before looking again.
 REPLICA_RETRY = 1.0
@@ -390,7 +387,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         also = [each for each in queued if not shared.cache.has(each, snapshot)]
         row, states, references = mover.load_with_references(
             conn, oid, snapshot, also, bound, prefetcher.max_bytes,
-            REFERENCES_PER_STATE * bound)
+            mover.REFERENCES_PER_STATE * bound)
         prefetcher.loaded(oid, self._cache_rows(states, snapshot), references)
         return row
 

@@ -351,6 +351,10 @@ class LockerRole(Protocol):
 class MoverRole(Protocol):
     """Object states into and out of the database."""
 
+    #: References a prefetching load may return per state it may bring
+    #: (``load_with_references``'s ``max_references`` over its ``limit``).
+    REFERENCES_PER_STATE: int
+
     def prepare_connection(self, conn: ConnectionRole) -> None:
         """Create the temporary tables a committing connection stages into."""
 

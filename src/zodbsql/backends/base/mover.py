@@ -115,6 +115,9 @@ HF_LOAD_WITH_REFS = (
     " UNION ALL SELECT 1, zoid, tid, checksum, state FROM kept"
     " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
     " FROM object_ref r WHERE r.zoid IN (SELECT zoid FROM kept) LIMIT %s) f")
+# The choice of the states that come along, as both modes' statements above make it.
+CHOSEN = (" chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
+          " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),")
 # History-preserving: every state as of the snapshot tid (the current one unless it is
 # newer), and the references recorded with exactly that revision.
 HP_LOAD_WITH_REFS = (
@@ -232,6 +235,9 @@ class Mover:
         delete_old_blobs=HF_DELETE_OLD_BLOBS)
     #: The most oids one statement lists (the rest go in further statements).
     MAX_LISTED_OIDS = 1000
+    #: References of prefetched states a load brings along, per state it may prefetch
+    #: (they name what a later miss brings: the items of a BTree's next buckets).
+    REFERENCES_PER_STATE = 4
     #: How many times ``load_with_refs`` (history-preserving) takes the snapshot tid
     #: where it finds the chosen objects' revisions (``HP_REVISIONS_*``).
     HP_REVISION_SNAPSHOTS = 2
