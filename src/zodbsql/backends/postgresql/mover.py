@@ -14,8 +14,10 @@ import dataclasses
 from typing import Any, Sequence
 
 from zodbsql.backends.base.contract import ConnectionRole, ResolvedState, Revision
-from zodbsql.backends.base.mover import (CHOSEN, HF_LOAD_WITH_REFS, HP_LOAD_WITH_REFS,
-                                        HP_REVISIONS_LATERAL, Mover)
+from zodbsql.backends.base.mover import (HF_LOAD_WITH_REFS, HF_REFERENCES, HF_WALK_STEP,
+                                        HP_LOAD_WITH_REFS, HP_REFERENCES,
+                                        HP_REVISIONS_LATERAL, HP_WALK_STEP,
+                                        WALK_REFERENCES_EACH, Mover, walking)
 
 
 # ON COMMIT DELETE ROWS: every commit or rollback empties them, so a commit never
@@ -43,61 +45,22 @@ RESTAGE_ALL = (
     " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%b::BIGINT[], %b::BIGINT[])")
 
 
-# A prefetch follows references further than one step: from the states the portable
-# statement chooses (the seeds) but those the loaded state refers to itself (a load of
-# a container or of the root would otherwise spread over every subtree below it),
-# breadth first through the references recorded with each object's current revision,
-# until the batch is full: a miss in a BTree's items brings the next buckets' items.  The recursion is pulled
-# only as far as the LIMIT asks (UNION drops an oid seen before, so a cycle ends); the
-# references only pick oids, each state is still read as of the snapshot.
-WALK = (
-    " bound (oid, n) AS (SELECT %s::BIGINT, %s::BIGINT),"
-    " seeds AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> (SELECT oid FROM"
-    " bound) GROUP BY zoid ORDER BY 2, 1 LIMIT (SELECT n FROM bound)),"
-    " walk (zoid, onward) AS (SELECT zoid, step > 0 FROM seeds"
-    " UNION SELECT r.to_zoid, TRUE FROM walk w {step} WHERE w.onward),"
-    " chosen AS (SELECT zoid, MIN(step) AS step FROM (SELECT zoid, row_number() OVER ()"
-    " AS step FROM (SELECT zoid FROM walk WHERE zoid <> (SELECT oid FROM bound)"
-    " LIMIT (SELECT n FROM bound)) x) y GROUP BY zoid),")
-HF_STEP = "JOIN object_ref r ON r.zoid = w.zoid"
-HP_STEP = ("JOIN current_object c ON c.zoid = w.zoid"
-           " JOIN object_ref r ON r.zoid = c.zoid AND r.tid = c.tid")
-# References of the batch's states: at most 64 of each (enough for a BTree bucket's
-# items and its next bucket), 16 a state in all (4 elsewhere), so that a batch of
-# buckets queues all their items and the next misses bring them: with 4 a state and no
-# cap of each, the cap cut the references of the last buckets a batch brought, and the
-# walk cost a statement a bucket after it (a cold walk of 6,000 items: 100 to 106
-# statements; 16 to 20 now), while a container's 10,000 children took 17 ms to send and
-# queue.  (Leaving out the references inside the batch with NOT IN (kept) was tried: the
-# planner, expecting one row, did not hash it: 1.6 s for 10,000 references.)
-EACH = 64
-HF_REFERENCES = " FROM object_ref r WHERE r.zoid IN (SELECT zoid FROM kept) LIMIT %s) f"
+# PostgreSQL caps each state's references with LATERAL (see ``walking``).
+EACH = WALK_REFERENCES_EACH
 HF_CAPPED = (" FROM kept k CROSS JOIN LATERAL (SELECT r.zoid, r.to_zoid FROM object_ref r"
              f" WHERE r.zoid = k.zoid LIMIT {EACH}) r LIMIT %s) f")
-HP_REFERENCES = (" FROM object_ref r JOIN kept k ON r.zoid = k.zoid AND r.tid = k.tid"
-                 " LIMIT %s) f")
 HP_CAPPED = (" FROM kept k CROSS JOIN LATERAL (SELECT r.zoid, r.to_zoid FROM object_ref r"
              f" WHERE r.zoid = k.zoid AND r.tid = k.tid LIMIT {EACH}) r LIMIT %s) f")
-
-
-def walking(statement: str, step: str, references: str, capped: str) -> str:
-    """The prefetch ``statement`` with its choice of states made by ``WALK`` and its
-    last clause, the ``references``, replaced by the ``capped`` ones."""
-    assert statement.startswith("WITH ") and CHOSEN in statement
-    assert statement.endswith(references)
-    statement = statement[:-len(references)] + capped
-    return "WITH RECURSIVE " + statement[len("WITH "):].replace(
-        CHOSEN, WALK.replace("{step}", step))
 
 
 class PostgreSQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
     HISTORY_PRESERVING = dataclasses.replace(
         Mover.HISTORY_PRESERVING, load_with_refs=walking(
-            HP_LOAD_WITH_REFS.replace("{revisions}", HP_REVISIONS_LATERAL), HP_STEP,
+            HP_LOAD_WITH_REFS.replace("{revisions}", HP_REVISIONS_LATERAL), HP_WALK_STEP,
             HP_REFERENCES, HP_CAPPED))
     HISTORY_FREE = dataclasses.replace(Mover.HISTORY_FREE, load_with_refs=walking(
-        HF_LOAD_WITH_REFS, HF_STEP, HF_REFERENCES, HF_CAPPED))
+        HF_LOAD_WITH_REFS, HF_WALK_STEP, HF_REFERENCES, HF_CAPPED))
     HP_REVISION_SNAPSHOTS = 1
     REFERENCES_PER_STATE = 16
     # One array parameter whatever the number: the statement's text never changes, so
