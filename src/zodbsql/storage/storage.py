@@ -35,7 +35,7 @@ from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
                                             StateRow)
-from zodbsql.errors import CommitLockTimeout, CorruptRecordError, SchemaError, ZodbsqlError
+from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import caches, history, identity, iteration, metrics, pack, records
 from zodbsql.storage.blobs import BlobFiles
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 #: The meta entry that records where blob data lives ("database" or "shared-directory").
 BLOB_LAYOUT = "blob_layout"
-
 
 #: Seconds an instance that found no usable standby waits before looking again.
 REPLICA_RETRY = 1.0
