@@ -357,6 +357,10 @@ def assert_counts_add_up(cache: StateCache) -> None:
     revisions = sum(state_cost(v) + key for v in cache._revisions.values())
     assert (cache._protected_bytes, cache._window_bytes, cache._current_bytes,
             cache._revision_bytes) == (protected, window, current, revisions)
+    # The table sizes kept as they change, rather than measured at every access.
+    for segment in (cache._window, cache._probation, cache._protected, cache._revisions):
+        assert segment.table_bytes == sys.getsizeof(segment)
+    assert cache._changed_table == sys.getsizeof(cache._changed)
 
 
 def test_a_state_served_from_either_segment_is_also_its_exact_revision() -> None:
@@ -473,6 +477,45 @@ def test_states_a_full_cache_would_not_admit_are_served_from_the_window() -> Non
     assert not any(cache.has(oid, 10) for oid in batch)
     kept_hot = sum(cache.has(oid, 10) for oid in hot)
     assert kept_hot > 0.9 * held - 400
+    assert_counts_add_up(cache)
+
+
+def test_a_poll_retires_a_state_waiting_in_the_window() -> None:
+    """In a cache with a window, a state loaded a moment ago waits there: a poll that
+    names it changed takes it out of the window (counted) into the exact revisions."""
+    cache = polled_cache(limit=4 << 20)
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)
+    cache.put_loaded(2, 5, b"two at 5", snapshot=10)
+    assert list(cache._window) == [1, 2] and len(cache) == 2
+    cache.after_poll(10, 20, [(1, 20)])
+    assert list(cache._window) == [2]
+    assert cache.get(1, 20) is None
+    assert cache.get_revision(1, 5) == b"one at 5"
+    assert len(cache) == 2                        # one current state, one revision
+    assert_counts_add_up(cache)
+
+
+def test_a_cover_that_grows_the_index_counts_its_table() -> None:
+    cache = polled_cache()
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)
+    assert cache.cover(5, 30, [(oid, 20) for oid in range(2, 600)])
+    assert len(cache._changed) == 598
+    assert_counts_add_up(cache)
+
+
+def test_a_revision_a_poll_named_becomes_current_within_the_bound() -> None:
+    """A full cache with a window: a commit's own revision, named by a poll, becomes
+    current when asked for (into the window) and the cache still fits its bound."""
+    cache = polled_cache(limit=4 << 20)
+    for oid in range(1 << 20, (1 << 20) + 30_000):            # more than fit
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    assert cache.bytes_used > cache.limit - 1000
+    large = b"L" * 30_000                                   # fits the 41 KB window
+    cache.put_revision(1, 20, large)
+    cache.after_poll(10, 20, [(1, 20)])
+    assert cache.get(1, 20) == (large, 20)
+    assert 1 in cache._window
+    assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
 
 

@@ -523,11 +523,12 @@ class StateCache:
         return value
 
     def _insert(self, oid: int, value: bytes) -> None:
-        """A new current state enters the window (see ``_enter``), the bound fitted."""
+        """A new current state enters the window (see ``_enter``), the bound fitted
+        (again, after an overflow: this is the rare path, a revision a poll named)."""
         self._probation.trim()
         self._protected.trim()
-        if not self._enter(oid, value):
-            self._shrink(None)
+        self._enter(oid, value)
+        self._shrink(None)
 
     def _enter(self, oid: int, value: bytes) -> bool:
         """A new current state enters the window; what the window no longer holds
