@@ -28,7 +28,8 @@ and for a later ``get`` once a poll names them.
 CPython allocates them: each state's ``bytes`` object (header included, rounded up to
 pymalloc's 16-byte blocks), each key's ``int``, the hash tables of the dicts
 (``sys.getsizeof``, read after every insertion, the only thing that resizes a table, so
-a table that doubles is seen at once) and the frequency sketch.  A current state is kept as ``tid + state`` in one
+a table that doubles is seen at once) and the frequency sketch.  A current state is kept
+as ``tid + state`` in one
 ``bytes`` under the oid alone: its pickle and ~130 bytes (a slot of a plain dict's
 table, one int, one bytes header).  Measured with ``scripts/cache_memory.py`` (200,000
 objects of 128 bytes in an OOBTree): see the README's memory table.  Before issue 24 an
@@ -169,7 +170,6 @@ class StateCache:
         self._revision_bytes = 0
         self._current_bytes = 0          # the states in the window, probation and protected
         self._changed: dict[int, int] = {}
-        self._changed_table = sys.getsizeof(self._changed)     # measured after each change
         self._max_index = max(1000, size_bytes // (4 * INDEX_ENTRY_BYTES))
         self._sketch = FrequencySketch(size_bytes // 128)
         self._fixed_bytes = self._sketch.size_bytes
@@ -202,7 +202,6 @@ class StateCache:
             if self.polled < 0 or since > self.polled:
                 # First poll, or a gap this poll doesn't cover: start the index afresh.
                 self._changed.clear()
-                self._changed_table = sys.getsizeof(self._changed)
                 self._drop_current()
                 self.base = self.polled = upto
                 return
@@ -216,7 +215,6 @@ class StateCache:
             if len(self._changed) > self._max_index:
                 self._changed.clear()
                 self.base = upto
-            self._changed_table = sys.getsizeof(self._changed)
             self._shrink(None)      # the index counts: a poll that grew it makes room
 
     def _retire(self, oid: int) -> None:
@@ -267,7 +265,6 @@ class StateCache:
                     self._retire(oid)
             self.base = min(self.base, since)
             self.polled = max(self.polled, upto)
-            self._changed_table = sys.getsizeof(self._changed)
             self._shrink(None)      # retired states became revisions, which cost more
             return True
 
@@ -338,7 +335,7 @@ class StateCache:
     # -- reading -------------------------------------------------------------------------------------
     def get(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
         """The state current at ``snapshot`` and its tid, if the cache knows it."""
-        if self.limit <= 0:
+        if not self.enabled:
             return None
         with self._lock:
             self._sketch.add(oid)
@@ -375,14 +372,6 @@ class StateCache:
         """The current state of ``oid``, moved up as the policy says (a hit).  A move
         takes a slot of the entry table it moves to, and a dict out of free slots
         resizes, maybe larger: then the bound is checked again."""
-        protected = self._protected
-        if oid in protected:
-            # The common hit, written out: moved to protected's newest end.
-            before = protected.table_bytes
-            state = protected.touch(oid)
-            if protected.table_bytes != before:
-                self._shrink(None)
-            return state
         tables = self._tables()
         value = self._move_up(oid)
         if value is not None and self._tables() != tables:
@@ -394,7 +383,8 @@ class StateCache:
                 + self._window.table_bytes)
 
     def _move_up(self, oid: int) -> bytes | None:
-        """A hit outside protected (``_touch`` moves protected's own)."""
+        if oid in self._protected:
+            return self._protected.touch(oid)       # to the newest end
         if oid in self._window:
             return self._window.touch(oid)
         if self._protected_share <= 0:
@@ -449,7 +439,7 @@ class StateCache:
         """Remember states ``(oid, tid, state)`` the database returned as current at
         ``snapshot`` (a prefetch's), under one hold of the lock, the bound fitted as
         the window overflows and once at the end."""
-        if self.limit <= 0:
+        if not self.enabled:
             return
         with self._lock:
             if not self.base <= snapshot == self.polled:
@@ -460,16 +450,14 @@ class StateCache:
             self._protected.trim()
             changed_at = self._changed.get
             largest = self.limit // 4
-            fitted = True
             for oid, tid, state in rows:
                 changed = changed_at(oid)
                 if changed is not None and changed != tid:
                     continue            # an older revision, read by an older snapshot
                 if len(state) > largest or self._current(oid) is not None:
                     continue
-                fitted = self._enter(oid, tid.to_bytes(8, "big") + state)
-            if not fitted:
-                self._shrink(None)
+                self._enter(oid, tid.to_bytes(8, "big") + state)
+            self._shrink(None)
 
     def put_revision(self, oid: int, tid: int, state: bytes) -> None:
         """Remember an exact revision (a commit's own states)."""
@@ -523,30 +511,26 @@ class StateCache:
         return value
 
     def _insert(self, oid: int, value: bytes) -> None:
-        """A new current state enters the window (see ``_enter``), the bound fitted
-        (again, after an overflow: this is the rare path, a revision a poll named)."""
+        """A new current state enters the window (see ``_enter``), the bound fitted."""
         self._probation.trim()
         self._protected.trim()
         self._enter(oid, value)
         self._shrink(None)
 
-    def _enter(self, oid: int, value: bytes) -> bool:
+    def _enter(self, oid: int, value: bytes) -> None:
         """A new current state enters the window; what the window no longer holds
         moves on to probation, where it must win admission once the cache is full
-        (``_shrink`` with it as the newcomer).  True when that fitted the bound; else
-        the caller fits it (``_shrink``), after one state or after many."""
+        (``_shrink`` with it as the newcomer).  The caller fits the bound afterwards,
+        after one state or after many."""
         cost = state_cost(value)
         self._window.push(oid, value)
         self._window_bytes += cost
         self._current_bytes += cost
-        fitted = False
         while self._window_bytes > self._window_limit and self._window:
             candidate, value = self._window.pop_oldest()
             self._window_bytes -= state_cost(value)
             self._probation.push(candidate, value)
             self._shrink(candidate)
-            fitted = True
-        return fitted
 
     def _shrink(self, newcomer: int | None) -> None:
         """Evict current states until the count fits (see :meth:`_victim`), exact
@@ -597,7 +581,7 @@ class StateCache:
         return (self._current_bytes + states * _OID_BYTES + self._revision_bytes
                 + self._probation.size_bytes + self._protected.size_bytes
                 + self._window.size_bytes
-                + self._revisions.size_bytes + self._changed_table
+                + self._revisions.size_bytes + sys.getsizeof(self._changed)
                 + len(self._changed) * (_OID_BYTES + _TID_BYTES)
                 + self._fixed_bytes)
 
@@ -607,7 +591,6 @@ class StateCache:
             self._revisions.clear()
             self._revision_bytes = 0
             self._changed.clear()
-            self._changed_table = sys.getsizeof(self._changed)
             self.base = self.polled = -1
 
     def close(self) -> None:

@@ -430,11 +430,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         for oid, tid, stored_checksum, state in rows:
             if state is None or tid > snapshot:
                 continue
-            # As ``verified`` checks, with the common case (the checksum of the key in
-            # use matches) in one call.
-            if (stored_checksum is not None and records.checksum(state, key) != stored_checksum
-                    and not records.matches(state, stored_checksum, key)):
-                continue
+            if stored_checksum is not None and not records.matches(state, stored_checksum, key):
+                continue                # as ``verified`` checks it
             cached.append(oid)
             shared_rows.append((oid, tid, state))
         self.shared.cache.put_loaded_many(shared_rows, snapshot)

@@ -208,7 +208,6 @@ def walking(statement: str, step: str, references: str, capped: str) -> str:
         CHOSEN, WALK.replace("{step}", step))
 
 
-
 def state_row(row: tuple[Any, ...] | None, oid: int, codec: CodecRole) -> StateRow | None:
     """A loaded ``(tid, checksum, state)`` row of ``oid`` as a :class:`StateRow`, its
     state decoded."""
@@ -381,16 +380,13 @@ class Mover:
         row: StateRow | None = None
         states: list[LoadedState] = []
         references: list[Revision] = []
-        codec = self.backend.codec
         for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params, binary=True):
-            if kind == 1:           # the most rows: written out, as loaded_state does
-                try:
-                    states.append(LoadedState(int(zoid), int(tid), stored_checksum,
-                                              opened(codec, int(zoid), int(tid), state)))
-                except (CorruptRecordError, RecordKeyError):
-                    pass            # left out: its own load reports it
-            elif kind == 0:
+            if kind == 0:
                 row = self._row((tid, stored_checksum, state), oid)
+            elif kind == 1:
+                loaded = loaded_state((zoid, tid, stored_checksum, state), self.backend.codec)
+                if loaded is not None:
+                    states.append(loaded)
             else:
                 references.append((int(zoid), int(tid)))
         return row, states, references

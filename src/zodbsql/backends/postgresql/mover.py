@@ -46,11 +46,11 @@ RESTAGE_ALL = (
 
 
 # PostgreSQL caps each state's references with LATERAL (see ``walking``).
-EACH = WALK_REFERENCES_EACH
 HF_CAPPED = (" FROM kept k CROSS JOIN LATERAL (SELECT r.zoid, r.to_zoid FROM object_ref r"
-             f" WHERE r.zoid = k.zoid LIMIT {EACH}) r LIMIT %s) f")
+             f" WHERE r.zoid = k.zoid LIMIT {WALK_REFERENCES_EACH}) r LIMIT %s) f")
 HP_CAPPED = (" FROM kept k CROSS JOIN LATERAL (SELECT r.zoid, r.to_zoid FROM object_ref r"
-             f" WHERE r.zoid = k.zoid AND r.tid = k.tid LIMIT {EACH}) r LIMIT %s) f")
+             f" WHERE r.zoid = k.zoid AND r.tid = k.tid LIMIT {WALK_REFERENCES_EACH}) r"
+             " LIMIT %s) f")
 
 
 class PostgreSQLMover(Mover):
