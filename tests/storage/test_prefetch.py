@@ -20,6 +20,7 @@ from ZODB import POSException
 from ZODB.utils import u64
 
 from tests.storage.test_verify import CORRUPT, run_sql
+from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.cache.prefetch import DEAD_SLACK, NEAR, PROBE, PROBE_EVERY, START, Prefetcher
 from zodbsql.errors import CorruptRecordError
 
@@ -144,6 +145,36 @@ def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any, polled: Any)
     assert storage.statement_count() - before == 0       # served from the cache
     assert storage.shared.prefetcher.used == START
     instance.release()
+
+
+def test_a_load_brings_at_most_references_each_of_every_state(storage_and_db: Any,
+                                                              polled: Any) -> None:
+    """A process that loads the root again must not bring every child of every
+    container it holds: at most REFERENCES_EACH references of each state come along."""
+    storage, db = storage_and_db
+    children = REFERENCES_EACH + 36
+    with db.transaction() as conn:
+        for name in ("a", "b", "c"):
+            conn.root()[name] = PersistentMapping(
+                (i, PersistentMapping(v=0)) for i in range(children))
+    with db.transaction() as conn:
+        containers = {u64(conn.root()[name]._p_oid): {u64(child._p_oid) for child in
+                                                     conn.root()[name].values()}
+                      for name in ("a", "b", "c")}
+    instance = polled(storage)
+    row, states, references = storage.shared.backend.mover.load_with_references(
+        instance._snapshot_conn(), 0, instance._snapshot, [], 1000, 10 ** 8, 10 ** 6)
+    assert row is not None
+    assert {state[0] for state in states} == set(containers)
+    found: dict[int, set[int]] = {}
+    for from_oid, to_oid in references:
+        found.setdefault(from_oid, set()).add(to_oid)
+    assert set(found) == set(containers)
+    for container, kept in found.items():
+        assert len(kept) == REFERENCES_EACH
+        assert kept <= containers[container]
+        if storage.shared.backend.name != "postgresql":   # LATERAL: any of them
+            assert kept == set(sorted(containers[container])[:REFERENCES_EACH])
 
 
 def cold_walk(storage: Any, db: Any, key: str = "items") -> int:

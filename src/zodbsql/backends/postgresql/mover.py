@@ -17,7 +17,7 @@ from zodbsql.backends.base.contract import ConnectionRole, ResolvedState, Revisi
 from zodbsql.backends.base.mover import (HF_LOAD_WITH_REFS, HF_REFERENCES, HF_WALK_STEP,
                                         HP_LOAD_WITH_REFS, HP_REFERENCES,
                                         HP_REVISIONS_LATERAL, HP_WALK_STEP,
-                                        WALK_REFERENCES_EACH, Mover, walking)
+                                        REFERENCES_EACH, Mover, walking)
 
 
 # ON COMMIT DELETE ROWS: every commit or rollback empties them, so a commit never
@@ -47,9 +47,9 @@ RESTAGE_ALL = (
 
 # PostgreSQL caps each state's references with LATERAL (see ``walking``).
 HF_CAPPED = (" FROM kept k CROSS JOIN LATERAL (SELECT r.zoid, r.to_zoid FROM object_ref r"
-             f" WHERE r.zoid = k.zoid LIMIT {WALK_REFERENCES_EACH}) r LIMIT %s) f")
+             f" WHERE r.zoid = k.zoid LIMIT {REFERENCES_EACH}) r LIMIT %s) f")
 HP_CAPPED = (" FROM kept k CROSS JOIN LATERAL (SELECT r.zoid, r.to_zoid FROM object_ref r"
-             f" WHERE r.zoid = k.zoid AND r.tid = k.tid LIMIT {WALK_REFERENCES_EACH}) r"
+             f" WHERE r.zoid = k.zoid AND r.tid = k.tid LIMIT {REFERENCES_EACH}) r"
              " LIMIT %s) f")
 
 
