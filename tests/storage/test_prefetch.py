@@ -287,9 +287,13 @@ def test_a_sparse_walk_lowers_the_bound_and_a_full_walk_raises_it(storage_and_db
     # per child, and one statement per child read, as without prefetch.
     assert prefetcher.prefetched < 2 * start + 30 * prefetcher.bound + 100
     assert sparse_statements <= 31
-    before = prefetcher.bound
+    before, statements = prefetcher.bound, storage.statement_count()
     assert [items[i]["v"] for i in range(3000)] == [0] * 3000   # now every child
     assert prefetcher.bound > before
+    # The walk turned sequential at once (its misses are at consecutive oids), though
+    # the loads at bound 0 queued no references: a few statements, not one per
+    # PROBE_EVERY-th miss.
+    assert storage.statement_count() - statements <= 15
     tm.abort()
     conn.close()
 
