@@ -298,6 +298,38 @@ def test_a_sparse_walk_lowers_the_bound_and_a_full_walk_raises_it(storage_and_db
     conn.close()
 
 
+def test_a_cold_read_after_a_sparse_one_turns_sequential_though_nothing_was_queued(
+        storage_and_db: Any) -> None:
+    """A long-lived process read sparsely (the bound fell to 0), then reads another
+    container whose states are not cached: loads at bound 0 queue no references, but
+    its children's oids follow each other, so the second miss probes and the bound
+    grows back (the bench's warm read after its sparse one: 33 statements before)."""
+    storage, db = storage_and_db
+    fill(db, 3000)
+    with db.transaction() as conn:
+        conn.root()["other"] = other = PersistentMapping()
+        for i in range(1000):
+            other[i] = PersistentMapping(v=0)
+    prefetcher = storage.shared.prefetcher
+    storage.shared.cache.clear()
+    db.cacheMinimize()
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    tm.begin()
+    items = conn.root()["items"]
+    assert [items[i]["v"] for i in range(0, 3000, 100)] == [0] * 30
+    assert prefetcher.bound == 0
+    tm.abort()
+    conn.cacheMinimize()
+    storage.shared.cache.clear()
+    tm.begin()
+    before = storage.statement_count()
+    assert [child["v"] for child in conn.root()["other"].values()] == [0] * 1000
+    assert storage.statement_count() - before <= 15
+    tm.abort()
+    conn.close()
+
+
 # -- the adaptive bound, without a database ----------------------------------------------------
 def test_queued_references_come_along_in_the_order_found() -> None:
     prefetcher = Prefetcher(1000, 1 << 20)
@@ -385,6 +417,17 @@ def test_misses_one_after_another_in_the_queue_probe_again_and_sparse_ones_do_no
     prefetcher.plan(6000)
     prefetcher.loaded(6000, [], [])
     assert prefetcher.plan(6001 + NEAR)[0] == 0
+
+
+def test_misses_at_consecutive_oids_probe_again_though_nothing_was_queued() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 0                                  # a sparse walk taught it
+    for oid in (500, 600, 700):                           # one in a hundred
+        assert prefetcher.plan(oid)[0] == 0
+    assert prefetcher.plan(701)[0] == PROBE               # the next oid: sequential
+    assert prefetcher.plan(701 + NEAR)[0] == PROBE        # NEAR oids on
+    assert prefetcher.plan(702 + 2 * NEAR)[0] == 0        # further on: not
+    assert prefetcher.plan(700)[0] == 0                   # backwards: not
 
 
 def test_prefetch_of_more_oids_than_one_statement_lists_serves_them_all(

@@ -16,9 +16,10 @@ the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halv
 when none was used it drops to 0 at once (a sparse walk: one child in a hundred); over
 ``GROW_ABOVE`` it grows fourfold, up to ``limit`` (``prefetch-count``).  At 0 a load
 brings nothing along, except that a miss tries ``PROBE`` states again when it follows
-the previous miss in the queue (at most ``NEAR`` slots on: a walk that turned
-sequential, such as a process's next full read after a sparse one) and at every
-``PROBE_EVERY``-th miss.
+the previous miss closely (at most ``NEAR`` slots on in the queue, or ``NEAR`` oids on:
+a walk that turned sequential, such as a process's next full read after a sparse one,
+whose loads at 0 queued nothing; a container's children were mostly created together,
+at consecutive oids) and at every ``PROBE_EVERY``-th miss.
 
 One ``Prefetcher`` serves every instance of a storage in the process; what it decides
 never affects which revision a load returns, only how many statements it takes (the
@@ -41,7 +42,8 @@ GROW_ABOVE = 0.5
 #: With the bound at 0: how often a miss still tries, and how many states.
 PROBE_EVERY = 64
 PROBE = 8
-#: A miss this many queue slots or fewer after the previous one is a sequential walk's.
+#: A miss this many queue slots (or oids) or fewer after the previous one is a
+#: sequential walk's.
 NEAR = 4
 #: Queued references kept at most (the oldest go first).
 MAX_QUEUED = 200_000
@@ -63,6 +65,7 @@ class Prefetcher:
         self._window_used = 0
         self._misses = 0
         self._last_miss: int | None = None     # the queue slot of the previous miss
+        self._last_missed: int | None = None   # the oid of the previous miss
         self._lock = threading.Lock()
         #: Totals since the storage was opened.
         self.prefetched = 0
@@ -90,8 +93,11 @@ class Prefetcher:
             bound = self.bound
             slot = self._position.get(oid)
             last, self._last_miss = self._last_miss, slot
+            last_oid, self._last_missed = self._last_missed, oid
             if bound == 0:
-                sequential = slot is not None and last is not None and 0 < slot - last <= NEAR
+                sequential = ((slot is not None and last is not None
+                               and 0 < slot - last <= NEAR)
+                              or (last_oid is not None and 0 < oid - last_oid <= NEAR))
                 if sequential or self._misses % PROBE_EVERY == 0:
                     bound = PROBE
             return bound, self._following(oid, bound)
