@@ -13,8 +13,8 @@ import random
 import sys
 import tracemalloc
 
-from zodbsql.cache.statecache import (REVISIONS_SHARE, FrequencySketch, StateCache, allocated,
-                                      state_cost)
+from zodbsql.cache.statecache import (_OID_BYTES, REVISIONS_SHARE, FrequencySketch, StateCache,
+                                      allocated, state_cost)
 
 STATE = b"s" * 100
 ENTRY = len(STATE) + 64
@@ -484,7 +484,8 @@ def test_a_poll_retires_a_state_waiting_in_the_window() -> None:
     names it changed takes it out of the window (counted) into the exact revisions."""
     cache = polled_cache(limit=4 << 20)
     cache.put_loaded(1, 5, b"one at 5", snapshot=10)
-    cache.put_loaded(2, 5, b"two at 5", snapshot=10)
+    # Of another size than the first: the window's count must lose the right one.
+    cache.put_loaded(2, 5, b"two at 5, a longer state", snapshot=10)
     assert list(cache._window) == [1, 2] and len(cache) == 2
     cache.after_poll(10, 20, [(1, 20)])
     assert list(cache._window) == [2]
@@ -523,3 +524,117 @@ def test_a_cache_below_4_mb_has_no_window() -> None:
     assert cache._window_limit == 0
     cache.put_loaded(1, 9, STATE, snapshot=10)
     assert list(cache._probation) == [1] and not cache._window
+
+
+def sketch_slots(sketch: FrequencySketch, oid: int) -> tuple[int, int]:
+    """The counter ``oid`` has in each row."""
+    return tuple(((oid * factor) & sketch._MASK) >> sketch._shift   # type: ignore[return-value]
+                 for factor in (sketch._FIRST, sketch._SECOND))
+
+
+def test_the_sketch_counts_in_both_rows_answers_the_smaller_and_halves_both() -> None:
+    """Each access counts one in both rows while they agree; an oid sharing a counter
+    with a frequent one is counted by its other row alone (up to 15), and ``count``
+    answers the smaller of its two; the periodic halving halves both rows."""
+    sketch = FrequencySketch(64)
+    first, second = sketch_slots(sketch, 7)
+    for n in range(1, 6):
+        sketch.add(7)
+        assert (sketch.rows[0][first], sketch.rows[1][second]) == (n, n)
+    for _ in range(30):
+        sketch.add(7)
+    assert (sketch.rows[0][first], sketch.rows[1][second]) == (15, 15)
+    others = range(8, 1_000_000)
+    same_first = [oid for oid in others if sketch_slots(sketch, oid)[0] == first
+                  and sketch_slots(sketch, oid)[1] != second][:2]
+    same_second = next(oid for oid in others if sketch_slots(sketch, oid)[1] == second
+                       and sketch_slots(sketch, oid)[0] != first)
+    loud, quiet = same_first
+    for _ in range(40):
+        sketch.add(loud)                          # its first counter is 7's, at 15
+    assert sketch.rows[1][sketch_slots(sketch, loud)[1]] == 15
+    if sketch_slots(sketch, quiet)[1] != sketch_slots(sketch, loud)[1]:
+        sketch.add(quiet)
+        sketch.add(quiet)
+        assert sketch.count(quiet) == 2           # not 15, its first row's
+    sketch.add(same_second)
+    sketch.add(same_second)
+    assert sketch.count(same_second) == 2         # not 15, its second row's
+    sketch.samples = sketch.period - 1
+    untouched = next(oid for oid in others if not set(sketch_slots(sketch, oid))
+                     & {first, second})
+    sketch.add(untouched)                         # the period's last access: halving
+    assert (sketch.rows[0][first], sketch.rows[1][second]) == (7, 7)
+
+
+def test_a_state_waiting_in_the_window_is_counted_as_fully_as_an_admitted_one() -> None:
+    cache = polled_cache(limit=4 << 20)
+    before, table = cache.bytes_used, cache._window.table_bytes
+    cache.put_loaded(1, 5, STATE, snapshot=10)
+    assert list(cache._window) == [1]
+    grown = cache._window.table_bytes - table
+    assert cache.bytes_used - before == (state_cost((5).to_bytes(8, "big") + STATE)
+                                         + _OID_BYTES + grown)
+
+
+def test_a_poll_that_fills_a_small_cache_drops_only_the_revisions_it_must() -> None:
+    """With no current state left to evict, the bound is kept by dropping the oldest
+    exact revisions, as many as needed and no more."""
+    def filled(changes: int) -> StateCache:
+        cache = polled_cache(limit=120_000)
+        cache.put_revisions(5, [(oid, b"r" * 1000) for oid in range(50)])
+        cache.after_poll(10, 20, [(oid, 20) for oid in range(1000, 1000 + changes)])
+        return cache
+    assert len(filled(0)._revisions) == 50
+    changes = next(n for n in range(0, 1000, 5) if len(filled(n)._revisions) < 50)
+    cache = filled(changes)
+    assert 0 < len(cache._revisions) < 50
+    assert cache.bytes_used <= cache.limit
+    assert list(cache._revisions)[-1] == 49 << 64 | 5   # the newest stayed
+    assert_counts_add_up(cache)
+
+
+def test_a_hit_that_grows_a_table_keeps_the_bound() -> None:
+    """A hit moves its state to the protected segment, whose table may grow (the
+    first one in a full cache does): the bound is checked again then."""
+    cache = polled_cache(limit=26_000)
+    oid = 0
+    while len(cache) == oid:                      # until the cache is full
+        oid += 1
+        cache.put_loaded(oid, 5, b"s" * 60, snapshot=10)
+    newest = list(cache._probation)[-1]
+    tables = cache._tables()
+    assert cache.get(newest, 10) is not None
+    assert cache._tables() > tables               # the protected table was made
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
+
+
+def test_a_batch_goes_on_past_a_state_it_does_not_keep() -> None:
+    """A prefetch's batch may hold an older revision than the index names, or a state
+    too large or kept already: those are skipped, the rest of the batch is kept."""
+    cache = polled_cache(limit=100_000)
+    cache.after_poll(10, 20, [(1, 20)])           # oid 1 changed at 20
+    cache.put_loaded(3, 8, b"three", snapshot=20)
+    cache.put_loaded_many([(1, 8, b"one, older"), (2, 8, b"two"),
+                           (4, 8, b"x" * (cache.limit // 4 + 1)), (5, 8, b"five"),
+                           (3, 8, b"three"), (6, 8, b"six")], snapshot=20)
+    assert cache.get(1, 20) is None and cache.get(4, 20) is None
+    assert [cache.get(oid, 20) for oid in (2, 5, 3, 6)] == [
+        (b"two", 8), (b"five", 8), (b"three", 8), (b"six", 8)]
+
+
+def test_a_window_over_the_bound_gives_up_its_oldest_states() -> None:
+    """The window is 1% of the cache, so with the index and the revisions within their
+    shares it never holds the cache over its bound alone; if it did (here: a window
+    as large as the cache), its oldest states go, counted."""
+    cache = polled_cache(limit=4 << 20)
+    cache._window_limit = cache.limit
+    oid = 0
+    while len(cache) == oid:
+        oid += 1
+        cache.put_loaded(oid, 5, b"w" * 5000, snapshot=10)
+    assert not cache._probation and not cache._protected
+    assert 1 not in cache._window and oid in cache._window
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
