@@ -1,0 +1,182 @@
+"""The prefetch plan on its own (``Prefetcher``, no database): what it counts, when it
+decides, what it queues and hands out.  Each test pins one rule of the module's
+docstring; the decisions only change how many statements a read takes, so these are
+the tests that notice when a rule drifts."""
+from __future__ import annotations
+
+from zodbsql.cache.prefetch import (DEAD_SLACK, MAX_QUEUED, NEAR, PROBE, PROBE_EVERY,
+                                    WINDOW, Prefetcher)
+
+
+def queued(prefetcher: Prefetcher, *oids: int) -> None:
+    """References found to ``oids`` (by a load of nothing in particular)."""
+    prefetcher.loaded(-1, [], [(-1, oid) for oid in oids])
+
+
+def test_no_bytes_turns_prefetch_off() -> None:
+    assert not Prefetcher(1000, 0).enabled
+    assert not Prefetcher(0, 1 << 20).enabled
+    assert Prefetcher(1, 1).enabled
+
+
+def test_a_hit_counts_once_and_only_for_a_prefetched_state() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.loaded(1, [10, 11], [])
+    assert prefetcher.note_hit(12) is False               # never prefetched
+    assert prefetcher.note_hit(10) is True
+    assert prefetcher.note_hit(10) is False               # used already
+    assert (prefetcher.used, prefetcher._window_used) == (1, 1)
+    prefetcher.loaded(2, [21], [])
+    assert prefetcher.prefetched == 3
+
+
+def test_a_prefetched_state_loaded_again_is_not_counted_used() -> None:
+    """Evicted before use and loaded by a miss: it was not used."""
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.loaded(1, [10], [])
+    prefetcher.loaded(10, [], [])
+    assert prefetcher.note_hit(10) is False
+
+
+def test_the_record_of_fresh_prefetches_keeps_the_newest() -> None:
+    prefetcher = Prefetcher(20, 1 << 20)                  # 4 x 20 = 80 > 4 x WINDOW
+    prefetcher.loaded(1, list(range(100, 190)), [])
+    assert len(prefetcher._fresh) == 80
+    assert prefetcher.note_hit(100) is False              # the oldest went
+    assert prefetcher.note_hit(189) is True
+    small = Prefetcher(1, 1 << 20)                        # 4 x WINDOW = 64 is the floor
+    small.loaded(1, list(range(100, 200)), [])
+    assert len(small._fresh) == 4 * WINDOW
+
+
+def test_the_bound_is_reconsidered_after_a_window_of_prefetches_across_batches() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 1000
+    prefetcher.loaded(1, list(range(100, 100 + WINDOW - 1)), [])
+    prefetcher.plan(5000)
+    assert prefetcher.bound == 1000                       # one short of a window
+    prefetcher.loaded(2, [300], [])
+    prefetcher.plan(6000)
+    assert prefetcher.bound == 0                          # a whole window, none used
+    one = Prefetcher(1000, 1 << 20)
+    one.bound = 1
+    one.loaded(1, [10], [])                               # a whole batch of one
+    one.plan(5000)
+    assert one.bound == 0
+
+
+def decided(used: int, bound: int = 1000) -> int:
+    """The bound after a window of WINDOW prefetches of which ``used`` were used."""
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = bound
+    states = list(range(100, 100 + WINDOW))
+    prefetcher.loaded(1, states, [])
+    for oid in states[:used]:
+        prefetcher.note_hit(oid)
+    prefetcher.plan(5000)
+    return prefetcher.bound
+
+
+def test_the_share_used_halves_keeps_or_grows_the_bound() -> None:
+    assert WINDOW == 16
+    assert decided(0) == 0
+    assert decided(2) == 500                              # 1/8: halved
+    assert decided(4, bound=200) == 200                   # 1/4 exactly: kept
+    assert decided(8, bound=200) == 200                   # 1/2 exactly: kept
+    assert decided(9, bound=200) == 800                   # over half: fourfold
+    assert decided(16) == 1000                            # at the limit already
+
+
+def test_at_bound_zero_every_probe_every_th_miss_probes() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 0
+    probes = [miss for miss in range(1, 2 * PROBE_EVERY + 1)
+              if prefetcher.plan(100 * miss)[0] == PROBE]  # far apart: never sequential
+    assert probes == [PROBE_EVERY, 2 * PROBE_EVERY]
+
+
+def test_sequential_in_the_queue_means_one_to_near_slots_on() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 0
+    queued(prefetcher, *range(1000, 100_000, 1000))      # far apart oids, adjacent slots
+    assert prefetcher.plan(11_000)[0] == 0
+    assert prefetcher.plan(12_000)[0] == PROBE            # the next slot
+    assert prefetcher.plan(12_000 + 1000 * NEAR)[0] == PROBE   # NEAR slots on
+    assert prefetcher.plan(17_000 + 1000 * NEAR)[0] == 0  # NEAR + 1
+    assert prefetcher.plan(17_000 + 1000 * NEAR)[0] == 0  # the same slot again
+    assert prefetcher.plan(40_000)[0] == 0
+
+
+def test_the_same_oid_missed_twice_is_not_sequential() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 0
+    assert prefetcher.plan(500)[0] == 0
+    assert prefetcher.plan(500)[0] == 0
+
+
+def test_a_batch_of_one_gets_one_follower() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 1
+    queued(prefetcher, 1, 2, 3)
+    assert prefetcher.plan(1) == (1, [2])
+
+
+def test_followers_are_looked_for_up_to_four_slots_a_state_past_loaded_ones() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    queued(prefetcher, *range(1, 11))
+    prefetcher.loaded(100, list(range(2, 9)), [])         # 2..8 loaded: dead slots
+    prefetcher.bound = 2
+    prefetcher._window_prefetched = 0                     # no decision at this miss
+    assert prefetcher.plan(1) == (2, [9])                 # slots 2..9 only: 10 is past
+    fewer = Prefetcher(1000, 1 << 20)
+    queued(fewer, *range(1, 11))
+    fewer.loaded(100, list(range(2, 7)), [])              # 2..6 dead
+    fewer.bound = 2
+    fewer._window_prefetched = 0
+    assert fewer.plan(1) == (2, [7, 8])
+
+
+def test_references_are_queued_once_loaded_one_first_unknown_referrers_last() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.loaded(1, [10], [(99, 31), (10, 21), (1, 11), (1, 10), (10, 11)])
+    assert prefetcher._queue == [11, 21, 31]              # 10 came: not queued
+    prefetcher.loaded(2, [], [(2, 11), (2, 40)])
+    assert prefetcher._queue == [11, 21, 31, 40]          # 11 queued already
+
+
+def test_dead_slots_are_dropped_and_the_live_ones_stay_in_order() -> None:
+    prefetcher = Prefetcher(10_000, 1 << 20)
+    queued(prefetcher, *range(1, 5001))
+    prefetcher.loaded(10_000, list(range(1, 4991)), [])   # 4,990 loaded: dead
+    assert len(prefetcher._queue) == 10                   # more than 2 x 10 + DEAD_SLACK
+    assert DEAD_SLACK < 4990
+    prefetcher.bound = 0
+    assert prefetcher.plan(4991)[0] == 0                  # its slot after the rewrite
+    prefetcher.bound = 8
+    prefetcher._window_prefetched = 0
+    assert prefetcher.plan(4991) == (8, list(range(4992, 5000)))
+
+
+def test_a_queue_past_max_queued_keeps_its_newest_half() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    queued(prefetcher, *range(1, MAX_QUEUED + 2))
+    assert len(prefetcher._position) == (MAX_QUEUED + 1) - (MAX_QUEUED + 1) // 2
+    assert 1 not in prefetcher._position and MAX_QUEUED + 1 in prefetcher._position
+    assert prefetcher._queue[0] == (MAX_QUEUED + 1) // 2 + 1
+
+
+def test_the_queue_is_compacted_only_past_max_queued() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    queued(prefetcher, *range(1, MAX_QUEUED + 1))
+    assert len(prefetcher._position) == MAX_QUEUED        # at the limit: all kept
+
+
+def test_dead_slots_are_dropped_past_twice_the_live_ones_and_the_slack() -> None:
+    def after(live: int, dead: int) -> int:
+        prefetcher = Prefetcher(1000, 1 << 20)
+        queued(prefetcher, *range(1, live + dead + 1))
+        prefetcher.loaded(10 ** 9, list(range(1, dead + 1)), [])
+        return len(prefetcher._queue)
+    assert after(10, 10 + DEAD_SLACK) == 2 * 10 + DEAD_SLACK    # at the threshold: kept
+    assert after(10, 11 + DEAD_SLACK) == 10                     # past it: dropped
+    assert after(5000, 10_000) == 5000                          # 15,000 > 2 x 5,000 + slack
