@@ -38,8 +38,20 @@ def test_trim_gives_back_a_table_deletions_emptied_and_leaves_a_normal_one() -> 
     emptied = sys.getsizeof(segment)
     segment.trim()
     assert sys.getsizeof(segment) < emptied // 10
+    assert segment.table_bytes == sys.getsizeof(segment)   # the kept size follows
     assert list(segment) == list(range(9_990, 10_000))
     # A table at its normal size is left as it is, with the batch already read.
     assert segment.oldest() == 9_990
     segment.trim()
     assert segment._next                          # not written again
+
+
+def test_the_size_counts_a_full_batch_of_oldest_keys() -> None:
+    """A batch read never adds to the count: it is counted as full from the start."""
+    segment = Segment(batch=256)
+    for key in range(1000):
+        segment.push(key, b"v")
+    counted = segment.size_bytes
+    assert segment.oldest() == 0                  # reads 256 oldest keys
+    assert counted == segment.size_bytes
+    assert counted >= sys.getsizeof(segment) + sys.getsizeof(segment._next)
