@@ -64,8 +64,8 @@ class Prefetcher:
         self._window_prefetched = 0
         self._window_used = 0
         self._misses = 0
-        self._last_miss: int | None = None     # the queue slot of the previous miss
-        self._last_missed: int | None = None   # the oid of the previous miss
+        self._last_miss_slot: int | None = None  # the queue slot of the previous miss
+        self._last_miss_oid: int | None = None   # the oid of the previous miss
         self._lock = threading.Lock()
         #: Totals since the storage was opened.
         self.prefetched = 0
@@ -92,8 +92,8 @@ class Prefetcher:
             self._reconsider()
             bound = self.bound
             slot = self._position.get(oid)
-            last, self._last_miss = self._last_miss, slot
-            last_oid, self._last_missed = self._last_missed, oid
+            last, self._last_miss_slot = self._last_miss_slot, slot
+            last_oid, self._last_miss_oid = self._last_miss_oid, oid
             if bound == 0:
                 sequential = ((slot is not None and last is not None
                                and 0 < slot - last <= NEAR)
@@ -171,7 +171,7 @@ class Prefetcher:
                 if self._position.get(oid) == index]
         self._queue = live[keep_from:]
         self._position = {oid: index for index, oid in enumerate(self._queue)}
-        self._last_miss = None          # its slot moved
+        self._last_miss_slot = None     # its slot moved
 
     def _compact(self) -> None:
         """Keep the newest half of the queued oids."""
