@@ -21,7 +21,7 @@ from ZODB.utils import u64
 
 from tests.storage.test_verify import CORRUPT, run_sql
 from zodbsql.backends.base.mover import REFERENCES_EACH
-from zodbsql.cache.prefetch import DEAD_SLACK, NEAR, PROBE, PROBE_EVERY, START, Prefetcher
+from zodbsql.cache.prefetch import START
 from zodbsql.errors import CorruptRecordError
 
 CHILDREN = 500
@@ -328,106 +328,6 @@ def test_a_cold_read_after_a_sparse_one_turns_sequential_though_nothing_was_queu
     assert storage.statement_count() - before <= 15
     tm.abort()
     conn.close()
-
-
-# -- the adaptive bound, without a database ----------------------------------------------------
-def test_queued_references_come_along_in_the_order_found() -> None:
-    prefetcher = Prefetcher(1000, 1 << 20)
-    prefetcher.loaded(1, [10], [(1, 10), (1, 11), (1, 12), (10, 20), (10, 21)])
-    bound, queued = prefetcher.plan(11)
-    assert (bound, queued) == (START, [12, 20, 21])
-    prefetcher.loaded(11, [12, 20], [])
-    assert prefetcher.plan(21) == (START, [])             # the last one queued
-
-
-def test_references_are_queued_in_the_order_their_states_came() -> None:
-    """The database lists a batch's references in any order; the queue takes the
-    loaded state's first, then those of each prefetched state in the batch's order."""
-    prefetcher = Prefetcher(1000, 1 << 20)
-    prefetcher.loaded(1, [30, 20], [(20, 200), (20, 201), (30, 300), (1, 5)])
-    assert prefetcher.plan(5) == (START, [300, 200, 201])
-
-
-def test_a_walk_that_loads_what_it_queued_keeps_the_queue_short() -> None:
-    """A BTree walk: each bucket queues its items, and loading them leaves their slots
-    dead; the queue drops them instead of growing to MAX_QUEUED (~8 MB of ints)."""
-    prefetcher = Prefetcher(1000, 1 << 20)
-    longest = 0
-    for bucket in range(10_000):                          # 300,000 items in all
-        items = [bucket * 100 + n for n in range(30)]
-        prefetcher.loaded(-1, [], [(-1, item) for item in items])
-        prefetcher.loaded(items[0], items[1:], [])        # the walk loads them all
-        for item in items[1:]:
-            prefetcher.note_hit(item)
-        longest = max(longest, len(prefetcher._queue))
-    assert longest <= 2 * 30 + 4096 + 1 == 2 * 30 + DEAD_SLACK + 1
-    assert prefetcher._position == {}
-    # What is still queued (not loaded) stays, in order.
-    prefetcher.loaded(-1, [], [(-1, 7), (-1, 8), (-1, 9)])
-    assert prefetcher.plan(7)[1] == [8, 9]
-
-
-def test_unused_prefetches_shrink_the_bound_to_zero_and_a_probe_grows_it_back() -> None:
-    prefetcher = Prefetcher(1000, 1 << 20)
-    fresh = iter(range(1000, 10**7))
-    misses = 0
-    while prefetcher.bound:                               # nothing prefetched is used
-        bound, _ = prefetcher.plan(misses)
-        prefetcher.loaded(misses, [next(fresh) for _ in range(bound)], [])
-        misses += 1
-    assert misses <= 10
-    for miss in range(4 * PROBE_EVERY):                   # everything prefetched is used
-        bound, _ = prefetcher.plan(miss)
-        used = [next(fresh) for _ in range(bound)]
-        prefetcher.loaded(miss, used, [])
-        for oid in used:
-            prefetcher.note_hit(oid)
-    assert prefetcher.bound >= 2 * PROBE
-
-
-def test_a_batch_of_which_nothing_was_used_stops_prefetching_at_once() -> None:
-    prefetcher = Prefetcher(1000, 1 << 20)
-    prefetcher.loaded(-1, [], [(-1, child) for child in range(1000)])
-    bound, following = prefetcher.plan(0)
-    assert bound == START and following == list(range(1, START + 1))
-    prefetcher.loaded(0, following, [])                   # none of them is read
-    assert prefetcher.plan(100)[0] == 0                   # not halved: 0 at the next miss
-
-
-def test_misses_one_after_another_in_the_queue_probe_again_and_sparse_ones_do_not() -> None:
-    prefetcher = Prefetcher(1000, 1 << 20)
-    prefetcher.bound = 0                                  # a sparse walk taught it
-    prefetcher.loaded(-1, [], [(-1, child) for child in range(10_000)])
-    for child in range(0, 3000, 100):                     # sparse: one in a hundred
-        bound, following = prefetcher.plan(child)
-        assert (bound, following) == (0, [])
-        prefetcher.loaded(child, [], [])
-    # A full walk now: its second miss follows the first in the queue.
-    assert prefetcher.plan(5000)[0] == 0
-    prefetcher.loaded(5000, [], [])
-    bound, following = prefetcher.plan(5001)
-    assert bound == PROBE and following == list(range(5002, 5002 + PROBE))
-    prefetcher.loaded(5001, following, [])
-    for child in following:
-        prefetcher.note_hit(child)
-    assert prefetcher.bound == 0
-    assert prefetcher.plan(5002 + PROBE)[0] == PROBE      # the bound is back, to grow
-    # A miss further on than NEAR slots is not sequential.
-    prefetcher.bound = 0
-    prefetcher.plan(6000)
-    prefetcher.loaded(6000, [], [])
-    assert prefetcher.plan(6001 + NEAR)[0] == 0
-
-
-def test_misses_at_consecutive_oids_probe_again_though_nothing_was_queued() -> None:
-    prefetcher = Prefetcher(1000, 1 << 20)
-    prefetcher.bound = 0                                  # a sparse walk taught it
-    for oid in (500, 600, 700):                           # one in a hundred
-        assert prefetcher.plan(oid)[0] == 0
-    assert prefetcher.plan(701)[0] == PROBE               # the next oid: sequential
-    assert prefetcher.plan(701 + NEAR)[0] == PROBE        # NEAR oids on
-    assert prefetcher.plan(702 + 2 * NEAR)[0] == 0        # further on: not
-    assert prefetcher.plan(700)[0] == 0                   # backwards: not
 
 
 def test_prefetch_of_more_oids_than_one_statement_lists_serves_them_all(
