@@ -95,19 +95,21 @@ HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {
 # seek per state, and the references up to it in one range scan each.  (A container's
 # references beyond those are its further children, which a miss among them brings as
 # its siblings; a long-lived process that loads the root again had brought 1,000 of every
-# container's children: 4,000 references and 7 ms for nothing.)  The LIMIT keeps SQLite
-# from flattening the derived table, which would seek once per reference.
+# container's children: 4,000 references and 7 ms for nothing.)
 REFERENCES_EACH = 64
 NO_OID_ABOVE = 2 ** 63 - 1
+# A LIMIT that never cuts: it keeps SQLite from flattening the derived table of each
+# state's last reference into the join, where it would seek once per reference.
+UNFLATTENED = "LIMIT 1000000000"
 HF_REFERENCES = (
     " FROM (SELECT k.zoid, COALESCE((SELECT x.to_zoid FROM object_ref x WHERE x.zoid = k.zoid"
     f" ORDER BY x.to_zoid LIMIT 1 OFFSET {REFERENCES_EACH - 1}), {NO_OID_ABOVE}) AS last_ref"
-    " FROM kept k LIMIT 1000000000) k"
+    f" FROM kept k {UNFLATTENED}) k"
     " JOIN object_ref r ON r.zoid = k.zoid AND r.to_zoid <= k.last_ref LIMIT %s) f")
 HP_REFERENCES = (
     " FROM (SELECT k.zoid, k.tid, COALESCE((SELECT x.to_zoid FROM object_ref x"
     " WHERE x.zoid = k.zoid AND x.tid = k.tid ORDER BY x.to_zoid LIMIT 1"
-    f" OFFSET {REFERENCES_EACH - 1}), {NO_OID_ABOVE}) AS last_ref FROM kept k LIMIT 1000000000) k"
+    f" OFFSET {REFERENCES_EACH - 1}), {NO_OID_ABOVE}) AS last_ref FROM kept k {UNFLATTENED}) k"
     " JOIN object_ref r ON r.zoid = k.zoid AND r.tid = k.tid AND r.to_zoid <= k.last_ref"
     " LIMIT %s) f")
 # -- a load with the states it refers to (reference-driven prefetch) ---------------------------
