@@ -89,8 +89,15 @@ def allocated(size: int) -> int:
     return (size + 16 + 15) & ~15
 
 
+#: ``sys.getsizeof`` of a ``bytes`` of length n is n + this (its header and the NUL).
+_BYTES_HEADER = sys.getsizeof(b"")
+
+
 def state_cost(value: bytes) -> int:
-    return allocated(sys.getsizeof(value))
+    """``allocated(sys.getsizeof(value))``, from the length alone: every cache access
+    counts a state or two, and two calls cost more than the arithmetic."""
+    size = len(value) + _BYTES_HEADER
+    return (size + 15) & ~15 if size <= 512 else (size + 31) & ~15
 
 
 # What the int objects the cache holds take: an oid (below 2**60: 28 or 32 bytes, a
@@ -172,7 +179,7 @@ class StateCache:
         self._changed: dict[int, int] = {}
         self._max_index = max(1000, size_bytes // (4 * INDEX_ENTRY_BYTES))
         self._sketch = FrequencySketch(size_bytes // 128)
-        self._fixed_bytes = self._sketch.size_bytes
+        self._fixed_bytes = self._sketch.size_bytes + self._batches_bytes()
         self._protected_share = PROTECTED_SHARE
         self._admission = True
         self.base = -1          # no instance has polled yet
@@ -335,7 +342,7 @@ class StateCache:
     # -- reading -------------------------------------------------------------------------------------
     def get(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
         """The state current at ``snapshot`` and its tid, if the cache knows it."""
-        if not self.enabled:
+        if self.limit <= 0:
             return None
         with self._lock:
             self._sketch.add(oid)
@@ -372,9 +379,18 @@ class StateCache:
         """The current state of ``oid``, moved up as the policy says (a hit).  A move
         takes a slot of the entry table it moves to, and a dict out of free slots
         resizes, maybe larger: then the bound is checked again."""
+        for segment in (self._protected, self._window):
+            if oid in segment:
+                before = segment.table_bytes
+                value = segment.touch(oid)          # to the newest end
+                if segment.table_bytes != before:
+                    self._shrink(None)
+                return value
+        if oid not in self._probation:
+            return None                             # a miss: nothing moved
         tables = self._tables()
-        value = self._move_up(oid)
-        if value is not None and self._tables() != tables:
+        value = self._promote(oid)
+        if self._tables() != tables:
             self._shrink(None)
         return value
 
@@ -382,16 +398,12 @@ class StateCache:
         return (self._protected.table_bytes + self._probation.table_bytes
                 + self._window.table_bytes)
 
-    def _move_up(self, oid: int) -> bytes | None:
-        if oid in self._protected:
-            return self._protected.touch(oid)       # to the newest end
-        if oid in self._window:
-            return self._window.touch(oid)
+    def _promote(self, oid: int) -> bytes:
+        """A hit on probation (``oid`` is there): to protected, whose oldest fall back
+        to probation beyond its share."""
         if self._protected_share <= 0:
-            return self._probation.touch(oid) if oid in self._probation else None
-        value = self._probation.pop(oid, None)
-        if value is None:
-            return None
+            return self._probation.touch(oid)
+        value = self._probation.pop(oid)
         cost = state_cost(value)
         self._protected.push(oid, value)
         self._protected_bytes += cost
@@ -577,13 +589,22 @@ class StateCache:
         return source, victim
 
     def _bytes(self) -> int:
-        states = len(self._probation) + len(self._protected) + len(self._window)
-        return (self._current_bytes + states * _OID_BYTES + self._revision_bytes
-                + self._probation.size_bytes + self._protected.size_bytes
-                + self._window.size_bytes
-                + self._revisions.size_bytes + sys.getsizeof(self._changed)
-                + len(self._changed) * (_OID_BYTES + _TID_BYTES)
+        # Run at every eviction step: the tables' sizes are read as kept by the segments
+        # (``table_bytes``; their batches are constant, in ``_fixed_bytes``).
+        probation, protected, window = self._probation, self._protected, self._window
+        changed = self._changed
+        return (self._current_bytes + self._revision_bytes
+                + (len(probation) + len(protected) + len(window)) * _OID_BYTES
+                + probation.table_bytes + protected.table_bytes + window.table_bytes
+                + self._revisions.table_bytes
+                + sys.getsizeof(changed) + len(changed) * (_OID_BYTES + _TID_BYTES)
                 + self._fixed_bytes)
+
+    def _batches_bytes(self) -> int:
+        """What the segments' batches of oldest keys count for (constant: a batch counts
+        as full, see ``Segment.size_bytes``)."""
+        segments = (self._probation, self._protected, self._window, self._revisions)
+        return sum(segment.size_bytes - segment.table_bytes for segment in segments)
 
     def clear(self) -> None:
         with self._lock:
@@ -600,7 +621,7 @@ class StateCache:
         with self._lock:
             self.limit = 0
             self._sketch = FrequencySketch(0)
-            self._fixed_bytes = self._sketch.size_bytes
+            self._fixed_bytes = self._sketch.size_bytes + self._batches_bytes()
 
     def __len__(self) -> int:
         return (len(self._probation) + len(self._protected) + len(self._window)
