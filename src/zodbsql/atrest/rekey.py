@@ -23,6 +23,13 @@ STATES_AFTER = (
     " AND (zoid > %s OR (zoid = %s AND tid > %s)) ORDER BY zoid, tid LIMIT %s")
 RESEAL_STATE = ("UPDATE object_state SET state = %s, state_size = %s, checksum = %s"
                 " WHERE zoid = %s AND tid = %s")
+# History-free, the row is found by its primary key (zoid) alone and its tid checked
+# after: MariaDB otherwise reads it through the tid index (tid, zoid), locking the
+# index entry before the row, while a commit replacing the object holds the row (from
+# vote) and needs that entry to change its tid in finish: a deadlock.  (History-
+# preserving, commits only insert, and the primary key is (zoid, tid): kept as is.)
+RESEAL_STATE_HF = ("UPDATE object_state SET state = %s, state_size = %s, checksum = %s"
+                   " WHERE zoid = %s AND tid + 0 = %s")
 COUNT_CHUNKS = "SELECT COUNT(*) FROM blob_chunk"
 CHUNKS_AFTER = (
     "SELECT content_hash, chunk_num, data FROM blob_chunk"
@@ -47,13 +54,22 @@ class RekeyProgress:
 
 
 def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
-          progress: Callable[[RekeyProgress], None] | None = None) -> RekeyProgress:
-    """Rewrite the states, then the blob chunks, not under ``codec``'s current key."""
+          progress: Callable[[RekeyProgress], None] | None = None,
+          lock_timeout: float = 30.0) -> RekeyProgress:
+    """Rewrite the states, then the blob chunks, not under ``codec``'s current key.
+
+    The connection is set up as a commit's (``lock_timeout``: seconds a row lock is
+    waited for).  On MySQL and MariaDB that means READ COMMITTED: at REPEATABLE READ
+    an UPDATE that found its row through the tid index kept next-key locks on the rows
+    of other objects written at the same tid, and a commit replacing one of them in
+    finish deadlocked with the batch (the server then cancels one of the two: the
+    commit, in its second phase, if the batch had written more); see RESEAL_STATE_HF
+    for the other half."""
     if codec.keys is None:
         raise ConfigurationError("rekey needs key-file or key-env: the key new records use")
     done = RekeyProgress()
     report = progress or (lambda _: None)
-    conn = backend.connect()
+    conn = backend.connect_for_commit(lock_timeout)
     try:
         done.states_total = _count(conn, COUNT_STATES)
         done.chunks_total = _count(conn, COUNT_CHUNKS)
@@ -65,7 +81,8 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
                 break
             rewritten = [_resealed(codec, int(o), int(t), c, bytes(s)) for o, t, c, s in rows
                          if not codec.is_current(bytes(s))]
-            _write(conn, RESEAL_STATE, rewritten)
+            _write(conn, RESEAL_STATE if backend.keep_history else RESEAL_STATE_HF,
+                   rewritten)
             done.states += len(rows)
             done.states_rewritten += len(rewritten)
             after = (int(rows[-1][0]), int(rows[-1][1]))

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
                            rate=f"{done.states_rewritten} re-encrypted")
                 bar.update(chunks, completed=done.chunks, total=done.chunks_total,
                            rate=f"{done.chunks_rewritten} re-encrypted")
-            done = rekey(storage.shared.backend, storage.shared.codec, args.batch, progress)
+            done = rekey(storage.shared.backend, storage.shared.codec, args.batch, progress,
+                         storage.shared.options.commit_lock_timeout)
     finally:
         storage.close()
     assert storage.shared.codec.keys is not None
