@@ -5,6 +5,13 @@ CREATE OR REPLACE FUNCTION zodbsql_commit_log_window() RETURNS BIGINT
 LANGUAGE sql IMMUTABLE AS $$
     SELECT 60::BIGINT << 32
 $$;
+-- Names the procedures' generation: a database whose procedures lack it gets them all
+-- installed again (schema.py, PROCEDURES).  Generation 2: vote and the history-free
+-- finish reach the staged objects' rows through an array of their oids.
+CREATE OR REPLACE FUNCTION zodbsql_procedures_2() RETURNS INTEGER
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT 2
+$$;
 -- The advisory lock between votes and pack batches (locker.py): each commit holds it
 -- shared from vote to its end, a pack batch that deletes objects holds it exclusively,
 -- so no batch runs while a voted commit (whose new references are not visible yet)

@@ -15,6 +15,8 @@ CREATE OR REPLACE FUNCTION zodbsql_finish(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_tid BIGINT;
+    v_zoids BIGINT[];
+    v_deleted BIGINT[];
 BEGIN
     v_tid := zodbsql_allocate_tid(p_clock_tid, p_requested_tid, p_lock_timeout_ms,
                                   p_check_blobs);
@@ -26,11 +28,15 @@ BEGIN
             WHERE state IS NOT NULL
             ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid, checksum = excluded.checksum,
                 state_size = excluded.state_size, state = excluded.state;
-        DELETE FROM object_state WHERE zoid IN (SELECT zoid FROM temp_store WHERE state IS NULL);
-        DELETE FROM object_ref WHERE zoid IN (SELECT zoid FROM temp_store);
+        -- The staged oids as arrays, so the deletes go through the primary keys (the
+        -- planner has no statistics of temp_store: see zodbsql_lock_objects).
+        SELECT array_agg(zoid), array_agg(zoid) FILTER (WHERE state IS NULL)
+            INTO v_zoids, v_deleted FROM temp_store;
+        DELETE FROM object_state WHERE zoid = ANY(v_deleted);
+        DELETE FROM object_ref WHERE zoid = ANY(v_zoids);
         INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref;
         -- The new revision replaces the blob reference (or drops it: deleted, not a blob).
-        DELETE FROM blob_ref WHERE zoid IN (SELECT zoid FROM temp_store);
+        DELETE FROM blob_ref WHERE zoid = ANY(v_zoids);
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;
     END IF;
     RETURN v_tid;

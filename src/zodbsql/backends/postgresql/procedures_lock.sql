@@ -10,8 +10,15 @@
 CREATE OR REPLACE FUNCTION zodbsql_lock_objects(p_read_oids BIGINT[], p_read_tids BIGINT[])
 RETURNS TABLE (zoid BIGINT, expected BIGINT, actual BIGINT, kind "char")
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_zoids BIGINT[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(zodbsql_pack_gate());
+    -- The staged oids as an array, so the rows are found through the primary key:
+    -- temp_store has no statistics, and the planner, guessing 810 rows, hash-joined it
+    -- with a sequential scan of {current} (a 30-object commit at 97,000 objects: 7.8 ms,
+    -- against 0.14 ms through the index; at a million objects it turns to the index).
+    SELECT array_agg(t.zoid) INTO v_zoids FROM temp_store t;
     -- The write locks and the write conflicts in one pass: FOR UPDATE returns each row
     -- as it is once locked (its newest committed tid), and a staged object without a
     -- row (new, or deleted since) has tid 0.  MATERIALIZED: every row is locked, in oid
@@ -19,7 +26,7 @@ BEGIN
     RETURN QUERY
         WITH locked AS MATERIALIZED (
             SELECT c.zoid, c.tid FROM {current} c
-                WHERE c.zoid IN (SELECT t.zoid FROM temp_store t)
+                WHERE c.zoid = ANY(v_zoids)
                 ORDER BY c.zoid FOR UPDATE)
         SELECT t.zoid, t.prev_tid, COALESCE(l.tid, 0), 'w'::"char" FROM temp_store t
             LEFT JOIN locked l ON l.zoid = t.zoid
@@ -27,7 +34,7 @@ BEGIN
     IF cardinality(p_read_oids) > 0 THEN
         BEGIN
             PERFORM 1 FROM {current} c WHERE c.zoid = ANY(p_read_oids)
-                AND c.zoid NOT IN (SELECT t.zoid FROM temp_store t)
+                AND c.zoid <> ALL(COALESCE(v_zoids, '{}'))
                 ORDER BY c.zoid FOR SHARE NOWAIT;
         EXCEPTION WHEN lock_not_available THEN
             RAISE EXCEPTION 'zodbsql: an object read-current is being changed by another commit'

@@ -83,12 +83,14 @@ DROP_STAGE_AND_LOCK = ("DROP FUNCTION IF EXISTS zodbsql_stage_and_lock(BIGINT[],
 DROP_CHANNEL = "DROP FUNCTION IF EXISTS zodbsql_channel()"
 DROP_LOG_WINDOW = "DROP FUNCTION IF EXISTS zodbsql_commit_log_window()"
 DROP_PACK_GATE = "DROP FUNCTION IF EXISTS zodbsql_pack_gate()"
-#: The procedures, which are installed together; the newest (vote's staging and locking
-#: in one call) comes with the current bodies of the others.  One missing means a database made by an older
-#: zodbsql (or damaged), whose procedures are installed again.
+DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_2()"
+#: The procedures, which are installed together; the newest (``zodbsql_procedures_2``,
+#: which only names their generation) comes with the current bodies of the others.  One
+#: missing means a database made by an older zodbsql (or damaged), whose procedures are
+#: installed again.
 PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
               "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects",
-              "zodbsql_stage_and_lock")
+              "zodbsql_stage_and_lock", "zodbsql_procedures_2")
 HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = ANY(%s)"
@@ -125,8 +127,8 @@ class PostgreSQLSchema(Schema):
                 HAS_CURRENT_PROCEDURES, (list(PROCEDURES), len(PROCEDURES))) is None:
             # A database made before vote locked in one call, before commits were
             # announced (listener.py), before commit_log, before the pack gate or
-            # before vote staged and locked in one call:
-            # install the procedures again
+            # before vote staged and locked in one call, or before generation 2 (rows
+            # found through arrays of oids): install the procedures again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:
@@ -174,5 +176,6 @@ class PostgreSQLSchema(Schema):
         conn.execute(DROP_STAGE_AND_LOCK)  # before the function it calls
         conn.execute(DROP_LOCK_OBJECTS)
         conn.execute(DROP_CHANNEL)
+        conn.execute(DROP_GENERATION)
         if conn.fetchone(HAS_SEQUENCE) is not None:
             conn.execute("DROP SEQUENCE zoid_seq")
