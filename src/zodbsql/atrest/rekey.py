@@ -15,8 +15,9 @@ from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.errors import ConfigurationError, DatabaseConflict
 from zodbsql.storage.records import checksum, verified
 
-# One statement set for every backend and history mode: object_state has zoid, tid and
-# state in both; rows are walked in key order from where the last batch ended.
+# One statement set for every backend (the rewrite in two forms, by history mode):
+# object_state has zoid, tid and state in both; rows are walked in key order from where
+# the last batch ended.
 COUNT_STATES = "SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL"
 STATES_AFTER = (
     "SELECT zoid, tid, checksum, state FROM object_state WHERE state IS NOT NULL"
