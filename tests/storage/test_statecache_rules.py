@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import tracemalloc
 
-from zodbsql.cache.statecache import FrequencySketch, StateCache, allocated
+from zodbsql.cache.statecache import FrequencySketch, StateCache, allocated, state_cost
 
 from .test_statecache import STATE, assert_counts_add_up
 
@@ -36,6 +36,36 @@ def test_allocated_rounds_as_pymalloc_and_the_c_allocator_do() -> None:
     # header, rounded up to 16.
     assert [allocated(n) for n in (1, 15, 16, 17, 511, 512)] == [16, 16, 16, 32, 512, 512]
     assert [allocated(n) for n in (513, 528, 600, 1024)] == [544, 544, 624, 1040]
+
+
+def test_a_state_costs_what_the_allocator_gives_its_bytes_object() -> None:
+    # state_cost computes from the length what allocated(sys.getsizeof(...)) says, on
+    # both sides of every 16-byte step and of pymalloc's 512-byte limit.
+    for length in range(0, 1100):
+        state = b"x" * length
+        assert state_cost(state) == allocated(sys.getsizeof(state)), length
+
+
+def test_a_hit_that_grows_a_table_keeps_the_cache_within_its_bound() -> None:
+    # A hit moves its state to the newest end of its segment: a dict appends it to its
+    # entry table and, once that is full of the slots hits left behind, resizes, maybe
+    # larger (to three slots per live entry).  The cache must fit its bound again.
+    cache = started(limit=600_000)
+    states = [(oid, 5, STATE * 3) for oid in range(1, 5000)]
+    cache.put_loaded_many(states, 10)
+    kept = [oid for oid in range(1, 5000) if cache.has(oid, 10)]
+    for oid in kept:
+        cache.get(oid, 10)                        # to protected
+    protected = [oid for oid in kept if oid in cache._protected]
+    assert len(protected) > 100
+    grown = False
+    for round in range(20):
+        for oid in protected:
+            before = cache._protected.table_bytes
+            if cache.get(oid, 10) is not None and cache._protected.table_bytes > before:
+                grown = True
+            assert cache.bytes_used <= cache.limit
+    assert grown, "no hit resized protected's table: the test did not test it"
 
 
 def test_the_sketch_has_a_counter_per_entry_rounded_up_to_a_power_of_two() -> None:
