@@ -94,10 +94,9 @@ _BYTES_HEADER = sys.getsizeof(b"")
 
 
 def state_cost(value: bytes) -> int:
-    """``allocated(sys.getsizeof(value))``, from the length alone: every cache access
-    counts a state or two, and two calls cost more than the arithmetic."""
-    size = len(value) + _BYTES_HEADER
-    return (size + 15) & ~15 if size <= 512 else (size + 31) & ~15
+    """``allocated(sys.getsizeof(value))``, the size taken from the length: every cache
+    access counts a state or two, and ``sys.getsizeof`` tripled the cost."""
+    return allocated(len(value) + _BYTES_HEADER)
 
 
 # What the int objects the cache holds take: an oid (below 2**60: 28 or 32 bytes, a
