@@ -1,7 +1,9 @@
 """What only the PostgreSQL backend has: row locks, parallel commits, server errors."""
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any, Iterator
 
 import pytest
 import transaction
@@ -443,61 +445,59 @@ def test_a_database_made_before_commit_log_gets_it():
         made.cleanup()
 
 
-@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
-def test_a_database_made_before_stage_and_lock_gets_it(keep_history: bool) -> None:
+@contextlib.contextmanager
+def made_older(keep_history: bool, *older: str) -> Iterator[tuple[PostgreSQLFactory, Any]]:
+    """A database this zodbsql made, turned by the ``older`` statements (``{schema}``
+    names its schema) into what an older zodbsql made, then opened again and committed
+    to (``x``, a mapping): the factory and the open DB."""
     made = PostgreSQLFactory(Param("postgresql", keep_history))
     try:
         made.open().close()
-        schema = made.path
-        # As a database made by an older zodbsql: vote staged, then locked, in two calls.
-        made.admin.execute(f'DROP FUNCTION "{schema}".zodbsql_stage_and_lock(BIGINT[],'
-                           ' BIGINT[], BIGINT[], BIGINT[], BIGINT[], BYTEA[], BIGINT[],'
-                           ' BIGINT[], BIGINT[], BIGINT[])')
+        for statement in older:
+            made.admin.execute(statement.format(schema=made.path))
         db = ZODB.DB(made.open())
         try:
             with db.transaction() as conn:
                 conn.root()["x"] = PersistentMapping(a=1)
-            installed = made.admin.execute(
-                "SELECT count(*) FROM information_schema.routines WHERE routine_schema = %s"
-                " AND routine_name = 'zodbsql_stage_and_lock'", (schema,)).fetchone()
-            assert installed == (1,)
-            with db.transaction() as conn:
-                assert conn.root()["x"]["a"] == 1
+            yield made, db
         finally:
-            db.close()
+            db.close()  # before cleanup drops the schema, which an open session blocks
     finally:
         made.cleanup()
+
+
+@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
+def test_a_database_made_before_stage_and_lock_gets_it(keep_history: bool) -> None:
+    # As a database made by an older zodbsql: vote staged, then locked, in two calls.
+    with made_older(keep_history,
+                    'DROP FUNCTION "{schema}".zodbsql_stage_and_lock(BIGINT[], BIGINT[],'
+                    ' BIGINT[], BIGINT[], BIGINT[], BYTEA[], BIGINT[], BIGINT[], BIGINT[],'
+                    ' BIGINT[])') as (made, db):
+        installed = made.admin.execute(
+            "SELECT count(*) FROM information_schema.routines WHERE routine_schema = %s"
+            " AND routine_name = 'zodbsql_stage_and_lock'", (made.path,)).fetchone()
+        assert installed == (1,)
+        with db.transaction() as conn:
+            assert conn.root()["x"]["a"] == 1
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
 def test_a_database_made_before_generation_2_gets_its_procedures(keep_history: bool) -> None:
     """Procedures whose bodies changed (same signatures) come with a new generation
     marker; a database without it gets every body installed again at open."""
-    made = PostgreSQLFactory(Param("postgresql", keep_history))
-    try:
-        made.open().close()
-        schema = made.path
-        # As a database made by an older zodbsql: no marker, vote's older body.
-        made.admin.execute(f'DROP FUNCTION "{schema}".zodbsql_procedures_2()')
-        made.admin.execute(
-            f'CREATE OR REPLACE FUNCTION "{schema}".zodbsql_lock_objects(p_read_oids BIGINT[],'
-            ' p_read_tids BIGINT[])'
-            ' RETURNS TABLE (zoid BIGINT, expected BIGINT, actual BIGINT, kind "char")'
-            " LANGUAGE sql AS 'SELECT 0::BIGINT, 0::BIGINT, 0::BIGINT, ''w''::\"char\" WHERE false'")
-        db = ZODB.DB(made.open())
-        try:
-            with db.transaction() as conn:
-                conn.root()["x"] = PersistentMapping(a=1)
-            body = made.admin.execute(
-                "SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                " WHERE n.nspname = %s AND p.proname = 'zodbsql_lock_objects'",
-                (schema,)).fetchone()
-            assert body is not None and "ANY(v_zoids)" in body[0]
-        finally:
-            db.close()
-    finally:
-        made.cleanup()
-
+    # As a database made by an older zodbsql: no marker, vote's older body.
+    with made_older(keep_history,
+                    'DROP FUNCTION "{schema}".zodbsql_procedures_2()',
+                    'CREATE OR REPLACE FUNCTION "{schema}".zodbsql_lock_objects('
+                    'p_read_oids BIGINT[], p_read_tids BIGINT[]) RETURNS TABLE (zoid BIGINT,'
+                    ' expected BIGINT, actual BIGINT, kind "char") LANGUAGE sql AS'
+                    " 'SELECT 0::BIGINT, 0::BIGINT, 0::BIGINT, ''w''::\"char\" WHERE false'"
+                    ) as (made, _):
+        body = made.admin.execute(
+            "SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = %s AND p.proname = 'zodbsql_lock_objects'",
+            (made.path,)).fetchone()
+        assert body is not None and "ANY(v_zoids)" in body[0]
 
 #: Objects in the database of the test below: enough that reading every row costs the
 #: planner more than a few index lookups, few enough to make in a second or two.
