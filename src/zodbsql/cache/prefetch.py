@@ -8,6 +8,15 @@ oids queued after it come along too (the next children of the same container, th
 of the next buckets of a BTree).  Walking a container therefore costs a statement per
 batch of children, not one per child.
 
+A load returns a bounded number of each state's references, so a large container's later
+children, or the items of a bucket that came without its references, are not queued.
+For those a miss also asks for the references after it of its parent, the state that
+refers to it, which the database finds among the ``RECENT`` states this process touched
+last (``parents``): the bucket a walk just entered, or the container whose last
+queued child (its tail) a load or hit just reached.  (The database keeps no index from a
+reference back to its referrer to find it there: every commit paid an index entry per
+reference for it, in random order.)
+
 A batch holds at most ``bound`` states and ``max_bytes`` bytes.  ``bound`` adapts to
 what the process does with them: every prefetched state is remembered until a load
 finds it in the cache (used) or it drops out of the ``fresh`` record.  At each miss,
@@ -28,7 +37,7 @@ states are cached by the state cache's rules).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Iterable
 
 #: The bound a process starts with: small, so that a sparse walk wastes little before
@@ -47,8 +56,14 @@ PROBE = 8
 NEAR = 4
 #: Queued references kept at most (the oldest go first).
 MAX_QUEUED = 200_000
+#: No object has it (oids are not negative): a parent that is none.
+NO_PARENT = -1
 #: Dead slots (oids loaded since they were queued) tolerated beyond the live ones.
 DEAD_SLACK = 4096
+#: Tails remembered at most (the oldest go first).
+MAX_TAILS = 65_536
+#: States touched last, offered as the parent of a miss.
+RECENT = 16
 
 
 class Prefetcher:
@@ -66,6 +81,11 @@ class Prefetcher:
         self._misses = 0
         self._last_miss_slot: int | None = None  # the queue slot of the previous miss
         self._last_miss_oid: int | None = None   # the oid of the previous miss
+        #: The last reference found of a state -> that state.
+        self._tails: OrderedDict[int, int] = OrderedDict()
+        #: The states loaded or found in the cache last, and the holders of the tails
+        #: reached last (the newest at the end).
+        self._recent: deque[int] = deque([NO_PARENT] * RECENT, maxlen=RECENT)
         self._lock = threading.Lock()
         #: Totals since the storage was opened.
         self.prefetched = 0
@@ -78,16 +98,31 @@ class Prefetcher:
     def note_hit(self, oid: int) -> bool:
         """A load found ``oid`` in the cache: count it if it was prefetched, and say
         whether it was.  (Unlocked: a count lost to a race only nudges the bound.)"""
+        self._recent.append(oid)
+        if self._tails:
+            parent = self._tails.pop(oid, None)
+            if parent is not None:
+                self._recent.append(parent)
         if self._fresh.pop(oid, False):
             self._window_used += 1
             self.used += 1
             return True
         return False
 
+    def parents(self, oid: int) -> list[int]:
+        """At a miss of ``oid`` that goes to the database: ``RECENT`` oids among which
+        its parent may be (padded with ``NO_PARENT``), the likeliest last."""
+        with self._lock:
+            parent = self._tails.pop(oid, None)
+            if parent is not None:
+                self._recent.append(parent)
+            return list(self._recent)
+
     def plan(self, oid: int) -> tuple[int, list[int]]:
         """At a miss of ``oid``: how many states may come along, and the queued oids
         that follow ``oid`` (up to that many)."""
         with self._lock:
+            self._recent.append(oid)
             self._misses += 1
             self._reconsider()
             bound = self.bound
@@ -124,10 +159,18 @@ class Prefetcher:
             rank = {each: index for index, each in enumerate(prefetched)}
             rank[oid] = -1                  # the loaded state's own come first
             last = len(rank)
-            for _, to_oid in sorted(references, key=lambda ref: rank.get(ref[0], last)):
+            tails: dict[int, int] = {}
+            for from_oid, to_oid in sorted(references, key=lambda ref: rank.get(ref[0], last)):
+                if to_oid > tails.get(from_oid, -1):
+                    tails[from_oid] = to_oid
                 if to_oid not in fetched and to_oid not in self._position:
                     self._position[to_oid] = len(self._queue)
                     self._queue.append(to_oid)
+            for from_oid, tail in tails.items():
+                self._tails[tail] = from_oid
+                self._tails.move_to_end(tail)
+            while len(self._tails) > MAX_TAILS:
+                self._tails.popitem(last=False)
             if len(self._queue) > MAX_QUEUED:
                 self._compact()
             elif len(self._queue) > 2 * len(self._position) + DEAD_SLACK:

@@ -381,11 +381,13 @@ class MoverRole(Protocol):
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
                              also: Sequence[int], limit: int, max_bytes: int,
                              max_references: int,
+                             parents: Sequence[int] = (),
                              ) -> tuple[StateRow | None, list[LoadedState], list[Revision]]:
         """``oid``'s row as ``load_at`` returns it and, in the same statement, up to
         ``limit`` states (``max_bytes`` in all) at the same snapshot: those it refers
-        to, then those of ``also``, then its siblings; and up to ``max_references`` of
-        their references ``(from, to)``."""
+        to, then those of ``also``, then its siblings (the references after it of the
+        one of ``parents`` that refers to it); and up to ``max_references`` of their
+        references ``(from, to)``, with its own and its parent's that were looked at."""
 
     def exists(self, conn: ConnectionRole, oid: int) -> bool:
         """Does any revision of ``oid`` exist?"""

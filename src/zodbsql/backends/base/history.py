@@ -44,7 +44,10 @@ HP_CURRENT_RECORDS = (
     " WHERE c.zoid > %s AND s.state IS NOT NULL ORDER BY c.zoid LIMIT %s")
 HF_CURRENT_RECORDS = (
     "SELECT zoid, tid, state FROM object_state WHERE zoid > %s ORDER BY zoid LIMIT %s")
-# Objects whose current revision refers to an oid ("who references this object").
+# Objects whose current revision refers to an oid ("who references this object").  No
+# index leads from a reference back to its referrer (commits would pay an entry per
+# reference for it), so this reads the whole reference table: a tool's question, not a
+# load's.
 HP_REFERRERS = (
     "SELECT r.zoid FROM object_ref r JOIN current_object c ON c.zoid = r.zoid AND c.tid = r.tid"
     " WHERE r.to_zoid = %s ORDER BY r.zoid")

@@ -98,6 +98,10 @@ HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {
 # container's children: 4,000 references and 7 ms for nothing.)
 REFERENCES_EACH = 64
 NO_OID_ABOVE = 2 ** 63 - 1
+#: No object has it (oids are not negative): the padding of the candidate parents.
+NO_PARENT = -1
+#: Candidate parents a load statement takes (``Prefetcher.parents``).
+PARENTS = 16
 # A LIMIT that never cuts: it keeps SQLite from flattening the derived table of each
 # state's last reference into the join, where it would seek once per reference.
 UNFLATTENED = "LIMIT 1000000000"
@@ -115,18 +119,26 @@ HP_REFERENCES = (
 # -- a load with the states it refers to (reference-driven prefetch) ---------------------------
 # One statement returns the object's row (kind 0, as load_at returns it); then up to
 # LIMIT states, and the bytes bound in all (kind 1): first of the objects its state refers
-# to, then of the listed oids, then of the next references (in oid order) of an object
-# that refers to it (its siblings: the next children of its container); and up to a
-# number of the references of those states (kind 2: zoid, to_zoid in the tid column).
+# to, then of the listed oids, then of the next references (in oid order) of its parent
+# (its siblings: the next children of its container); and (kind 2: zoid, to_zoid in the
+# tid column) the object's own first references (at least REFERENCES_EACH), its parent's
+# that were looked at, and up to a number of the references of the states that came.
+# The parent is the one of the caller's PARENTS candidates (``Prefetcher.parents``: the
+# states it touched last) that refers to the object, found through primary keys; finding
+# it from the object alone took an index on to_zoid, which every commit paid an entry
+# per reference for, in random order.  History-preserving, a candidate is tested by its
+# current revision (a guess: the siblings are read at the snapshot).
 # Sizes are summed before the states are read, so no state is sorted or copied.
 HF_LOAD_WITH_REFS = (
     "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state WHERE zoid = %s),"
-    " wanted AS (SELECT zoid, 0 AS step FROM (SELECT to_zoid AS zoid FROM object_ref"
-    " WHERE zoid = %s ORDER BY to_zoid LIMIT %s) o"
+    " own AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = %s ORDER BY to_zoid LIMIT %s),"
+    " siblings AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = (SELECT zoid FROM object_ref WHERE zoid IN ({parents}) AND to_zoid = %s"
+    " LIMIT 1) AND to_zoid > %s ORDER BY to_zoid LIMIT %s),"
+    " wanted AS (SELECT zoid, 0 AS step FROM own"
     " UNION ALL SELECT zoid, 1 FROM object_state WHERE zoid {listed}"
-    " UNION ALL SELECT zoid, 2 FROM (SELECT to_zoid AS zoid FROM object_ref"
-    " WHERE zoid = (SELECT zoid FROM object_ref WHERE to_zoid = %s LIMIT 1)"
-    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
+    " UNION ALL SELECT zoid, 2 FROM siblings),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
     # The states travel with their running size: one index lookup per state.
@@ -136,6 +148,8 @@ HF_LOAD_WITH_REFS = (
     " kept AS (SELECT zoid, tid, checksum, state FROM sized WHERE total <= %s)"
     " SELECT 0, zoid, tid, checksum, state FROM target"
     " UNION ALL SELECT 1, zoid, tid, checksum, state FROM kept"
+    " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM own"
+    " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM siblings"
     " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
     + HF_REFERENCES)
 # The choice of the states that come along, as both modes' statements above make it.
@@ -146,20 +160,25 @@ CHOSEN = (" chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> 
 HP_LOAD_WITH_REFS = (
     "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state"
     " WHERE zoid = %s AND tid <= %s ORDER BY tid DESC LIMIT 1),"
-    " parent AS (SELECT zoid FROM object_ref WHERE to_zoid = %s ORDER BY tid DESC LIMIT 1),"
-    " wanted AS (SELECT zoid, 0 AS step FROM (SELECT to_zoid AS zoid FROM object_ref"
-    " WHERE zoid = %s AND tid = (SELECT tid FROM target) ORDER BY to_zoid LIMIT %s) o"
-    " UNION ALL SELECT zoid, 1 FROM current_object WHERE zoid {listed}"
-    " UNION ALL SELECT zoid, 2 FROM (SELECT to_zoid AS zoid FROM object_ref"
+    " own AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
+    " WHERE zoid = %s AND tid = (SELECT tid FROM target) ORDER BY to_zoid LIMIT %s),"
+    " parent AS (SELECT c.zoid FROM current_object c JOIN object_ref r ON r.zoid = c.zoid"
+    " AND r.tid = c.tid AND r.to_zoid = %s WHERE c.zoid IN ({parents}) LIMIT 1),"
+    " siblings AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
     " WHERE zoid = (SELECT zoid FROM parent) AND tid = (SELECT MAX(tid) FROM object_state"
     " WHERE zoid = (SELECT zoid FROM parent) AND tid <= %s)"
-    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s) n),"
+    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s),"
+    " wanted AS (SELECT zoid, 0 AS step FROM own"
+    " UNION ALL SELECT zoid, 1 FROM current_object WHERE zoid {listed}"
+    " UNION ALL SELECT zoid, 2 FROM siblings),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
     "{revisions}"
     " kept AS (SELECT zoid, tid, checksum, state FROM sized WHERE total <= %s)"
     " SELECT 0, zoid, tid, checksum, state FROM target"
     " UNION ALL SELECT 1, zoid, tid, checksum, state FROM kept"
+    " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM own"
+    " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM siblings"
     " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
     + HP_REFERENCES)
 # ``sized``: each chosen object's revision at the snapshot (the current one unless it is
@@ -380,20 +399,26 @@ class Mover:
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
                              also: Sequence[int], limit: int, max_bytes: int,
                              max_references: int,
+                             parents: Sequence[int] = (),
                              ) -> tuple[StateRow | None, list[LoadedState], list[Revision]]:
         """``oid``'s row as ``load_at`` returns it; in the same statement up to ``limit``
         states (``max_bytes`` bytes in all) at the same snapshot: of the objects it
-        refers to, then of those of ``also``, then of its siblings; and up to
-        ``max_references`` references ``(from, to)`` of those states."""
+        refers to, then of those of ``also``, then of its parent's references after it
+        (its next siblings; the parent is the one of ``parents`` that refers to it); up
+        to ``max_references`` references ``(from, to)`` of those states, and its own and
+        its parent's that were looked at."""
         test, listed = self.listed(list(also[:self.MAX_LISTED_OIDS]) or [oid])
-        sql = self.sql.load_with_refs.format(listed=test)
+        sql = self.sql.load_with_refs.format(listed=test, parents=in_list(PARENTS))
+        candidates = list(parents[-PARENTS:])
+        candidates = [NO_PARENT] * (PARENTS - len(candidates)) + candidates
+        own = max(limit, REFERENCES_EACH)
         if self.keep_history:
-            params = [oid, snapshot_tid, oid, oid, limit, *listed, snapshot_tid, oid, limit,
-                      oid, limit, *[snapshot_tid] * self.HP_REVISION_SNAPSHOTS, max_bytes,
-                      max_references]
+            params = [oid, snapshot_tid, oid, own, oid, *candidates, snapshot_tid, oid, limit,
+                      *listed, oid, limit, *[snapshot_tid] * self.HP_REVISION_SNAPSHOTS,
+                      max_bytes, max_references]
         else:
-            params = [oid, oid, limit, *listed, oid, oid, limit, oid, limit, max_bytes,
-                      max_references]
+            params = [oid, oid, own, *candidates, oid, oid, limit, *listed, oid, limit,
+                      max_bytes, max_references]
         row: StateRow | None = None
         states: list[LoadedState] = []
         references: list[Revision] = []

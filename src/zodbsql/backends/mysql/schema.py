@@ -55,15 +55,14 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE current_object (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
     " KEY current_object_tid (tid))" + TABLE_OPTIONS,
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
-    " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid),"
-    " KEY object_ref_to (to_zoid))" + TABLE_OPTIONS,
+    " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid))" + TABLE_OPTIONS,
 ) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
     " checksum BIGINT, state_size BIGINT NOT NULL, state LONGBLOB,"
     " KEY object_state_tid (tid))" + TABLE_OPTIONS,
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
-    " PRIMARY KEY (zoid, to_zoid), KEY object_ref_to (to_zoid))" + TABLE_OPTIONS,
+    " PRIMARY KEY (zoid, to_zoid))" + TABLE_OPTIONS,
 ) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = ("SELECT table_name FROM information_schema.tables"
                " WHERE table_schema = DATABASE()")

@@ -51,7 +51,6 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE INDEX current_object_tid ON current_object (tid)",
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
     " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid))",
-    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
 ) + HISTORY_PRESERVING_BLOB_DDL
 # A history-free database's record of recent commits (procedures_hf.sql says why).  IF
 # NOT EXISTS: databases made before it get it when their procedures are installed again.
@@ -63,7 +62,6 @@ HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE INDEX object_state_tid ON object_state (tid)",
     "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
     " PRIMARY KEY (zoid, to_zoid))",
-    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
 ) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = (
     "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")

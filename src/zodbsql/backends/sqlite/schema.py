@@ -39,7 +39,6 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE INDEX current_object_tid ON current_object (tid)",
     "CREATE TABLE object_ref (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
     " to_zoid INTEGER NOT NULL, PRIMARY KEY (zoid, tid, to_zoid)) WITHOUT ROWID",
-    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
 ) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL,"
@@ -47,7 +46,6 @@ HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE INDEX object_state_tid ON object_state (tid)",
     "CREATE TABLE object_ref (zoid INTEGER NOT NULL, to_zoid INTEGER NOT NULL,"
     " PRIMARY KEY (zoid, to_zoid)) WITHOUT ROWID",
-    "CREATE INDEX object_ref_to ON object_ref (to_zoid)",
 ) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
 HAS_META = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'zodbsql_meta'"
