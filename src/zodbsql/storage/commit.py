@@ -76,8 +76,11 @@ class PendingCommit:
             # Stored twice in one transaction: keep the first expectation, the last state.
             prev_tid = self.states[oid][0]
         self.states[oid] = (prev_tid, state)
-        self.data_tids.pop(oid, None)
-        self._drop_blob(oid)
+        # Tested first: a commit of many objects and no blob calls neither (3 us a store).
+        if self.data_tids:
+            self.data_tids.pop(oid, None)
+        if self.blob_files:
+            self._drop_blob(oid)
 
     def store_blob(self, oid: int, staged: str) -> None:
         """After ``store``/``restore`` of the same oid: its blob file (owned now)."""
