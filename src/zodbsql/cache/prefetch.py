@@ -161,8 +161,7 @@ class Prefetcher:
             last = len(rank)
             tails: dict[int, int] = {}
             for from_oid, to_oid in sorted(references, key=lambda ref: rank.get(ref[0], last)):
-                if to_oid > tails.get(from_oid, -1):
-                    tails[from_oid] = to_oid
+                tails[from_oid] = max(tails.get(from_oid, to_oid), to_oid)
                 if to_oid not in fetched and to_oid not in self._position:
                     self._position[to_oid] = len(self._queue)
                     self._queue.append(to_oid)
