@@ -285,14 +285,14 @@ def test_a_miss_offers_the_states_touched_last_as_its_parents() -> None:
     """The parent of a miss is looked for among the RECENT oids missed or hit last: a
     bucket a walk just entered is one of them when its first item misses."""
     prefetcher = Prefetcher(1000, 1 << 20)
-    assert prefetcher.parents(1) == [NO_PARENT] * RECENT  # nothing touched yet
+    assert prefetcher.parents() == [NO_PARENT] * RECENT  # nothing touched yet
     prefetcher.plan(10)                                   # a miss
     prefetcher.note_hit(11)                               # a hit
     prefetcher.plan(12)
-    assert prefetcher.parents(12) == [NO_PARENT] * (RECENT - 3) + [10, 11, 12]
+    assert prefetcher.parents() == [NO_PARENT] * (RECENT - 3) + [10, 11, 12]
     for oid in range(100, 100 + 2 * RECENT):
         prefetcher.note_hit(oid)
-    assert prefetcher.parents(500) == list(range(100 + RECENT, 100 + 2 * RECENT))
+    assert prefetcher.parents() == list(range(100 + RECENT, 100 + 2 * RECENT))
 
 
 def test_reaching_the_last_reference_found_of_a_state_offers_that_state() -> None:
@@ -302,13 +302,13 @@ def test_reaching_the_last_reference_found_of_a_state_offers_that_state() -> Non
     prefetcher = Prefetcher(1000, 1 << 20)
     prefetcher.loaded(1, [], [(1, 9), (1, 5), (1, 7), (2, 30)])
     prefetcher.note_hit(7)                                # not a tail
-    assert prefetcher.parents(10)[-1] == 7
+    assert prefetcher.parents()[-1] == 7
     prefetcher.note_hit(9)                                # 1's tail
-    assert prefetcher.parents(10)[-2:] == [9, 1]
+    assert prefetcher.parents()[-2:] == [9, 1]
     prefetcher.note_hit(9)                                # offered once
-    assert prefetcher.parents(10)[-3:] == [9, 1, 9]
+    assert prefetcher.parents()[-3:] == [9, 1, 9]
     prefetcher.plan(30)                                   # a miss on 2's tail
-    assert prefetcher.parents(30)[-2:] == [30, 2]
+    assert prefetcher.parents()[-2:] == [30, 2]
 
 
 def test_the_record_of_tails_keeps_the_newest() -> None:
@@ -316,6 +316,6 @@ def test_the_record_of_tails_keeps_the_newest() -> None:
     prefetcher.loaded(-1, [], [(parent, 10 ** 6 + parent) for parent in range(MAX_TAILS + 5)])
     assert len(prefetcher._tails) == MAX_TAILS
     prefetcher.note_hit(10 ** 6)                          # the oldest went
-    assert prefetcher.parents(1)[-1] == 10 ** 6
+    assert prefetcher.parents()[-1] == 10 ** 6
     prefetcher.note_hit(10 ** 6 + MAX_TAILS + 4)
-    assert prefetcher.parents(1)[-1] == MAX_TAILS + 4
+    assert prefetcher.parents()[-1] == MAX_TAILS + 4

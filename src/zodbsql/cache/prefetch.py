@@ -40,6 +40,8 @@ import threading
 from collections import OrderedDict, deque
 from typing import Iterable
 
+from zodbsql.backends.base.mover import NO_PARENT, PARENTS
+
 #: The bound a process starts with: small, so that a sparse walk wastes little before
 #: the bound falls to 0; it grows fourfold at each miss while prefetches are used.
 START = 8
@@ -56,14 +58,13 @@ PROBE = 8
 NEAR = 4
 #: Queued references kept at most (the oldest go first).
 MAX_QUEUED = 200_000
-#: No object has it (oids are not negative): a parent that is none.
-NO_PARENT = -1
 #: Dead slots (oids loaded since they were queued) tolerated beyond the live ones.
 DEAD_SLACK = 4096
 #: Tails remembered at most (the oldest go first).
 MAX_TAILS = 65_536
-#: States touched last, offered as the parent of a miss.
-RECENT = 16
+#: States touched last, offered as the parent of a miss: as many as a load statement
+#: tests.
+RECENT = PARENTS
 
 
 class Prefetcher:
@@ -98,31 +99,33 @@ class Prefetcher:
     def note_hit(self, oid: int) -> bool:
         """A load found ``oid`` in the cache: count it if it was prefetched, and say
         whether it was.  (Unlocked: a count lost to a race only nudges the bound.)"""
-        self._recent.append(oid)
-        if self._tails:
-            parent = self._tails.pop(oid, None)
-            if parent is not None:
-                self._recent.append(parent)
+        self._touched(oid)
         if self._fresh.pop(oid, False):
             self._window_used += 1
             self.used += 1
             return True
         return False
 
-    def parents(self, oid: int) -> list[int]:
-        """At a miss of ``oid`` that goes to the database: ``RECENT`` oids among which
-        its parent may be (padded with ``NO_PARENT``), the likeliest last."""
+    def parents(self) -> list[int]:
+        """At a miss that goes to the database (after ``plan``): ``RECENT`` oids among
+        which its parent may be (padded with ``NO_PARENT``), the likeliest last."""
         with self._lock:
+            return list(self._recent)
+
+    def _touched(self, oid: int) -> None:
+        """``oid`` was hit or missed: it, and the state whose tail it is, become the
+        likeliest parents of the next miss."""
+        self._recent.append(oid)
+        if self._tails:
             parent = self._tails.pop(oid, None)
             if parent is not None:
                 self._recent.append(parent)
-            return list(self._recent)
 
     def plan(self, oid: int) -> tuple[int, list[int]]:
         """At a miss of ``oid``: how many states may come along, and the queued oids
         that follow ``oid`` (up to that many)."""
         with self._lock:
-            self._recent.append(oid)
+            self._touched(oid)
             self._misses += 1
             self._reconsider()
             bound = self.bound

@@ -386,7 +386,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         also = [each for each in queued if not shared.cache.has(each, snapshot)]
         row, states, references = mover.load_with_references(
             conn, oid, snapshot, also, bound, prefetcher.max_bytes,
-            mover.REFERENCES_PER_STATE * bound, prefetcher.parents(oid))
+            mover.REFERENCES_PER_STATE * bound, prefetcher.parents())
         prefetcher.loaded(oid, self._cache_rows(states, snapshot), references)
         return row
 
