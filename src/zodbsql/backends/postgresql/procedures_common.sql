@@ -7,10 +7,11 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 -- Names the procedures' generation: a database whose procedures lack it gets them all
 -- installed again (schema.py, PROCEDURES).  Generation 2: vote and the history-free
--- finish reach the staged objects' rows through an array of their oids.
-CREATE OR REPLACE FUNCTION zodbsql_procedures_2() RETURNS INTEGER
+-- finish reach the staged objects' rows through an array of their oids.  Generation 3:
+-- so does vote's check of the objects read-current.
+CREATE OR REPLACE FUNCTION zodbsql_procedures_3() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT 2
+    SELECT 3
 $$;
 -- The advisory lock between votes and pack batches (locker.py): each commit holds it
 -- shared from vote to its end, a pack batch that deletes objects holds it exclusively,

@@ -81,14 +81,17 @@ DROP_STAGE_AND_LOCK = ("DROP FUNCTION IF EXISTS zodbsql_stage_and_lock(BIGINT[],
 DROP_CHANNEL = "DROP FUNCTION IF EXISTS zodbsql_channel()"
 DROP_LOG_WINDOW = "DROP FUNCTION IF EXISTS zodbsql_commit_log_window()"
 DROP_PACK_GATE = "DROP FUNCTION IF EXISTS zodbsql_pack_gate()"
-DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_2()"
-#: The procedures, which are installed together; the newest (``zodbsql_procedures_2``,
+#: The generation markers, older ones first (an older one is dropped when the
+#: procedures are installed again).
+DROP_OLD_GENERATIONS = ("DROP FUNCTION IF EXISTS zodbsql_procedures_2()",)
+DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_3()"
+#: The procedures, which are installed together; the newest (``zodbsql_procedures_3``,
 #: which only names their generation) comes with the current bodies of the others.  One
 #: missing means a database made by an older zodbsql (or damaged), whose procedures are
 #: installed again.
 PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
               "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects",
-              "zodbsql_stage_and_lock", "zodbsql_procedures_2")
+              "zodbsql_stage_and_lock", "zodbsql_procedures_3")
 HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = ANY(%s)"
@@ -125,8 +128,8 @@ class PostgreSQLSchema(Schema):
                 HAS_CURRENT_PROCEDURES, (list(PROCEDURES), len(PROCEDURES))) is None:
             # A database made before vote locked in one call, before commits were
             # announced (listener.py), before commit_log, before the pack gate or
-            # before vote staged and locked in one call, or before generation 2 (rows
-            # found through arrays of oids): install the procedures again
+            # before vote staged and locked in one call, or before generation 2 or 3
+            # (rows found through arrays of oids): install the procedures again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:
@@ -149,6 +152,8 @@ class PostgreSQLSchema(Schema):
         if not keep_history:
             conn.execute(COMMIT_LOG_DDL)
             conn.execute(DROP_FINISH)  # the one before commit_log, without the nonce
+        for older in DROP_OLD_GENERATIONS:
+            conn.execute(older)
         files = resources.files(__package__)
         for procedures in ("procedures_common.sql", mode):
             conn.execute_script(files.joinpath(procedures).read_text())
@@ -175,5 +180,7 @@ class PostgreSQLSchema(Schema):
         conn.execute(DROP_LOCK_OBJECTS)
         conn.execute(DROP_CHANNEL)
         conn.execute(DROP_GENERATION)
+        for older in DROP_OLD_GENERATIONS:
+            conn.execute(older)
         if conn.fetchone(HAS_SEQUENCE) is not None:
             conn.execute("DROP SEQUENCE zoid_seq")
