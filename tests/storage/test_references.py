@@ -22,6 +22,17 @@ def test_referrers_follow_the_current_revisions(storage_factory) -> None:
         # Only current revisions count, also when history keeps the old one.
         assert storage.referrers(shared._p_oid) == [a._p_oid]
         assert storage.referrers(a._p_oid) == [conn.root()._p_oid]
+        # A new revision that keeps a reference and adds one (history-free, only the
+        # references that changed are written): both are recorded, once.
+        added = a["other"] = PersistentMapping()
+        transaction.commit()
+        assert storage.referrers(shared._p_oid) == [a._p_oid]
+        assert storage.referrers(added._p_oid) == [a._p_oid]
+        a["other"] = a["child"] = PersistentMapping()
+        transaction.commit()
+        assert storage.referrers(shared._p_oid) == []
+        assert storage.referrers(added._p_oid) == []
+        assert storage.referrers(a["child"]._p_oid) == [a._p_oid]
         conn.close()
     finally:
         db.close()

@@ -33,8 +33,13 @@ BEGIN
         SELECT array_agg(zoid), array_agg(zoid) FILTER (WHERE state IS NULL)
             INTO v_zoids, v_deleted FROM temp_store;
         DELETE FROM object_state WHERE zoid = ANY(v_deleted);
-        DELETE FROM object_ref WHERE zoid = ANY(v_zoids);
-        INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref;
+        -- Only the references that changed: a BTree node's new revision keeps nearly
+        -- all its children, and deleting them all to insert them again left a dead
+        -- index entry per reference and commit, visited by the next insert of the key.
+        DELETE FROM object_ref r WHERE r.zoid = ANY(v_zoids) AND NOT EXISTS (
+            SELECT 1 FROM temp_ref t WHERE t.zoid = r.zoid AND t.to_zoid = r.to_zoid);
+        INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref
+            ON CONFLICT DO NOTHING;
         -- The new revision replaces the blob reference (or drops it: deleted, not a blob).
         DELETE FROM blob_ref WHERE zoid = ANY(v_zoids);
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;
