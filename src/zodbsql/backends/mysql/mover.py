@@ -16,7 +16,7 @@ CREATE_TEMP_TABLES = (
     " prev_tid BIGINT NOT NULL, data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL,"
     " state LONGBLOB) ENGINE=InnoDB",
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_ref (zoid BIGINT NOT NULL,"
-    " to_zoid BIGINT NOT NULL, KEY (zoid, to_zoid)) ENGINE=InnoDB",
+    " to_zoid BIGINT NOT NULL, KEY (zoid)) ENGINE=InnoDB",
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_blob (zoid BIGINT NOT NULL PRIMARY KEY,"
     " content_hash BINARY(32) NOT NULL) ENGINE=InnoDB",
 )
@@ -31,14 +31,8 @@ HF_MOVE_STATES = (
 HF_DELETE_REMOVED = (
     "DELETE s FROM temp_store t STRAIGHT_JOIN object_state s ON s.zoid = t.zoid"
     " WHERE t.state IS NULL")
-# Only the references that changed go and come: a BTree node's new revision keeps nearly
-# all its children (deleting them all to insert them again rewrote them in every commit).
 HF_DELETE_OLD_REFS = (
-    "DELETE r FROM temp_store t STRAIGHT_JOIN object_ref r ON r.zoid = t.zoid"
-    " LEFT JOIN temp_ref f ON f.zoid = r.zoid AND f.to_zoid = r.to_zoid"
-    " WHERE f.zoid IS NULL")
-HF_MOVE_REFS = ("INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref"
-                " ON DUPLICATE KEY UPDATE to_zoid = VALUES(to_zoid)")
+    "DELETE r FROM temp_store t STRAIGHT_JOIN object_ref r ON r.zoid = t.zoid")
 
 
 HF_DELETE_OLD_BLOBS = (
@@ -51,5 +45,4 @@ class MySQLMover(Mover):
                                              set_current=HP_SET_CURRENT)
     HISTORY_FREE = dataclasses.replace(
         Mover.HISTORY_FREE, move_states=HF_MOVE_STATES, delete_removed=HF_DELETE_REMOVED,
-        delete_old_refs=HF_DELETE_OLD_REFS, move_refs=HF_MOVE_REFS,
-        delete_old_blobs=HF_DELETE_OLD_BLOBS)
+        delete_old_refs=HF_DELETE_OLD_REFS, delete_old_blobs=HF_DELETE_OLD_BLOBS)

@@ -8,7 +8,8 @@ $$;
 -- Names the procedures' generation: a database whose procedures lack it gets them all
 -- installed again (schema.py, PROCEDURES).  Generation 2: vote and the history-free
 -- finish reach the staged objects' rows through an array of their oids.  Generation 3:
--- so does vote's check of the objects read-current.
+-- so does vote's check of the objects read-current, and the history-free finish
+-- replaces only the references that changed.
 CREATE OR REPLACE FUNCTION zodbsql_procedures_3() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
     SELECT 3

@@ -36,6 +36,7 @@ BEGIN
         -- Only the references that changed: a BTree node's new revision keeps nearly
         -- all its children, and deleting them all to insert them again left a dead
         -- index entry per reference and commit, visited by the next insert of the key.
+        -- (SQLite and InnoDB reuse the deleted entry: there delete-and-insert is faster.)
         DELETE FROM object_ref r WHERE r.zoid = ANY(v_zoids) AND NOT EXISTS (
             SELECT 1 FROM temp_ref t WHERE t.zoid = r.zoid AND t.to_zoid = r.to_zoid);
         INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref
