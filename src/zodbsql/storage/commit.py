@@ -115,9 +115,9 @@ class PendingCommit:
                                     len(stored) if stored else 0, stored))
             refs.extend((oid, ref) for ref in references(oid, state))
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
-        backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         mover = backend.mover
-        mover.clear_staged(conn)
+        mover.clear_staged(conn)  # before the transaction: MySQL's TRUNCATE would end it
+        backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         self._stage_blobs(conn)
         if not (rows or self.blob_staged or self.read_current) and backend.locker.skip_empty_lock:
             self.voted = True  # nothing staged, nothing read-current: nothing to lock

@@ -125,6 +125,31 @@ def test_commit_and_reload(factory: MySQLFactory, driver: str) -> None:
         db.close()
 
 
+def test_a_commit_truncates_its_staging_tables_before_its_transaction(
+        factory: MySQLFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """InnoDB keeps what DELETE removes from a TEMPORARY table: emptied that way, the
+    staging tables grew by every commit's rows (a loader's DELETE FROM temp_ref went
+    from 1.5 to 20 ms a commit in a minute).  TRUNCATE ends the transaction it runs in,
+    so it must come before START TRANSACTION."""
+    import logging
+    storage = factory.open(sql_trace=True)
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["m"] = PersistentMapping()
+        with caplog.at_level(logging.DEBUG, logger="zodbsql.sql"):
+            with db.transaction() as conn:
+                conn.root()["m"]["x"] = PersistentMapping()
+    finally:
+        db.close()
+    sent = [r.getMessage().split(" ms: ", 1)[1] for r in caplog.records
+            if r.name == "zodbsql.sql" and "[commit " in r.getMessage()]
+    begin = next(i for i, sql in enumerate(sent) if sql.startswith("START TRANSACTION"))
+    assert [sql.split(" (")[0] for sql in sent[begin - 2:begin]] == [
+        "TRUNCATE TABLE temp_store", "TRUNCATE TABLE temp_ref"]
+    assert not any(sql.startswith("DELETE FROM temp_") for sql in sent)
+
+
 def test_state_larger_than_max_allowed_packet(factory: MySQLFactory) -> None:
     storage = factory.open()
     (small,) = _populate(factory, 1)

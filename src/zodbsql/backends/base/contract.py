@@ -399,7 +399,8 @@ class MoverRole(Protocol):
         """The number of objects (current revisions, deletions included)."""
 
     def clear_staged(self, conn: ConnectionRole) -> None:
-        """Empty the staging tables before a commit stages (unless emptied already)."""
+        """Empty the staging tables before a commit stages (unless emptied already);
+        called before the commit's transaction begins."""
 
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
               refs: Iterable[Revision]) -> None:

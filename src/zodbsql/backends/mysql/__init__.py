@@ -100,7 +100,8 @@ Design note.
   totals afterwards on every node, and a node killed with SIGKILL under load.
 
 * Round trips.  A commit that writes one object and creates one sends 13 statements on
-  its pooled connection: START TRANSACTION, two temp-table clears, the staged states and
+  its pooled connection: two temp-table clears (TRUNCATE, before the transaction: InnoDB
+  keeps what DELETE removes from a temporary table), START TRANSACTION, the staged states and
   references (one multi-row INSERT each), the locking read, the commit-row lock (which
   also reads the last tid), the commit-row update, the transactions row (history-
   preserving) or nothing, three or four set-based moves, COMMIT.  Counted with the poll
