@@ -7,6 +7,7 @@ CI=true an unreachable server fails them.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from typing import Any, Iterator
 
@@ -131,7 +132,6 @@ def test_a_commit_truncates_its_staging_tables_before_its_transaction(
     staging tables grew by every commit's rows (a loader's DELETE FROM temp_ref went
     from 1.5 to 20 ms a commit in a minute).  TRUNCATE ends the transaction it runs in,
     so it must come before START TRANSACTION."""
-    import logging
     storage = factory.open(sql_trace=True)
     db = ZODB.DB(storage)
     try:

@@ -51,6 +51,11 @@ TRUNCATE_TEMP_REF = "TRUNCATE TABLE temp_ref"
 
 class MySQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
+    HISTORY_PRESERVING = dataclasses.replace(Mover.HISTORY_PRESERVING,
+                                             set_current=HP_SET_CURRENT)
+    HISTORY_FREE = dataclasses.replace(
+        Mover.HISTORY_FREE, move_states=HF_MOVE_STATES, delete_removed=HF_DELETE_REMOVED,
+        delete_old_refs=HF_DELETE_OLD_REFS, delete_old_blobs=HF_DELETE_OLD_BLOBS)
 
     def clear_staged(self, conn: ConnectionRole) -> None:
         if conn.in_transaction:
@@ -58,8 +63,3 @@ class MySQLMover(Mover):
             return
         conn.execute(TRUNCATE_TEMP_STORE)
         conn.execute(TRUNCATE_TEMP_REF)
-    HISTORY_PRESERVING = dataclasses.replace(Mover.HISTORY_PRESERVING,
-                                             set_current=HP_SET_CURRENT)
-    HISTORY_FREE = dataclasses.replace(
-        Mover.HISTORY_FREE, move_states=HF_MOVE_STATES, delete_removed=HF_DELETE_REMOVED,
-        delete_old_refs=HF_DELETE_OLD_REFS, delete_old_blobs=HF_DELETE_OLD_BLOBS)
