@@ -150,6 +150,34 @@ def test_a_commit_truncates_its_staging_tables_before_its_transaction(
     assert not any(sql.startswith("DELETE FROM temp_") for sql in sent)
 
 
+def test_staging_tables_emptied_inside_a_transaction_keep_it_open(
+        factory: MySQLFactory) -> None:
+    """TRUNCATE would commit a transaction that is already open: inside one,
+    ``clear_staged`` deletes the staged rows instead, and what the transaction did
+    before is still rolled back with it."""
+    storage = factory.open()
+    try:
+        backend = storage.shared.backend
+        conn = storage.shared.pool.acquire()
+        try:
+            conn.begin_write()
+            conn.execute("INSERT INTO temp_store (zoid, prev_tid, state_size) VALUES (1, 0, 0)")
+            conn.execute("INSERT INTO temp_ref (zoid, to_zoid) VALUES (1, 2)")
+            conn.execute("INSERT INTO temp_blob (zoid, content_hash) VALUES (1, %s)",
+                         (b"h" * 32,))
+            backend.mover.clear_staged(conn)
+            assert conn.in_transaction
+            assert conn.fetchall("SELECT zoid FROM temp_store") == []
+            assert conn.fetchall("SELECT zoid FROM temp_ref") == []
+            conn.rollback()
+            # The row staged before the call went with the rollback: no implicit commit.
+            assert conn.fetchall("SELECT zoid FROM temp_blob") == []
+        finally:
+            storage.shared.pool.release(conn)
+    finally:
+        storage.close()
+
+
 def test_state_larger_than_max_allowed_packet(factory: MySQLFactory) -> None:
     storage = factory.open()
     (small,) = _populate(factory, 1)
