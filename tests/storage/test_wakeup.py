@@ -35,12 +35,13 @@ from zodbsql.storage import SQLStorage
 #: again after the abort).  PostgreSQL history-preserving listens: none.  SQLite reads
 #: PRAGMA data_version at each poll it skips (history-free inside the read transaction
 #: that is the snapshot, begun and ended around it).  History-free PostgreSQL and MySQL
-#: poll: BEGIN, the poll and ROLLBACK history-free.
+#: poll: BEGIN, the poll and ROLLBACK history-free, where PostgreSQL sends the BEGIN
+#: and the poll as one query (backends/postgresql/poller.py).
 IDLE_STATEMENTS = {
     ("sqlite", True): 40,
     ("sqlite", False): 120,
     ("postgresql", True): 0,
-    ("postgresql", False): 120,
+    ("postgresql", False): 80,
     ("mysql", True): 40,
     ("mysql", False): 120,
 }

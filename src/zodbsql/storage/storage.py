@@ -212,12 +212,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         return quiet, token
 
     def _poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[tuple[int, int]]]:
+        poller = self.shared.backend.poller
         if not self.shared.options.keep_history and not conn.in_transaction:
             # History-free data has no old revisions to name: the snapshot is a
-            # read transaction, held until the ZODB transaction ends.
-            conn.begin_read()
-            self._read_txn = True
-        return self.shared.backend.poller.poll(conn, since)
+            # read transaction, held until the ZODB transaction ends (a poll that
+            # failed after its BEGIN leaves it for _end_read_txn to roll back too).
+            try:
+                return poller.begin_and_poll(conn, since)
+            finally:
+                self._read_txn = conn.in_transaction
+        return poller.poll(conn, since)
 
     def _poll_replica(self, since: int | None) -> tuple[int, list[tuple[int, int]]] | None:
         """Poll on a standby; None when none is usable or it has not replayed this

@@ -433,6 +433,13 @@ class PollerRole(Protocol):
         as of the snapshot tid, in one statement.  With ``since`` None only the
         snapshot tid is read."""
 
+    def begin_and_poll(self, conn: ConnectionRole,
+                       since: int | None) -> tuple[int, list[Revision]]:
+        """``poll`` in a read transaction begun first (``conn.begin_read``), which holds
+        the poll's snapshot for the loads after it; in the same round trip where the
+        backend can.  Raises as ``begin_read`` or ``poll`` would, leaving ``conn`` in the
+        transaction (``in_transaction``) if it began."""
+
 
 class CommitWatchRole(Protocol):
     """May a transaction start keep its snapshot instead of polling (``wakeup.py``)?"""

@@ -3,7 +3,9 @@
 ``poll`` is one statement: the changed objects (current revision newer than ``since``)
 and, as a marker row, the commit row's last tid.  One statement sees one snapshot, so
 the list is exactly what changed up to that tid, and every ZODB transaction start costs
-one round trip.
+one round trip.  A history-free snapshot is a read transaction that the poll opens
+(``begin_and_poll``): one round trip more here, none on PostgreSQL, whose poller sends
+the two together.
 """
 from __future__ import annotations
 
@@ -54,6 +56,12 @@ class Poller:
         if since is None:
             return self.last_tid(conn), []
         return self.parse_poll(conn.fetchall(self.sql.poll, (since,)))
+
+    def begin_and_poll(self, conn: ConnectionRole,
+                       since: int | None) -> tuple[int, list[Revision]]:
+        """:meth:`poll` in a read transaction it begins (``conn.begin_read``)."""
+        conn.begin_read()
+        return self.poll(conn, since)
 
     @staticmethod
     def parse_poll(rows: list[Any]) -> tuple[int, list[Revision]]:

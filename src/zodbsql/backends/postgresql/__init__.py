@@ -53,6 +53,9 @@ Design note.
   transaction.  History-free data has no old revisions, so the poll opens
   ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY``: the poll and every load until the
   ZODB transaction ends see one snapshot (the core ends it at ``afterCompletion``).
+  The BEGIN and the poll travel as one simple-protocol query (``poller.py``), so the
+  start stays one round trip; the poll is then planned at each start instead of
+  prepared once.
   History-preserving, a start skips the poll while nothing committed: every commit
   announces its tid with ``pg_notify`` inside ``zodbsql_finish``, and one session per
   storage listens (``listener.py``, ``listen-for-commits``).
@@ -68,7 +71,7 @@ Design note.
   one ZODB transaction          1 object    1,000 new
   ===========================  ==========  ==========
   history-preserving            5           7
-  history-free                  7           9
+  history-free                  6           8
   ===========================  ==========  ==========
 
   The 5: the poll (one UNION statement: last tid and changes), ``BEGIN; SET LOCAL
@@ -79,8 +82,8 @@ Design note.
   pointers and references) and COMMIT. 1,000 new objects after a pause add two oid
   blocks from the sequence (16 and 1,024 oids); back-to-back big commits take one block
   of 4,096 per 4,096 new objects. The staging tables are ``ON COMMIT DELETE ROWS``, so nothing is spent
-  clearing them. History-free adds the read transaction (BEGIN and ROLLBACK) that holds
-  its snapshot.
+  clearing them. History-free adds the end of the read transaction that holds its
+  snapshot (ROLLBACK at ``afterCompletion``); its BEGIN goes with the poll.
 * Standbys, failover, poolers.  Polls and loads may go to a hot standby
   (``replica-dsns``): the lag is read on the standby itself (``standbys.py``), so
   choosing one costs the primary nothing, and the core reads a snapshot there only if

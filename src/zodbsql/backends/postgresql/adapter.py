@@ -20,6 +20,7 @@ from zodbsql.backends.postgresql.mover import PostgreSQLMover
 from zodbsql.backends.postgresql.oidalloc import PostgreSQLOidAllocator
 from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.backends.postgresql.packer import PostgreSQLPacker
+from zodbsql.backends.postgresql.poller import PostgreSQLPoller
 from zodbsql.backends.postgresql.inspector import PostgreSQLInspector
 from zodbsql.backends.postgresql.listener import LISTENER_PARAMETERS, CommitListener
 from zodbsql.backends.postgresql.schema import PostgreSQLSchema
@@ -62,6 +63,7 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
     mover_class = PostgreSQLMover
     oids_class = PostgreSQLOidAllocator
     packer_class = PostgreSQLPacker
+    poller_class = PostgreSQLPoller
     txncontrol_class = PostgreSQLTransactionControl
     inspector_class = PostgreSQLInspector
     blobs_class = PostgreSQLBlobs

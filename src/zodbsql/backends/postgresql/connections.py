@@ -3,13 +3,14 @@
 Connections run in autocommit, so each statement outside an explicit transaction is its
 own transaction and nothing is ever left idle in a transaction by accident; the roles
 open transactions explicitly with ``BEGIN``.  Statements repeated on a connection are
-prepared on the server (``prepare_threshold``).
+prepared on the server (``prepare_threshold``), except the history-free poll, which
+travels with its ``BEGIN`` as one query (``begin_read_fetchall``).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.connections import DBConnection, Row
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
                             DatabaseConflict, DatabaseError, DeadlockError, DriverNotFound)
 
@@ -21,6 +22,8 @@ _IMPL = {"psycopg-c": "c", "psycopg-binary": "binary", "psycopg-python": "python
 MIN_SERVER_VERSION = 120000
 #: Executions after which psycopg prepares a statement on the server.
 PREPARE_THRESHOLD = 2
+#: The history-free snapshot: the poll and every load of a ZODB transaction see one.
+BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 # SQLSTATEs: lock_not_available, query_canceled (timeouts), deadlock_detected,
 # serialization_failure.
@@ -71,8 +74,38 @@ class PostgreSQLConnection(DBConnection):
     def begin_read(self) -> None:
         # Autocommit gives each statement its own snapshot; a poll and the loads after
         # it must see one, so history-free reads run in a repeatable-read transaction.
-        self.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.execute(BEGIN_READ)
         self.in_transaction = True
+
+    def begin_read_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """:meth:`begin_read`, then :meth:`fetchall` of ``sql`` in the new transaction,
+        in one round trip: both go as one simple-protocol query, ``params`` bound into
+        its text by the client (so the query is never prepared on the server).
+
+        Counted and traced as one statement.  When it fails the connection is left in
+        the transaction if BEGIN ran (``rollback`` ends it), as two calls would leave it.
+        """
+        import psycopg
+        from psycopg.pq import TransactionStatus
+        sql = f"{BEGIN_READ}; {sql}"
+        self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
+        try:
+            cursor = psycopg.ClientCursor(self.raw)
+            cursor.execute(self._sql(sql), params)
+            cursor.nextset()    # past BEGIN's result to the query's
+            rows = list(cursor.fetchall())
+        except Exception as exc:
+            # IDLE: BEGIN never ran.  Anything else, even a status unknown after a lost connection, may hold a
+            # transaction, which rollback then ends (or finds the connection broken).
+            self.in_transaction = (
+                self.raw.pgconn.transaction_status != TransactionStatus.IDLE)
+            self._traced(sql, params, started, exc)
+            raise self._fail(exc, sql) from exc
+        self.in_transaction = True
+        self._traced(sql, params, started)
+        return rows
 
     def commit(self) -> None:
         if not self.in_transaction:

@@ -1,0 +1,25 @@
+"""PostgreSQL's poll is the portable one; a history-free start sends it with its BEGIN.
+
+A history-free snapshot is a repeatable-read transaction begun right before the poll
+(``PostgreSQLConnection.begin_read``).  Sent apart, BEGIN is a round trip of its own at
+every ZODB transaction start; here it and the poll go as one simple-protocol query
+(``begin_read_fetchall``): one round trip and one statement in the server's log.  The
+snapshot is the same, since a repeatable-read transaction takes it at its first query,
+the poll.  What is given up: that query is bound by the client and planned at each
+start, where the poll alone was prepared on the server once.
+"""
+from __future__ import annotations
+
+from zodbsql.backends.base.contract import ConnectionRole, Revision
+from zodbsql.backends.base.poller import Poller
+from zodbsql.backends.postgresql.connections import PostgreSQLConnection
+
+
+class PostgreSQLPoller(Poller):
+    def begin_and_poll(self, conn: ConnectionRole,
+                       since: int | None) -> tuple[int, list[Revision]]:
+        assert isinstance(conn, PostgreSQLConnection)
+        if since is None:
+            rows = conn.begin_read_fetchall(self.sql.last_tid)
+            return (int(rows[0][0]) if rows else 0), []
+        return self.parse_poll(conn.begin_read_fetchall(self.sql.poll, (since,)))
