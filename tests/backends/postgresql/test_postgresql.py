@@ -11,7 +11,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
-from ZODB.POSException import POSKeyError
+from ZODB.POSException import ConflictError, POSKeyError
 from ZODB.utils import u64, z64
 
 from tests.databases import BACKENDS, POSTGRESQL_DSN, Param, PostgreSQLFactory
@@ -150,6 +150,49 @@ def test_commit_lock_timeout_names_its_setting(factory):
     store(storage, txn, oid, tid, 2)
     storage.tpc_vote(txn)
     storage.tpc_finish(txn)
+
+
+def test_two_commits_creating_one_oid_conflict_at_the_second_finish(factory):
+    """Vote finds no row of a new object to lock, and finish inserts its row without ON
+    CONFLICT: a second commit creating the same oid fails, retryably, and the first
+    one's state stays."""
+    a = factory.open(commit_lock_timeout=5)
+    b = factory.open(commit_lock_timeout=5)
+    [(other, other_tid)] = make_objects(a, 1)
+    oid = a.new_oid()
+
+    txn_a = begin(a, "A")
+    store(a, txn_a, oid, z64, 1)
+    a.tpc_vote(txn_a)
+    txn_b = begin(b, "B")
+    store(b, txn_b, oid, z64, 2)
+    store(b, txn_b, other, other_tid, 2)
+    b.tpc_vote(txn_b)                      # no row yet: nothing to lock or conflict with
+    tid_a = a.tpc_finish(txn_a)
+    with pytest.raises(ConflictError) as raised:
+        b.tpc_finish(txn_b)
+    assert "can be retried" in str(raised.value)
+    b.tpc_abort(txn_b)
+    assert b.load(oid) == a.load(oid) and a.load(oid)[1] == tid_a
+    assert b.load(other)[1] == other_tid   # nothing of B's commit was written
+
+
+def test_a_restore_over_existing_objects_replaces_them(factory):
+    """A restore stages prev_tid 0 for objects that exist: vote's lock, not prev_tid,
+    tells finish which rows to replace, in one commit with new objects."""
+    storage = factory.open()
+    made = make_objects(storage, 3)
+    fresh = storage.new_oid()
+    txn = begin(storage, "restore")
+    for oid, _ in made + [(fresh, None)]:
+        storage.restore(oid, z64, zodb_pickle(MinPO(7)), "", None, txn)
+    storage.tpc_vote(txn)
+    tid = storage.tpc_finish(txn)
+    for oid, _ in made + [(fresh, None)]:
+        state, serial = storage.load(oid)
+        assert serial == tid and state == zodb_pickle(MinPO(7))
+    reopened = factory.open()
+    assert [reopened.load(oid)[1] for oid, _ in made] == [tid] * 3
 
 
 def test_read_current_conflicts_after_a_concurrent_commit(factory):
@@ -494,31 +537,38 @@ def test_a_database_made_before_stage_and_lock_gets_it(keep_history: bool) -> No
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
-def test_a_database_made_before_generation_3_gets_its_procedures(keep_history: bool) -> None:
+def test_a_database_made_before_generation_4_gets_its_procedures(keep_history: bool) -> None:
     """Procedures whose bodies changed (same signatures) come with a new generation
     marker; a database without it gets every body installed again at open, and loses
     the older marker."""
-    # As a database made by an older zodbsql: generation 2's marker, vote's older body.
+    # As a database made by an older zodbsql: generation 3's marker, vote's older body.
     with made_older(keep_history,
-                    'DROP FUNCTION "{schema}".zodbsql_procedures_3()',
-                    'CREATE FUNCTION "{schema}".zodbsql_procedures_2() RETURNS INTEGER'
-                    " LANGUAGE sql IMMUTABLE AS 'SELECT 2'",
+                    'DROP FUNCTION "{schema}".zodbsql_procedures_4()',
+                    'CREATE FUNCTION "{schema}".zodbsql_procedures_3() RETURNS INTEGER'
+                    " LANGUAGE sql IMMUTABLE AS 'SELECT 3'",
                     'CREATE OR REPLACE FUNCTION "{schema}".zodbsql_lock_objects('
                     'p_read_oids BIGINT[], p_read_tids BIGINT[]) RETURNS TABLE (zoid BIGINT,'
                     ' expected BIGINT, actual BIGINT, kind "char") LANGUAGE sql AS'
                     " 'SELECT 0::BIGINT, 0::BIGINT, 0::BIGINT, ''w''::\"char\" WHERE false'"
-                    ) as (made, _):
-        body = made.admin.execute(
-            "SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-            " WHERE n.nspname = %s AND p.proname = 'zodbsql_lock_objects'",
-            (made.path,)).fetchone()
-        assert body is not None and "ANY(v_zoids)" in body[0]
-        assert "LEFT JOIN found" in body[0]
+                    ) as (made, db):
+        bodies = dict(made.admin.execute(
+            "SELECT proname, prosrc FROM pg_proc p JOIN pg_namespace n"
+            " ON n.oid = p.pronamespace WHERE n.nspname = %s"
+            " AND p.proname IN ('zodbsql_lock_objects', 'zodbsql_finish')",
+            (made.path,)).fetchall())
+        assert "ANY(v_zoids)" in bodies["zodbsql_lock_objects"]
+        assert "LEFT JOIN found" in bodies["zodbsql_lock_objects"]
+        assert "zodbsql.existing" in bodies["zodbsql_lock_objects"]
+        assert "zodbsql.existing" in bodies["zodbsql_finish"]
         markers = made.admin.execute(
             "SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = %s AND p.proname LIKE 'zodbsql_procedures_%%'",
             (made.path,)).fetchall()
-        assert markers == [("zodbsql_procedures_3",)]
+        assert markers == [("zodbsql_procedures_4",)]
+        with db.transaction() as conn:  # the new bodies commit
+            conn.root()["y"] = PersistentMapping()
+        with db.transaction() as conn:
+            assert conn.root()["x"]["a"] == 1 and len(conn.root()["y"]) == 0
 
 #: Objects in the database of the test below: enough that reading every row costs the
 #: planner more than a few index lookups, few enough to make in a second or two.

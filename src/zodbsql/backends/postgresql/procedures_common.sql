@@ -9,10 +9,12 @@ $$;
 -- installed again (schema.py, PROCEDURES).  Generation 2: vote and the history-free
 -- finish reach the staged objects' rows through an array of their oids.  Generation 3:
 -- so does vote's check of the objects read-current, and the history-free finish
--- replaces only the references that changed.
-CREATE OR REPLACE FUNCTION zodbsql_procedures_3() RETURNS INTEGER
+-- replaces only the references that changed.  Generation 4: vote leaves the oids it
+-- found a row of in zodbsql.existing, and finish inserts the other objects' rows
+-- without ON CONFLICT.
+CREATE OR REPLACE FUNCTION zodbsql_procedures_4() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT 3
+    SELECT 4
 $$;
 -- The advisory lock between votes and pack batches (locker.py): each commit holds it
 -- shared from vote to its end, a pack batch that deletes objects holds it exclusively,

@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION zodbsql_finish(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_tid BIGINT;
-    v_zoids BIGINT[];
+    v_existing BIGINT[];
     v_deleted BIGINT[];
 BEGIN
     v_tid := zodbsql_allocate_tid(p_clock_tid, p_requested_tid, p_lock_timeout_ms,
@@ -23,26 +23,42 @@ BEGIN
     INSERT INTO commit_log (tid, nonce) VALUES (v_tid, p_nonce);
     DELETE FROM commit_log WHERE tid < v_tid - zodbsql_commit_log_window();
     IF p_has_states THEN
+        -- The objects vote found a row of (zodbsql_lock_objects, which keeps them locked)
+        -- are replaced, the others are new: inserted plainly, their references too (a
+        -- missing object has none: a deletion or a pack removes them with its row).
+        -- Another commit creating the same oid meanwhile fails this INSERT.
+        v_existing := NULLIF(current_setting('zodbsql.existing', true), '')::BIGINT[];
+        IF v_existing IS NULL THEN  -- not locked by this transaction's vote
+            SELECT array_agg(zoid) INTO v_existing FROM object_state
+                WHERE zoid = ANY(ARRAY(SELECT zoid FROM temp_store));
+        END IF;
+        v_existing := COALESCE(v_existing, '{}');
+        IF cardinality(v_existing) > 0 THEN
+            UPDATE object_state o SET tid = v_tid, checksum = t.checksum,
+                    state_size = t.state_size, state = t.state
+                FROM temp_store t
+                WHERE o.zoid = ANY(v_existing) AND t.zoid = o.zoid AND t.state IS NOT NULL;
+        END IF;
         INSERT INTO object_state (zoid, tid, checksum, state_size, state)
-            SELECT zoid, v_tid, checksum, state_size, state FROM temp_store
-            WHERE state IS NOT NULL
-            ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid, checksum = excluded.checksum,
-                state_size = excluded.state_size, state = excluded.state;
-        -- The staged oids as arrays, so the deletes go through the primary keys (the
-        -- planner has no statistics of temp_store: see zodbsql_lock_objects).
-        SELECT array_agg(zoid), array_agg(zoid) FILTER (WHERE state IS NULL)
-            INTO v_zoids, v_deleted FROM temp_store;
+            SELECT t.zoid, v_tid, t.checksum, t.state_size, t.state FROM temp_store t
+            LEFT JOIN unnest(v_existing) AS e (zoid) ON e.zoid = t.zoid
+            WHERE e.zoid IS NULL AND t.state IS NOT NULL;
+        SELECT array_agg(zoid) FILTER (WHERE state IS NULL) INTO v_deleted FROM temp_store;
         DELETE FROM object_state WHERE zoid = ANY(v_deleted);
         -- Only the references that changed: a BTree node's new revision keeps nearly
         -- all its children, and deleting them all to insert them again left a dead
         -- index entry per reference and commit, visited by the next insert of the key.
         -- (SQLite and InnoDB reuse the deleted entry: there delete-and-insert is faster.)
-        DELETE FROM object_ref r WHERE r.zoid = ANY(v_zoids) AND NOT EXISTS (
+        -- The staged references are distinct, and the rows of their objects locked:
+        -- those not there yet are inserted plainly.  Each looked up through the primary
+        -- key (a subquery, never a join: temp_ref has no statistics).
+        DELETE FROM object_ref r WHERE r.zoid = ANY(v_existing) AND NOT EXISTS (
             SELECT 1 FROM temp_ref t WHERE t.zoid = r.zoid AND t.to_zoid = r.to_zoid);
-        INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref
-            ON CONFLICT DO NOTHING;
+        INSERT INTO object_ref (zoid, to_zoid) SELECT t.zoid, t.to_zoid FROM temp_ref t
+            WHERE (SELECT r.zoid FROM object_ref r WHERE r.zoid = t.zoid
+                   AND r.to_zoid = t.to_zoid) IS NULL;
         -- The new revision replaces the blob reference (or drops it: deleted, not a blob).
-        DELETE FROM blob_ref WHERE zoid = ANY(v_zoids);
+        DELETE FROM blob_ref WHERE zoid = ANY(v_existing);
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;
     END IF;
     RETURN v_tid;

@@ -8,6 +8,7 @@ CREATE OR REPLACE FUNCTION zodbsql_finish(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_tid BIGINT;
+    v_existing BIGINT[];
 BEGIN
     v_tid := zodbsql_allocate_tid(p_clock_tid, p_requested_tid, p_lock_timeout_ms,
                                   p_check_blobs);
@@ -16,8 +17,21 @@ BEGIN
     IF p_has_states THEN
         INSERT INTO object_state (zoid, tid, data_tid, checksum, state_size, state)
             SELECT zoid, v_tid, data_tid, checksum, state_size, state FROM temp_store;
-        INSERT INTO current_object (zoid, tid) SELECT zoid, v_tid FROM temp_store
-            ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid;
+        -- The objects vote found a row of (zodbsql_lock_objects) are updated, the others
+        -- are new.  Not a restore's or an undo's prev_tid 0: they stage existing objects
+        -- so.  (Another commit creating the same oid meanwhile fails this INSERT.)
+        v_existing := NULLIF(current_setting('zodbsql.existing', true), '')::BIGINT[];
+        IF v_existing IS NULL THEN  -- not locked by this transaction's vote
+            INSERT INTO current_object (zoid, tid) SELECT zoid, v_tid FROM temp_store
+                ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid;
+        ELSIF cardinality(v_existing) = 0 THEN
+            INSERT INTO current_object (zoid, tid) SELECT zoid, v_tid FROM temp_store;
+        ELSE
+            UPDATE current_object SET tid = v_tid WHERE zoid = ANY(v_existing);
+            INSERT INTO current_object (zoid, tid) SELECT t.zoid, v_tid FROM temp_store t
+                LEFT JOIN unnest(v_existing) AS e (zoid) ON e.zoid = t.zoid
+                WHERE e.zoid IS NULL;
+        END IF;
         INSERT INTO object_ref (zoid, tid, to_zoid) SELECT zoid, v_tid, to_zoid FROM temp_ref;
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;
     END IF;

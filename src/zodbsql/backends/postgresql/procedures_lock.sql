@@ -7,11 +7,18 @@
 -- read-current are share-locked without waiting: a row some other commit holds for writing is a read
 -- conflict at once (SQLSTATE ZS003), never a wait.  Returns every conflict as (oid,
 -- expected tid, current tid, 'w' for a write or 'r' for a read).
+--
+-- The oids whose rows it locked are left in the transaction's setting zodbsql.existing
+-- for zodbsql_finish: those rows stay until the commit ends (locked), every other staged
+-- object is new, and finish inserts its rows plainly instead of upserting them (for
+-- 10,000 new objects, INSERT ... ON CONFLICT took twice the time of a plain INSERT).
 CREATE OR REPLACE FUNCTION zodbsql_lock_objects(p_read_oids BIGINT[], p_read_tids BIGINT[])
 RETURNS TABLE (zoid BIGINT, expected BIGINT, actual BIGINT, kind "char")
 LANGUAGE plpgsql AS $$
 DECLARE
     v_zoids BIGINT[];
+    v_locked BIGINT[];
+    v_tids BIGINT[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(zodbsql_pack_gate());
     -- The staged oids as an array, so the rows are found through the primary key:
@@ -19,17 +26,17 @@ BEGIN
     -- with a sequential scan of {current} (a 30-object commit at 97,000 objects: 7.8 ms,
     -- against 0.14 ms through the index; at a million objects it turns to the index).
     SELECT array_agg(t.zoid) INTO v_zoids FROM temp_store t;
-    -- The write locks and the write conflicts in one pass: FOR UPDATE returns each row
-    -- as it is once locked (its newest committed tid), and a staged object without a
-    -- row (new, or deleted since) has tid 0.  MATERIALIZED: every row is locked, in oid
-    -- order, whatever the join above reads of it.
+    -- The write locks: FOR UPDATE gives each row as it is once locked (its newest
+    -- committed tid), every row locked, in oid order.
+    SELECT array_agg(l.zoid), array_agg(l.tid) INTO v_locked, v_tids FROM (
+        SELECT c.zoid, c.tid FROM {current} c WHERE c.zoid = ANY(v_zoids)
+            ORDER BY c.zoid FOR UPDATE) l;
+    PERFORM set_config('zodbsql.existing', COALESCE(v_locked, '{}')::TEXT, true);
+    -- The write conflicts: a staged object without a row (new, or deleted since) has
+    -- tid 0.
     RETURN QUERY
-        WITH locked AS MATERIALIZED (
-            SELECT c.zoid, c.tid FROM {current} c
-                WHERE c.zoid = ANY(v_zoids)
-                ORDER BY c.zoid FOR UPDATE)
         SELECT t.zoid, t.prev_tid, COALESCE(l.tid, 0), 'w'::"char" FROM temp_store t
-            LEFT JOIN locked l ON l.zoid = t.zoid
+            LEFT JOIN unnest(v_locked, v_tids) AS l (zoid, tid) ON l.zoid = t.zoid
             WHERE COALESCE(l.tid, 0) <> t.prev_tid;
     IF cardinality(p_read_oids) > 0 THEN
         BEGIN

@@ -83,15 +83,16 @@ DROP_LOG_WINDOW = "DROP FUNCTION IF EXISTS zodbsql_commit_log_window()"
 DROP_PACK_GATE = "DROP FUNCTION IF EXISTS zodbsql_pack_gate()"
 #: The generation markers, older ones first (an older one is dropped when the
 #: procedures are installed again).
-DROP_OLD_GENERATIONS = ("DROP FUNCTION IF EXISTS zodbsql_procedures_2()",)
-DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_3()"
-#: The procedures, which are installed together; the newest (``zodbsql_procedures_3``,
+DROP_OLD_GENERATIONS = ("DROP FUNCTION IF EXISTS zodbsql_procedures_2()",
+                        "DROP FUNCTION IF EXISTS zodbsql_procedures_3()")
+DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_4()"
+#: The procedures, which are installed together; the newest (``zodbsql_procedures_4``,
 #: which only names their generation) comes with the current bodies of the others.  One
 #: missing means a database made by an older zodbsql (or damaged), whose procedures are
 #: installed again.
 PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
               "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects",
-              "zodbsql_stage_and_lock", "zodbsql_procedures_3")
+              "zodbsql_stage_and_lock", "zodbsql_procedures_4")
 HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = ANY(%s)"
@@ -128,8 +129,9 @@ class PostgreSQLSchema(Schema):
                 HAS_CURRENT_PROCEDURES, (list(PROCEDURES), len(PROCEDURES))) is None:
             # A database made before vote locked in one call, before commits were
             # announced (listener.py), before commit_log, before the pack gate or
-            # before vote staged and locked in one call, or before generation 2 or 3
-            # (rows found through arrays of oids): install the procedures again
+            # before vote staged and locked in one call, or before generation 2, 3
+            # (rows found through arrays of oids) or 4 (new objects' rows inserted
+            # plainly): install the procedures again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:

@@ -20,7 +20,7 @@ from ZODB.POSException import StorageTransactionError
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.txncontrol import TransactionControl, blob_vanished
 from zodbsql.backends.postgresql.connections import PostgreSQLConnection
-from zodbsql.errors import DatabaseError
+from zodbsql.errors import DatabaseConflict, DatabaseError
 
 
 FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s), txid_current()"
@@ -37,6 +37,9 @@ IN_PROGRESS_GRACE = 1.0
 OUT_OF_ORDER = "ZS001"
 #: The SQLSTATE zodbsql_finish raises when a staged blob content was freed meanwhile.
 BLOB_VANISHED = "ZS002"
+#: unique_violation: zodbsql_finish inserts the rows of the objects vote found none of
+#: without ON CONFLICT, so another commit created one of them since (the same oid).
+CREATED_MEANWHILE = "23505"
 
 
 class PostgreSQLTransactionControl(TransactionControl):
@@ -57,6 +60,10 @@ class PostgreSQLTransactionControl(TransactionControl):
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == BLOB_VANISHED:
                 raise blob_vanished(None) from exc
+            if getattr(exc.__cause__, "sqlstate", None) == CREATED_MEANWHILE:
+                raise DatabaseConflict(
+                    "another commit created an object this one creates, after this one's"
+                    f" vote ({exc.__cause__}); the transaction can be retried") from exc
             if getattr(exc.__cause__, "sqlstate", None) == OUT_OF_ORDER:
                 raise StorageTransactionError(
                     f"{exc.__cause__} (restored transactions must come in order)") from exc
