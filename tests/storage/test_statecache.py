@@ -450,6 +450,27 @@ def test_a_commits_states_are_remembered_together_within_the_bound() -> None:
     assert len(kept) * (len(STATE) + 40) <= REVISIONS_SHARE * cache.limit
 
 
+def test_a_commits_batch_keeps_what_one_state_at_a_time_keeps() -> None:
+    """``put_revisions`` of a new tid does its bookkeeping once for the batch; what it
+    keeps is what ``_put_revision`` state by state keeps (first in, first out within the
+    share), and the bound holds, whether the batch fits beside the older revisions or
+    pushes them all out."""
+    rng = random.Random(7)
+    for size in (3_000, 40_000, 200_000):
+        batched, one_by_one = polled_cache(limit=64 * 1024), polled_cache(limit=64 * 1024)
+        for tid in (20, 21, 22):
+            oids = range(tid * 1000, tid * 1000 + size // 450)
+            written = [(oid, b"s" * rng.randrange(1, 900)) for oid in oids]
+            batched.put_revisions(tid, written)
+            with one_by_one._lock:
+                for oid, state in written:
+                    one_by_one._put_revision(oid, tid, state)
+                one_by_one._shrink(None)
+            assert list(batched._revisions) == list(one_by_one._revisions)
+            assert batched._revision_bytes == one_by_one._revision_bytes
+            assert batched.bytes_used <= batched.limit
+
+
 def test_states_a_full_cache_would_not_admit_are_served_from_the_window() -> None:
     """A prefetch into a cache full of states asked for often: admission keeps the
     newcomers out of probation, but they wait in the window, so the loads that follow

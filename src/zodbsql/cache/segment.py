@@ -12,12 +12,13 @@ ones until the next resize (measured: a second pass at half the speed of the fir
 So the segment reads its oldest keys a batch at a time (one walk over those empty slots
 for ``BATCH`` evictions) and hands them out from that batch.  A key in the batch is
 stale once it left the segment; if it came back it is at the newest end, so ``push``
-strikes it from the batch.  Every insertion goes through ``push`` (or ``push_behind``),
-never ``segment[key] = value``, or the batch would hand out a key that is no longer
-old.
+strikes it from the batch.  Every insertion goes through ``push`` (or ``push_many``,
+``push_behind``), never ``segment[key] = value``, or the batch would hand out a key that
+is no longer old.
 
 The segment also keeps the size of its entry table (``table_bytes``), read with
-``sys.getsizeof`` after each insertion and after a rewrite: a dict's table changes only
+``sys.getsizeof`` after each insertion (after each batch of them, ``push_many``) and after
+a rewrite: a dict's table changes only
 when an insertion resizes it (deletions never shrink it), and the state cache reads
 the sum of its tables on every access, where measuring all of them each time took a
 third of a cache hit.
@@ -58,6 +59,16 @@ class Segment(dict[int, bytes]):
         if self._next:
             self._next.pop(key, None)
         self[key] = value
+        self.table_bytes = sys.getsizeof(self)
+
+    def push_many(self, entries: dict[int, bytes]) -> None:
+        """``push`` each of ``entries`` in their order (none in the segment), the table
+        read once at the end: a commit's states come in a batch."""
+        if self._next:
+            pop = self._next.pop
+            for key in entries:
+                pop(key, None)
+        self.update(entries)
         self.table_bytes = sys.getsizeof(self)
 
     def touch(self, key: int) -> bytes:

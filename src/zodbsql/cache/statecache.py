@@ -27,8 +27,9 @@ and for a later ``get`` once a poll names them.
 **The bound is the bound.**  ``bytes_used`` is what the cache's Python objects take, as
 CPython allocates them: each state's ``bytes`` object (header included, rounded up to
 pymalloc's 16-byte blocks), each key's ``int``, the hash tables of the dicts
-(``sys.getsizeof``, read after every insertion, the only thing that resizes a table, so
-a table that doubles is seen at once) and the frequency sketch.  A current state is kept
+(``sys.getsizeof``, read after every insertion, the only thing that resizes a table, or
+after a commit's batch of them, so a table that doubles is seen before the bound is
+next fitted) and the frequency sketch.  A current state is kept
 as ``tid + state`` in one
 ``bytes`` under the oid alone: its pickle and ~130 bytes (a slot of a plain dict's
 table, one int, one bytes header).  Measured with ``scripts/cache_memory.py`` (200,000
@@ -480,16 +481,60 @@ class StateCache:
         if not self.enabled:
             return
         with self._lock:
+            if tid > self.polled:
+                self._put_new_revisions(tid, states)
+                return
             for oid, state in states:
                 if state is None:
                     continue
-                if (self._changed.get(oid) == tid and tid <= self.polled
-                        and self._current(oid) is None
+                if (self._changed.get(oid) == tid and self._current(oid) is None
                         and len(state) <= self.limit // 4):
                     self._insert(oid, tid.to_bytes(8, "big") + state)   # a poll named it
                 else:
                     self._put_revision(oid, tid, state)
             self._shrink(None)
+
+    def _put_new_revisions(self, tid: int, states: Iterable[tuple[int, bytes | None]]) -> None:
+        """``put_revisions`` of a ``tid`` no poll has seen yet (the usual case: the
+        commit just ended), its bookkeeping done once for the batch.
+
+        No state is current at ``tid`` yet (a current state is one read or named at a
+        tid up to ``polled``), so each goes to the exact revisions, counted as
+        ``_put_revision`` counts it.  They are first in, first out within their share,
+        so what stays is what the same states put one by one would leave: the newest
+        that fit in the share, with the older revisions only if every one of the batch
+        fits beside them.  Only those are inserted, in one ``Segment.push_many`` that
+        measures the table once (inserting the whole batch first would grow the table
+        for states evicted at once, and a dict keeps its table).
+        """
+        batch: dict[int, bytes] = {}
+        costs: list[int] = []
+        revisions = self._revisions
+        largest = self.limit // 4
+        for oid, state in states:
+            if state is None or len(state) > largest:
+                continue
+            key = oid << 64 | tid
+            if key in revisions or key in batch:
+                continue
+            batch[key] = state
+            # state_cost(state), written out: this loop runs once per stored object.
+            size = len(state) + _BYTES_HEADER
+            costs.append(((size + 15) & ~15 if size <= 512 else (size + 31) & ~15) + _KEY_BYTES)
+        share = REVISIONS_SHARE * self.limit
+        first, kept = len(costs), 0
+        while first and kept + costs[first - 1] <= share:
+            first -= 1
+            kept += costs[first]
+        if first:
+            while revisions:            # an older one can't stay once a newer one went
+                self._pop_revision()
+        while revisions and self._revision_bytes + kept > share:
+            self._pop_revision()
+        if kept:
+            revisions.push_many(dict(list(batch.items())[first:]) if first else batch)
+            self._revision_bytes += kept
+        self._shrink(None)
 
     def _put_revision(self, oid: int, tid: int, state: bytes) -> None:
         """Keep an exact revision within the revisions' share; the caller fits the

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import time
 from typing import Any, Callable
 
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
-from zodbsql.backends.base.contract import (Conflict, ConnectionRole, ResolvedState,
-                                            Revision, StagedState)
+from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STATE, Conflict,
+                                            ConnectionRole, ResolvedState, Revision,
+                                            StagedState)
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
                             DatabaseError)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
-from zodbsql.storage.records import checksum, references, verified
+from zodbsql.storage.records import (BINPERSID, PERSID, checksum, checksummer, references,
+                                     verified)
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,9 @@ RECONNECT_PAUSE = 0.2
 #: state) -> resolved state``, or ConflictError (``SQLStorage.resolve_conflict``).
 Resolver = Callable[[int, int, int, "bytes | None", bytes], bytes]
 
+
+#: A staged row's stored size, read in C.
+_size = operator.itemgetter(STAGED_SIZE)
 
 #: Numbers commits in this process (an id() would be reused by a later commit).
 _SERIALS = itertools.count(1)
@@ -105,15 +111,7 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
-        rows: list[StagedState] = []
-        refs: list[Revision] = []
-        encode, key = shared.codec.encode, shared.codec.checksum_key
-        for oid, (prev_tid, state) in self.states.items():
-            # The checksum is of the state itself; what is stored may be sealed.
-            stored = encode(oid, state) if state else state
-            rows.append(StagedState(oid, prev_tid, self.data_tids.get(oid), checksum(state, key),
-                                    len(stored) if stored else 0, stored))
-            refs.extend((oid, ref) for ref in references(oid, state))
+        rows, refs = self._staged_rows()
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
         mover = backend.mover
         mover.clear_staged(conn)  # before the transaction: MySQL's TRUNCATE would end it
@@ -129,6 +127,33 @@ class PendingCommit:
         self._resolve(conn, [c for c in conflicts if c.oid not in self.unchecked])
         self.voted = True
         return self.resolved
+
+    def _staged_rows(self) -> tuple[list[StagedState], list[Revision]]:
+        """The rows vote stages: one per state, and one per reference.
+
+        The loop runs once per stored object, so it does the least it can per state: a
+        hasher made once (``checksummer``), no codec call when the codec seals nothing,
+        and ``references`` only for a state with a reference opcode in it.
+        """
+        codec = self.shared.codec
+        # A codec that compresses and encrypts nothing stores each state as it is.
+        encode = codec.encode if getattr(codec, "active", True) else None
+        digest = checksummer(codec.checksum_key)
+        data_tids = self.data_tids
+        rows: list[StagedState] = []
+        refs: list[Revision] = []
+        add_row = rows.append
+        for oid, (prev_tid, state) in self.states.items():
+            data_tid = data_tids.get(oid) if data_tids else None
+            if state is None:   # a deletion
+                add_row((oid, prev_tid, data_tid, None, 0, None))
+                continue
+            # The checksum is of the state itself; what is stored may be sealed.
+            stored = encode(oid, state) if encode is not None and state else state
+            add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored))
+            if PERSID in state or BINPERSID in state:
+                refs.extend([(oid, ref) for ref in references(oid, state)])
+        return rows, refs
 
     def _stage_blobs(self, conn: ConnectionRole) -> None:
         files = self.shared.blob_files
@@ -168,11 +193,14 @@ class PendingCommit:
         limit = conn.max_state_size
         if limit is None:
             return
+        if not rows or max(rows, key=_size)[STAGED_SIZE] <= limit:
+            return  # the usual case, found without a Python step per row
         for row in rows:
-            if row.state is not None and row.size > limit:
+            oid, size, state = row[STAGED_OID], row[STAGED_SIZE], row[STAGED_STATE]
+            if state is not None and size > limit:
                 detail = conn.max_state_size_detail
                 raise DatabaseError(
-                    f"the state of oid 0x{row.oid:016x} is {row.size} bytes, larger than the"
+                    f"the state of oid 0x{oid:016x} is {size} bytes, larger than the"
                     f" {limit} bytes {backend.describe()} accepts in one statement"
                     + (f" ({detail})" if detail else "")
                     + "; nothing of this transaction was written")

@@ -538,7 +538,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                         shared.pool.release(conn)
                 shared.highest_oid_seen = max(shared.highest_oid_seen, block[-1])
                 shared.free_oids = block[::-1]
-            return as_bytes(shared.free_oids.pop())
+            # Once per new object: to_bytes is as_bytes (p64) without its two Python calls.
+            oid: bytes = shared.free_oids.pop().to_bytes(8, "big")
+            return oid
 
     # -- two-phase commit -------------------------------------------------------------------------
     def tpc_begin(self, transaction: Any, tid: bytes | None = None, status: str = " ") -> None:
@@ -565,10 +567,14 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
               transaction: Any) -> None:
         if self._options.read_only:
             raise POSException.ReadOnlyError()
-        pending = self._pending_for(transaction)
+        pending = self._pending
+        if pending is None or pending.transaction is not transaction:
+            raise POSException.StorageTransactionError(self, transaction)
         if version:
             raise POSException.Unsupported("versions are not supported")
-        pending.store(u64(oid), u64(serial) if serial else 0, data)
+        # Once per stored object: int.from_bytes is u64 without its Python call.
+        pending.store(int.from_bytes(oid, "big"),
+                      int.from_bytes(serial, "big") if serial else 0, data)
 
     def restore(self, oid: bytes, serial: bytes, data: bytes | None, version: str,
                 prev_txn: bytes | None, transaction: Any) -> None:
@@ -621,8 +627,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             shared = self.shared
             shared.last_commit = max(shared.last_commit, tid)
             shared.watch.committed(tid)
+            # A generator: a list would keep a pair per stored object alive at once, each
+            # counted toward the cyclic collector's next pass.
             self.shared.cache.put_revisions(
-                tid, [(oid, state) for oid, (_, state) in pending.states.items()])
+                tid, ((oid, state) for oid, (_, state) in pending.states.items()))
             if self.shared.second_level is not None:
                 self.shared.second_level.store(
                     [(oid, tid, state) for oid, (_, state) in pending.states.items()

