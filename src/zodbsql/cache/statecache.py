@@ -518,9 +518,7 @@ class StateCache:
             if key in revisions or key in batch:
                 continue
             batch[key] = state
-            # state_cost(state), written out: this loop runs once per stored object.
-            size = len(state) + _BYTES_HEADER
-            costs.append(((size + 15) & ~15 if size <= 512 else (size + 31) & ~15) + _KEY_BYTES)
+            costs.append(state_cost(state) + _KEY_BYTES)
         share = REVISIONS_SHARE * self.limit
         first, kept = len(costs), 0
         while first and kept + costs[first - 1] <= share:

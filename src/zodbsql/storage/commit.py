@@ -30,8 +30,7 @@ from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STAT
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
                             DatabaseError)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
-from zodbsql.storage.records import (BINPERSID, PERSID, checksum, checksummer, references,
-                                     verified)
+from zodbsql.storage.records import checksum, checksummer, references, verified
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -132,12 +131,12 @@ class PendingCommit:
         """The rows vote stages: one per state, and one per reference.
 
         The loop runs once per stored object, so it does the least it can per state: a
-        hasher made once (``checksummer``), no codec call when the codec seals nothing,
-        and ``references`` only for a state with a reference opcode in it.
+        hasher made once (``checksummer``), and no codec call when the codec seals
+        nothing (``references`` returns at once for a state without a reference opcode).
         """
         codec = self.shared.codec
         # A codec that compresses and encrypts nothing stores each state as it is.
-        encode = codec.encode if getattr(codec, "active", True) else None
+        encode = codec.encode if codec.active else None
         digest = checksummer(codec.checksum_key)
         data_tids = self.data_tids
         rows: list[StagedState] = []
@@ -151,8 +150,7 @@ class PendingCommit:
             # The checksum is of the state itself; what is stored may be sealed.
             stored = encode(oid, state) if encode is not None and state else state
             add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored))
-            if PERSID in state or BINPERSID in state:
-                refs.extend([(oid, ref) for ref in references(oid, state)])
+            refs.extend([(oid, ref) for ref in references(oid, state)])
         return rows, refs
 
     def _stage_blobs(self, conn: ConnectionRole) -> None:

@@ -567,9 +567,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
               transaction: Any) -> None:
         if self._options.read_only:
             raise POSException.ReadOnlyError()
-        pending = self._pending
-        if pending is None or pending.transaction is not transaction:
-            raise POSException.StorageTransactionError(self, transaction)
+        pending = self._pending_for(transaction)
         if version:
             raise POSException.Unsupported("versions are not supported")
         # Once per stored object: int.from_bytes is u64 without its Python call.
