@@ -25,12 +25,13 @@ from ZODB.POSException import ConflictError, ReadConflictError, StorageTransacti
 from ZODB.utils import newTid, p64, u64
 
 from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STATE, Conflict,
-                                            ConnectionRole, ResolvedState, Revision,
+                                            ConnectionRole, ResolvedState,
                                             StagedState)
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
                             DatabaseError)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
-from zodbsql.storage.records import checksum, checksummer, references, verified
+from zodbsql.storage.records import (checksum, checksummer, references, references_text,
+                                      verified)
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
-        rows, refs = self._staged_rows()
+        rows = self._staged_rows()
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
         mover = backend.mover
         mover.clear_staged(conn)  # before the transaction: MySQL's TRUNCATE would end it
@@ -120,15 +121,15 @@ class PendingCommit:
             self.voted = True  # nothing staged, nothing read-current: nothing to lock
             return self.resolved
         conflicts, read_conflicts = backend.locker.stage_and_lock(
-            conn, mover, rows, refs, self.read_current)
+            conn, mover, rows, self.read_current)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
         self._resolve(conn, [c for c in conflicts if c.oid not in self.unchecked])
         self.voted = True
         return self.resolved
 
-    def _staged_rows(self) -> tuple[list[StagedState], list[Revision]]:
-        """The rows vote stages: one per state, and one per reference.
+    def _staged_rows(self) -> list[StagedState]:
+        """The rows vote stages: one per state, with the oids it refers to.
 
         The loop runs once per stored object, so it does the least it can per state: a
         hasher made once (``checksummer``), and no codec call when the codec seals
@@ -140,18 +141,17 @@ class PendingCommit:
         digest = checksummer(codec.checksum_key)
         data_tids = self.data_tids
         rows: list[StagedState] = []
-        refs: list[Revision] = []
         add_row = rows.append
         for oid, (prev_tid, state) in self.states.items():
             data_tid = data_tids.get(oid) if data_tids else None
             if state is None:   # a deletion
-                add_row((oid, prev_tid, data_tid, None, 0, None))
+                add_row((oid, prev_tid, data_tid, None, 0, None, None))
                 continue
             # The checksum is of the state itself; what is stored may be sealed.
             stored = encode(oid, state) if encode is not None and state else state
-            add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored))
-            refs.extend([(oid, ref) for ref in references(oid, state)])
-        return rows, refs
+            add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored,
+                     references_text(references(oid, state))))
+        return rows
 
     def _stage_blobs(self, conn: ConnectionRole) -> None:
         files = self.shared.blob_files
@@ -233,7 +233,6 @@ class PendingCommit:
                 committed[oid] = verified(oid, missing[oid], stored_checksum, state,
                                           shared.codec.checksum_key) or b""
         rows: list[ResolvedState] = []
-        refs: list[Revision] = []
         for oid, expected, actual in conflicts:
             if oid not in committed:
                 raise ConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
@@ -243,10 +242,10 @@ class PendingCommit:
             self.data_tids.pop(oid, None)
             stored = shared.codec.encode(oid, resolved) if resolved else resolved
             rows.append(ResolvedState(oid, actual, checksum(resolved, shared.codec.checksum_key),
-                                      len(stored), stored))
-            refs.extend((oid, ref) for ref in references(oid, resolved))
+                                      len(stored), stored,
+                                      references_text(references(oid, resolved))))
             self.resolved.add(p64(oid))
-        shared.backend.mover.restage_many(conn, rows, refs)
+        shared.backend.mover.restage_many(conn, rows)
 
     # -- finish -----------------------------------------------------------------------------
     def finish(self) -> int:

@@ -81,6 +81,15 @@ def references(oid: int, state: bytes | None) -> set[int]:
         return set()
 
 
+def references_text(oids: set[int]) -> str | None:
+    """``oids`` as the text a revision records them in: a JSON array, ascending (None
+    when there are none).  One value per revision, whatever the number of references:
+    the backends store it as it is (SQLite, MySQL) or as an array (PostgreSQL)."""
+    if not oids:
+        return None
+    return "[" + ",".join(map(str, sorted(oids))) + "]"
+
+
 def as_bytes(value: int) -> bytes:
     packed: bytes = p64(value)
     return packed

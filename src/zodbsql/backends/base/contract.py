@@ -45,16 +45,19 @@ class LoadedState(NamedTuple):
 
 
 #: A state a commit stages in vote (``temp_store``): ``(oid, prev_tid, data_tid,
-#: checksum, size, state)``.  ``prev_tid``: the tid the commit expects to be current (0:
-#: a new object); ``data_tid``: the revision this state copies (undo, restore), or None;
-#: ``size``: of the state as stored (0 for a deletion, whose state is None).  A plain
-#: tuple, not a NamedTuple: vote makes one per stored object, and sqlite3 binds an
-#: exact tuple faster than a subclass (10,000 rows: ~10 ms less, made and bound).
-StagedState = tuple[int, int, "int | None", "int | None", int, "bytes | None"]
+#: checksum, size, state, refs)``.  ``prev_tid``: the tid the commit expects to be
+#: current (0: a new object); ``data_tid``: the revision this state copies (undo,
+#: restore), or None; ``size``: of the state as stored (0 for a deletion, whose state is
+#: None); ``refs``: the oids the state refers to, ascending, as a JSON array's text
+#: (``records.references_text``), or None when it refers to none.  A plain tuple, not a
+#: NamedTuple: vote makes one per stored object, and sqlite3 binds an exact tuple faster
+#: than a subclass (10,000 rows: ~10 ms less, made and bound).
+StagedState = tuple[int, int, "int | None", "int | None", int, "bytes | None", "str | None"]
 #: The positions of ``StagedState``'s fields that are read by name.
 STAGED_OID: Final = 0
 STAGED_SIZE: Final = 4
 STAGED_STATE: Final = 5
+STAGED_REFS: Final = 6
 
 
 class ResolvedState(NamedTuple):
@@ -65,6 +68,8 @@ class ResolvedState(NamedTuple):
     checksum: int | None
     size: int
     state: bytes
+    #: The oids it refers to, as ``StagedState``'s ``refs``.
+    refs: str | None
 
 
 class Conflict(NamedTuple):
@@ -319,10 +324,9 @@ class LockerRole(Protocol):
         database's write lock is not granted in time (SQLite)."""
 
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
-                       states: Sequence[StagedState], refs: Sequence[Revision],
-                       read_current: dict[int, int],
+                       states: Sequence[StagedState], read_current: dict[int, int],
                        ) -> tuple[list[Conflict], list[Conflict]]:
-        """Vote's writes: stage ``states`` and ``refs`` (as ``mover.stage``), then lock
+        """Vote's writes: stage ``states`` (as ``mover.stage``), then lock
         the rows of the staged objects and of ``read_current`` (oid -> tid read); in one
         round trip where the backend can (PostgreSQL: one function call).  Return
         ``(write conflicts, read conflicts)``.  Raises :class:`CommitLockTimeout` when a
@@ -404,9 +408,8 @@ class MoverRole(Protocol):
         """Empty the staging tables before a commit stages (unless emptied already);
         called before the commit's transaction begins."""
 
-    def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
-              refs: Iterable[Revision]) -> None:
-        """Stage states and their ``(oid, referenced oid)`` pairs for this commit."""
+    def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:
+        """Stage states (each with the oids it refers to) for this commit."""
 
     def load_revisions(self, conn: ConnectionRole, wanted: dict[int, int],
                        ) -> dict[int, tuple[int | None, bytes | None]]:
@@ -414,9 +417,8 @@ class MoverRole(Protocol):
         one statement (history-free: only where the current revision is the one
         wanted)."""
 
-    def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState],
-                     refs: list[Revision]) -> None:
-        """Replace staged states and their references after conflict resolution."""
+    def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState]) -> None:
+        """Replace staged states (and their references) after conflict resolution."""
 
     def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool) -> None:
         """Make the staged states the revisions of ``tid`` (commit lock held).

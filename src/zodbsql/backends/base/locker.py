@@ -14,7 +14,7 @@ import dataclasses
 from typing import ClassVar, Sequence
 
 from zodbsql.backends.base.contract import (BackendContract, Conflict, ConnectionRole,
-                                            MoverRole, Revision, StagedState)
+                                            MoverRole, StagedState)
 from zodbsql.backends.base.statements import for_mode, in_list
 
 # Staged states whose expected previous tid is not the current one: (oid, expected, actual).
@@ -84,12 +84,11 @@ class Locker:
         return conflicts, read_conflicts
 
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
-                       states: Sequence[StagedState], refs: Sequence[Revision],
-                       read_current: dict[int, int],
+                       states: Sequence[StagedState], read_current: dict[int, int],
                        ) -> tuple[list[Conflict], list[Conflict]]:
         """Stage, then lock: two steps here (a backend that can do both in one call
         overrides this)."""
-        mover.stage(conn, states, refs)
+        mover.stage(conn, states)
         return self.lock_objects(conn, read_current)
 
     def current_tids(self, conn: ConnectionRole, oids: list[int]) -> dict[int, int]:

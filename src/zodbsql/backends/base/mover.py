@@ -1,8 +1,15 @@
 """Mover: object states into and out of the database.
 
-A commit stages its states in a per-connection temporary table (``temp_store``) and their
-references in ``temp_ref`` during vote; ``move_staged`` copies them into the permanent
-tables under the final tid in a few set-based statements.  Loads come in three kinds:
+A commit stages its states in a per-connection temporary table (``temp_store``) during
+vote, each with the oids it refers to; ``move_staged`` copies them into the permanent
+tables under the final tid in a few set-based statements.
+
+References are a column of the revision (``object_state.refs``, schema version 2): a
+JSON array's text on SQLite and MySQL, a ``BIGINT[]`` on PostgreSQL, NULL for none.  A
+revision of a BTree node that keeps 250 children writes one value, not 250 rows and 250
+index entries, and goes with its revision when pack or a history-free commit deletes it.
+``object_ref`` is a view that unnests the column into ``(zoid, [tid,] to_zoid)`` rows,
+which is how prefetch, pack, verify and history read them.  Loads come in three kinds:
 the current revision, the revision current at a snapshot tid, and one exact revision.
 
 Loaded rows are ``(tid, checksum, state)``; ``state`` is None for a deleted object.
@@ -13,7 +20,7 @@ states as ZODB wrote them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar, Sequence
 
 from zodbsql.backends.base.contract import (BackendContract, CodecRole, ConnectionRole,
                                             LoadedState,
@@ -24,14 +31,11 @@ from zodbsql.errors import CorruptRecordError, RecordKeyError
 
 # -- staging (both modes) -----------------------------------------------------------------
 CLEAR_TEMP_STORE = "DELETE FROM temp_store"
-CLEAR_TEMP_REF = "DELETE FROM temp_ref"
 CLEAR_TEMP_BLOB = "DELETE FROM temp_blob"
-STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state)"
-               " VALUES (%s, %s, %s, %s, %s, %s)")
-STAGE_REF = "INSERT INTO temp_ref (zoid, to_zoid) VALUES (%s, %s)"
+STAGE_STATE = ("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state,"
+               " refs) VALUES (%s, %s, %s, %s, %s, %s, %s)")
 RESTAGE_STATE = ("UPDATE temp_store SET prev_tid = %s, checksum = %s, state_size = %s,"
-                 " state = %s WHERE zoid = %s")
-UNSTAGE_REFS_OF = "DELETE FROM temp_ref WHERE zoid IN ({oids})"
+                 " state = %s, refs = %s WHERE zoid = %s")
 
 # -- history-preserving ---------------------------------------------------------------------
 HP_LOAD_CURRENT = (
@@ -48,9 +52,8 @@ HP_NEXT_TID = "SELECT MIN(tid) FROM object_state WHERE zoid = %s AND tid > %s"
 HP_EXISTS = "SELECT 1 FROM object_state WHERE zoid = %s LIMIT 1"
 HP_CURRENT_TID = "SELECT tid FROM current_object WHERE zoid = %s"
 HP_MOVE_STATES = (
-    "INSERT INTO object_state (zoid, tid, data_tid, checksum, state_size, state)"
-    " SELECT zoid, %s, data_tid, checksum, state_size, state FROM temp_store")
-HP_MOVE_REFS = "INSERT INTO object_ref (zoid, tid, to_zoid) SELECT zoid, %s, to_zoid FROM temp_ref"
+    "INSERT INTO object_state (zoid, tid, data_tid, checksum, state_size, refs, state)"
+    " SELECT zoid, %s, data_tid, checksum, state_size, refs, state FROM temp_store")
 HP_SET_CURRENT = (
     "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store WHERE true"
     " ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid")
@@ -66,14 +69,13 @@ HP_LOAD_REVISIONS = (
 HF_LOAD_REVISIONS = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid IN ({oids})"
 HF_CURRENT_TID = "SELECT tid FROM object_state WHERE zoid = %s"
 HF_MOVE_STATES = (
-    "INSERT INTO object_state (zoid, tid, checksum, state_size, state)"
-    " SELECT zoid, %s, checksum, state_size, state FROM temp_store WHERE state IS NOT NULL"
+    "INSERT INTO object_state (zoid, tid, checksum, state_size, refs, state)"
+    " SELECT zoid, %s, checksum, state_size, refs, state FROM temp_store"
+    " WHERE state IS NOT NULL"
     " ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid, checksum = excluded.checksum,"
-    " state_size = excluded.state_size, state = excluded.state")
+    " state_size = excluded.state_size, refs = excluded.refs, state = excluded.state")
 HF_DELETE_REMOVED = (
     "DELETE FROM object_state WHERE zoid IN (SELECT zoid FROM temp_store WHERE state IS NULL)")
-HF_DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
-HF_MOVE_REFS = "INSERT INTO object_ref (zoid, to_zoid) SELECT zoid, to_zoid FROM temp_ref"
 # A new revision replaces the object's blob reference (or drops it: deleted, not a blob).
 HF_DELETE_OLD_BLOBS = "DELETE FROM blob_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
 HF_MOVE_BLOBS = (
@@ -265,12 +267,9 @@ class MoverStatements:
     """The mover's statements in one history mode ("": none in this mode)."""
 
     clear_store: str = CLEAR_TEMP_STORE
-    clear_ref: str = CLEAR_TEMP_REF
     clear_blob: str = CLEAR_TEMP_BLOB
     stage_state: str = STAGE_STATE
-    stage_ref: str = STAGE_REF
     restage_state: str = RESTAGE_STATE
-    unstage_refs_of: str = UNSTAGE_REFS_OF
     load_current: str
     #: The revision current at a snapshot tid (history-free: the current one).
     load_at: str
@@ -288,11 +287,9 @@ class MoverStatements:
     load_many: str
     load_with_refs: str
     move_states: str
-    move_refs: str
     move_blobs: str
     set_current: str = ""
     delete_removed: str = ""
-    delete_old_refs: str = ""
     delete_old_blobs: str = ""
 
 
@@ -308,16 +305,14 @@ class Mover:
         current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
         load_revisions=HP_LOAD_REVISIONS, load_many=HP_LOAD_MANY_AT,
         load_with_refs=HP_LOAD_WITH_REFS.replace("{revisions}", HP_REVISIONS_PORTABLE),
-        move_states=HP_MOVE_STATES, move_refs=HP_MOVE_REFS,
-        move_blobs=HP_MOVE_BLOBS, set_current=HP_SET_CURRENT)
+        move_states=HP_MOVE_STATES, move_blobs=HP_MOVE_BLOBS, set_current=HP_SET_CURRENT)
     HISTORY_FREE: ClassVar[MoverStatements] = MoverStatements(
         load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
         load_before=HF_LOAD_CURRENT, exists=HF_CURRENT_TID, current_tid=HF_CURRENT_TID,
         count_objects=HF_COUNT_OBJECTS, load_revisions=HF_LOAD_REVISIONS,
         load_many=HF_LOAD_MANY, load_with_refs=HF_LOAD_WITH_REFS,
-        move_states=HF_MOVE_STATES, move_refs=HF_MOVE_REFS, move_blobs=HF_MOVE_BLOBS,
-        delete_removed=HF_DELETE_REMOVED, delete_old_refs=HF_DELETE_OLD_REFS,
-        delete_old_blobs=HF_DELETE_OLD_BLOBS)
+        move_states=HF_MOVE_STATES, move_blobs=HF_MOVE_BLOBS,
+        delete_removed=HF_DELETE_REMOVED, delete_old_blobs=HF_DELETE_OLD_BLOBS)
     #: The most oids one statement lists (the rest go in further statements).
     MAX_LISTED_OIDS = 1000
     #: References of prefetched states a load brings along, per state it may prefetch
@@ -446,18 +441,13 @@ class Mover:
         if self.backend.features.staging_emptied_by_transaction_end:
             return
         conn.execute(self.sql.clear_store)
-        conn.execute(self.sql.clear_ref)
         # temp_blob is emptied by move_staged after use (and by rollback), so a commit
         # without blobs spends no statement on it.
 
-    def stage(self, conn: ConnectionRole, states: Sequence[StagedState],
-              refs: Iterable[Revision]) -> None:
-        """Stage states and ``(oid, to_oid)`` refs."""
+    def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:
+        """Stage states, each with the oids it refers to."""
         if states:
             conn.executemany(self.sql.stage_state, states)
-        refs = list(refs)
-        if refs:
-            conn.executemany(self.sql.stage_ref, refs)
 
     def load_revisions(self, conn: ConnectionRole, wanted: dict[int, int],
                        ) -> dict[int, tuple[int | None, bytes | None]]:
@@ -479,16 +469,12 @@ class Mover:
                                    opened(self.backend.codec, int(oid), int(tid), state))
         return found
 
-    def restage_many(self, conn: ConnectionRole,
-                     rows: list[ResolvedState], refs: list[Revision]) -> None:
+    def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState]) -> None:
         """Replace staged states after conflict resolution, whatever their number, in
-        three statements."""
-        conn.executemany(self.sql.restage_state, [(prev, check, size, state, oid)
-                                                  for oid, prev, check, size, state in rows])
-        oids = [row.oid for row in rows]
-        conn.execute(self.sql.unstage_refs_of.format(oids=in_list(len(oids))), oids)
-        if refs:
-            conn.executemany(self.sql.stage_ref, refs)
+        one statement."""
+        conn.executemany(self.sql.restage_state,
+                         [(prev, check, size, state, refs, oid)
+                          for oid, prev, check, size, state, refs in rows])
 
     def move_staged(self, conn: ConnectionRole, tid: int, blobs: bool) -> None:
         """Make the staged states the revisions of ``tid``.
@@ -500,14 +486,11 @@ class Mover:
         if self.keep_history:
             conn.execute(sql.move_states, (tid,))
             conn.execute(sql.set_current, (tid,))
-            conn.execute(sql.move_refs, (tid,))
             if blobs:
                 conn.execute(sql.move_blobs, (tid,))
         else:
             conn.execute(sql.move_states, (tid,))
             conn.execute(sql.delete_removed)
-            conn.execute(sql.delete_old_refs)
-            conn.execute(sql.move_refs)
             if blobs:
                 conn.execute(sql.delete_old_blobs)
                 conn.execute(sql.move_blobs, (tid,))

@@ -93,17 +93,14 @@ NEXT_WITH_OLD_REVISIONS = (
     " ORDER BY zoid LIMIT %s")
 HP_DELETE_OBJECTS = (
     "DELETE FROM blob_ref WHERE zoid {listed}",
-    "DELETE FROM object_ref WHERE zoid {listed}",
     "DELETE FROM current_object WHERE zoid {listed}",
     "DELETE FROM object_state WHERE zoid {listed}",
 )
 HF_DELETE_OBJECTS = (
     "DELETE FROM blob_ref WHERE zoid {listed}",
-    "DELETE FROM object_ref WHERE zoid {listed}",
     "DELETE FROM object_state WHERE zoid {listed}",
 )
 DELETE_OLD_STATES = "DELETE FROM object_state WHERE zoid = %s AND tid < %s"
-DELETE_OLD_REFS = "DELETE FROM object_ref WHERE zoid = %s AND tid < %s"
 DELETE_OLD_BLOB_REFS = "DELETE FROM blob_ref WHERE zoid = %s AND tid < %s"
 COUNT_GARBAGE = (
     "SELECT COUNT(*) FROM pack_object p"
@@ -137,7 +134,6 @@ class PackerStatements:
     delete_objects: tuple[str, ...]
     next_with_old_revisions: str = NEXT_WITH_OLD_REVISIONS
     delete_old_states: str = DELETE_OLD_STATES
-    delete_old_refs: str = DELETE_OLD_REFS
     delete_old_blob_refs: str = DELETE_OLD_BLOB_REFS
     count_garbage: str = COUNT_GARBAGE
     count_old_revisions: str = ""
@@ -230,7 +226,6 @@ class Packer:
 
     def delete_old_revisions(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
         conn.executemany(self.sql.delete_old_states, keep)
-        conn.executemany(self.sql.delete_old_refs, keep)
         conn.executemany(self.sql.delete_old_blob_refs, keep)
 
     def count(self, conn: ConnectionRole, gc: bool) -> dict[str, int]:

@@ -10,14 +10,23 @@ from __future__ import annotations
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.errors import SchemaError
 
-SCHEMA_VERSION = 1
+#: Version 2: a revision's references are a column of it (``object_state.refs``), and
+#: ``object_ref`` is a view of them (mover.py says why).
+SCHEMA_VERSION = 2
+#: The version a database opened for writing is migrated from (``migrate``): version 1
+#: recorded each reference as a row of the table ``object_ref``.
+MIGRATABLE_VERSION = 1
 
-#: Every table zodbsql creates, in an order that drops cleanly.
+#: Every view zodbsql creates (dropped before the tables they read).
+VIEWS = ("object_ref",)
+#: Every table zodbsql creates, in an order that drops cleanly (``object_ref``: a table
+#: in a database of version 1).
 TABLES = ("blob_ref", "blob_chunk", "blob_content", "object_ref", "current_object", "object_state", "transactions",
           "oid_counter", "commit_row", "commit_log", "zodbsql_meta")
 
 SELECT_META = "SELECT name, value FROM zodbsql_meta"
 INSERT_META = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
+UPDATE_VERSION = "UPDATE zodbsql_meta SET value = %s WHERE name = 'schema_version'"
 
 
 class Schema:
@@ -34,6 +43,12 @@ class Schema:
     HISTORY_FREE_BLOB_DDL: tuple[str, ...] = ()
     #: Query listing the tables in the database (one column, the name).
     LIST_TABLES = ""
+    #: Query listing the views in the database (one column, the name).
+    LIST_VIEWS = ""
+    #: DDL that turns a database of ``MIGRATABLE_VERSION`` into the current one
+    #: (history-preserving, history-free), run in one write transaction.
+    HISTORY_PRESERVING_MIGRATION: tuple[str, ...] = ()
+    HISTORY_FREE_MIGRATION: tuple[str, ...] = ()
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
@@ -47,13 +62,21 @@ class Schema:
             return None
         return {str(name): str(value) for name, value in conn.fetchall(SELECT_META)}
 
-    def check(self, meta: dict[str, str], keep_history: bool) -> None:
+    def list_views(self, conn: ConnectionRole) -> set[str]:
+        return {str(row[0]).lower() for row in conn.fetchall(self.LIST_VIEWS)}
+
+    def check(self, meta: dict[str, str], keep_history: bool,
+              version_wanted: int = SCHEMA_VERSION) -> None:
         where = self.backend.describe()
         version = meta.get("schema_version")
-        if version != str(SCHEMA_VERSION):
+        if version != str(version_wanted):
+            hint = ""
+            if version == str(MIGRATABLE_VERSION):
+                hint = ("; open it once for writing (not read-only) and it is migrated in"
+                        " place")
             raise SchemaError(
                 f"{where} holds zodbsql schema version {version}, this zodbsql needs"
-                f" version {SCHEMA_VERSION}; nothing was changed")
+                f" version {SCHEMA_VERSION}{hint}; nothing was changed")
         stored = meta.get("keep_history") == "true"
         if stored != keep_history:
             have = "history-preserving" if stored else "history-free"
@@ -69,6 +92,10 @@ class Schema:
         """Check the schema, creating it first when the database is empty and allowed."""
         meta = self.read_meta(conn)
         if meta is not None:
+            if not read_only and meta.get("schema_version") == str(MIGRATABLE_VERSION):
+                self.check(meta, keep_history, MIGRATABLE_VERSION)
+                self.migrate(conn, keep_history)
+                meta = self.read_meta(conn) or {}
             self.check(meta, keep_history)
             if not read_only and "blob_ref" not in self.list_tables(conn):
                 conn.begin_write()
@@ -109,6 +136,28 @@ class Schema:
         conn.execute(INSERT_META, ("schema_version", str(SCHEMA_VERSION)))
         conn.execute(INSERT_META, ("keep_history", "true" if keep_history else "false"))
 
+    def migrate(self, conn: ConnectionRole, keep_history: bool) -> None:
+        """Turn a database of ``MIGRATABLE_VERSION`` into the current version, in one
+        write transaction (another process may have done it meanwhile: then nothing)."""
+        ddl = (self.HISTORY_PRESERVING_MIGRATION if keep_history
+               else self.HISTORY_FREE_MIGRATION)
+        conn.begin_write()
+        try:
+            self.lock_schema(conn)
+            meta = self.read_meta(conn) or {}
+            if meta.get("schema_version") == str(MIGRATABLE_VERSION):
+                for statement in ddl:
+                    conn.execute(statement)
+                conn.execute(UPDATE_VERSION, (str(SCHEMA_VERSION),))
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+
+    def lock_schema(self, conn: ConnectionRole) -> None:
+        """Keep other processes from changing the schema until the transaction ends
+        (where the write transaction alone does not)."""
+
     def add_blob_tables(self, conn: ConnectionRole, keep_history: bool) -> None:
         """Add the blob tables to a database made before blobs (an additive upgrade)."""
         ddl = self.HISTORY_PRESERVING_BLOB_DDL if keep_history else self.HISTORY_FREE_BLOB_DDL
@@ -116,7 +165,11 @@ class Schema:
             conn.execute(statement)
 
     def drop_all(self, conn: ConnectionRole) -> None:
-        """Drop zodbsql's own tables (and nothing else)."""
+        """Drop zodbsql's own views and tables (and nothing else)."""
+        views = self.list_views(conn)
+        for view in VIEWS:
+            if view in views:
+                conn.execute(f"DROP VIEW {view}")
         present = self.list_tables(conn)
         for table in TABLES:
             if table in present:

@@ -139,9 +139,6 @@ key_len | ref | rows | Extra)::
            ON s.zoid = t.zoid WHERE t.state IS NULL
     1 | SIMPLE | t | ALL | PRIMARY | None | None | None | 29 | Using where
     1 | SIMPLE | s | eq_ref | PRIMARY | PRIMARY | 8 | <db>.t.zoid | 1 |
-  HF delete old refs: DELETE r FROM temp_store t STRAIGHT_JOIN object_ref r ON r.zoid = t.zoid
-    1 | SIMPLE | t | index | PRIMARY | PRIMARY | 8 | None | 29 | Using index
-    1 | SIMPLE | r | ref | PRIMARY | PRIMARY | 8 | <db>.t.zoid | 1 |
 
 (29 staged rows against 200 stored objects; every permanent table is reached by its
 primary key or the tid index, never scanned.)

@@ -15,9 +15,7 @@ from zodbsql.backends.base.mover import Mover
 CREATE_TEMP_TABLES = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (zoid BIGINT NOT NULL PRIMARY KEY,"
     " prev_tid BIGINT NOT NULL, data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL,"
-    " state LONGBLOB) ENGINE=InnoDB",
-    "CREATE TEMPORARY TABLE IF NOT EXISTS temp_ref (zoid BIGINT NOT NULL,"
-    " to_zoid BIGINT NOT NULL, KEY (zoid)) ENGINE=InnoDB",
+    " state LONGBLOB, refs LONGTEXT) ENGINE=InnoDB",
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_blob (zoid BIGINT NOT NULL PRIMARY KEY,"
     " content_hash BINARY(32) NOT NULL) ENGINE=InnoDB",
 )
@@ -25,28 +23,25 @@ HP_SET_CURRENT = (
     "INSERT INTO current_object (zoid, tid) SELECT zoid, %s FROM temp_store"
     " ON DUPLICATE KEY UPDATE tid = VALUES(tid)")
 HF_MOVE_STATES = (
-    "INSERT INTO object_state (zoid, tid, checksum, state_size, state)"
-    " SELECT zoid, %s, checksum, state_size, state FROM temp_store WHERE state IS NOT NULL"
+    "INSERT INTO object_state (zoid, tid, checksum, state_size, refs, state)"
+    " SELECT zoid, %s, checksum, state_size, refs, state FROM temp_store"
+    " WHERE state IS NOT NULL"
     " ON DUPLICATE KEY UPDATE tid = VALUES(tid), checksum = VALUES(checksum),"
-    " state_size = VALUES(state_size), state = VALUES(state)")
+    " state_size = VALUES(state_size), refs = VALUES(refs), state = VALUES(state)")
 HF_DELETE_REMOVED = (
     "DELETE s FROM temp_store t STRAIGHT_JOIN object_state s ON s.zoid = t.zoid"
     " WHERE t.state IS NULL")
-HF_DELETE_OLD_REFS = (
-    "DELETE r FROM temp_store t STRAIGHT_JOIN object_ref r ON r.zoid = t.zoid")
-
-
 HF_DELETE_OLD_BLOBS = (
     "DELETE b FROM temp_store t STRAIGHT_JOIN blob_ref b ON b.zoid = t.zoid")
 
 
 # InnoDB keeps what DELETE removes from a TEMPORARY table: a history-free loader's
-# DELETE FROM temp_ref went from 1.5 to 20 ms a commit in a minute, and the INSERT ...
-# SELECT that reads the table grew with it (61 to 11 commits/s in a two-minute soak).
+# DELETE of the staged references (a table of its own in schema version 1) went from 1.5
+# to 20 ms a commit in a minute, and the INSERT ... SELECT that read the table grew with
+# it (61 to 11 commits/s in a two-minute soak).
 # TRUNCATE empties it for good; it ends any transaction it runs in, so the commit runs
 # it before its own begins (``clear_staged``'s contract).
 TRUNCATE_TEMP_STORE = "TRUNCATE TABLE temp_store"
-TRUNCATE_TEMP_REF = "TRUNCATE TABLE temp_ref"
 
 
 class MySQLMover(Mover):
@@ -55,11 +50,10 @@ class MySQLMover(Mover):
                                              set_current=HP_SET_CURRENT)
     HISTORY_FREE = dataclasses.replace(
         Mover.HISTORY_FREE, move_states=HF_MOVE_STATES, delete_removed=HF_DELETE_REMOVED,
-        delete_old_refs=HF_DELETE_OLD_REFS, delete_old_blobs=HF_DELETE_OLD_BLOBS)
+        delete_old_blobs=HF_DELETE_OLD_BLOBS)
 
     def clear_staged(self, conn: ConnectionRole) -> None:
         if conn.in_transaction:
             super().clear_staged(conn)     # never end a transaction someone began
             return
         conn.execute(TRUNCATE_TEMP_STORE)
-        conn.execute(TRUNCATE_TEMP_REF)

@@ -32,13 +32,11 @@ CLEAR_DELETE_LIST = "DELETE FROM temp_pack_delete"
 ADD_TO_DELETE_LIST = "INSERT INTO temp_pack_delete (zoid) VALUES (%s)"
 HP_DELETE_OBJECTS = (
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN blob_ref x ON x.zoid = d.zoid",
-    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_ref x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN current_object x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_state x ON x.zoid = d.zoid",
 )
 HF_DELETE_OBJECTS = (
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN blob_ref x ON x.zoid = d.zoid",
-    "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_ref x ON x.zoid = d.zoid",
     "DELETE x FROM temp_pack_delete d STRAIGHT_JOIN object_state x ON x.zoid = d.zoid",
 )
 CREATE_WORK_TABLES = (

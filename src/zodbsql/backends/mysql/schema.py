@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.base.schema import SELECT_META, TABLES, Schema
+from zodbsql.backends.base.schema import (MIGRATABLE_VERSION, SCHEMA_VERSION, SELECT_META,
+                                         TABLES, UPDATE_VERSION, VIEWS, Schema)
 from zodbsql.backends.mysql.connections import MySQLConnection
 from zodbsql.errors import SchemaError
 
@@ -44,28 +45,55 @@ HISTORY_FREE_BLOB_DDL = BLOB_CONTENT_DDL + (
     "CREATE TABLE blob_ref (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
     " content_hash BINARY(32) NOT NULL, KEY blob_ref_hash (content_hash))" + TABLE_OPTIONS,
 )
+# The references as rows: JSON_TABLE of each revision's array (of a NULL: none).  MERGE,
+# so that a condition on zoid reaches object_state's primary key.
+HISTORY_PRESERVING_REFS_VIEW = (
+    "CREATE OR REPLACE ALGORITHM=MERGE VIEW object_ref AS SELECT s.zoid, s.tid, j.to_zoid"
+    " FROM object_state s, JSON_TABLE(s.refs, '$[*]' COLUMNS (to_zoid BIGINT PATH '$')) j")
+HISTORY_FREE_REFS_VIEW = (
+    "CREATE OR REPLACE ALGORITHM=MERGE VIEW object_ref AS SELECT s.zoid, j.to_zoid"
+    " FROM object_state s, JSON_TABLE(s.refs, '$[*]' COLUMNS (to_zoid BIGINT PATH '$')) j")
 HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid BIGINT NOT NULL PRIMARY KEY,"
     " packed TINYINT NOT NULL DEFAULT 0, username MEDIUMBLOB NOT NULL,"
     " description MEDIUMBLOB NOT NULL, extension MEDIUMBLOB NOT NULL)" + TABLE_OPTIONS,
     # data_tid: set when the state is a copy of an older revision's (undo, restore).
+    # refs: the oids the state refers to, a JSON array (base/mover.py).
     "CREATE TABLE object_state (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
-    " data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL, state LONGBLOB,"
-    " PRIMARY KEY (zoid, tid), KEY object_state_tid (tid))" + TABLE_OPTIONS,
+    " data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL, refs LONGTEXT,"
+    " state LONGBLOB, PRIMARY KEY (zoid, tid), KEY object_state_tid (tid))" + TABLE_OPTIONS,
     "CREATE TABLE current_object (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
     " KEY current_object_tid (tid))" + TABLE_OPTIONS,
-    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
-    " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid))" + TABLE_OPTIONS,
+    HISTORY_PRESERVING_REFS_VIEW,
 ) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT NOT NULL,"
-    " checksum BIGINT, state_size BIGINT NOT NULL, state LONGBLOB,"
+    " checksum BIGINT, state_size BIGINT NOT NULL, refs LONGTEXT, state LONGBLOB,"
     " KEY object_state_tid (tid))" + TABLE_OPTIONS,
-    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
-    " PRIMARY KEY (zoid, to_zoid))" + TABLE_OPTIONS,
+    HISTORY_FREE_REFS_VIEW,
 ) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = ("SELECT table_name FROM information_schema.tables"
                " WHERE table_schema = DATABASE()")
+LIST_VIEWS = ("SELECT table_name FROM information_schema.views"
+              " WHERE table_schema = DATABASE()")
+# From version 1 (a row per reference in the table object_ref).  DDL commits at once in
+# MySQL, so each step can be run again after a crash between them: the column is added
+# if missing, filled from the table while it is one, the table dropped, the view made.
+ADD_REFS_COLUMN = ("ALTER TABLE object_state ADD COLUMN IF NOT EXISTS refs LONGTEXT"
+                   " AFTER state_size")
+REFS_IS_TABLE = ("SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE()"
+                 " AND table_name = 'object_ref' AND table_type = 'BASE TABLE'")
+LONG_GROUP_CONCAT = "SET SESSION group_concat_max_len = 4294967295"
+HP_FILL_REFS = (
+    "UPDATE object_state s JOIN (SELECT zoid, tid, CONCAT('[',"
+    " GROUP_CONCAT(to_zoid ORDER BY to_zoid SEPARATOR ','), ']') AS refs"
+    " FROM object_ref GROUP BY zoid, tid) r ON r.zoid = s.zoid AND r.tid = s.tid"
+    " SET s.refs = r.refs")
+HF_FILL_REFS = (
+    "UPDATE object_state s JOIN (SELECT zoid, CONCAT('[',"
+    " GROUP_CONCAT(to_zoid ORDER BY to_zoid SEPARATOR ','), ']') AS refs"
+    " FROM object_ref GROUP BY zoid) r ON r.zoid = s.zoid SET s.refs = r.refs")
+DROP_REFS_TABLE = "DROP TABLE object_ref"
 #: Pack's work tables (permanent: see packer.py); dropped with the schema.
 WORK_TABLES = ("pack_reach", "pack_object", "pack_lock")
 #: Named locks are server-wide: the database name keeps them per database.
@@ -85,6 +113,7 @@ class MySQLSchema(Schema):
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
+    LIST_VIEWS = LIST_VIEWS
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
@@ -112,6 +141,32 @@ class MySQLSchema(Schema):
                 conn.rollback()
                 raise
 
+    def migrate(self, conn: ConnectionRole, keep_history: bool) -> None:
+        row = conn.fetchone(SCHEMA_LOCK, (SCHEMA_WAIT,))
+        if not row or row[0] != 1:
+            raise SchemaError(f"{self.backend.describe()}: another process held the"
+                              " schema lock for 60s while migrating the schema")
+        try:
+            meta = self.read_meta(conn) or {}
+            if meta.get("schema_version") != str(MIGRATABLE_VERSION):
+                return  # another process migrated it meanwhile
+            conn.execute(ADD_REFS_COLUMN)
+            if conn.fetchone(REFS_IS_TABLE) is not None:
+                conn.execute(LONG_GROUP_CONCAT)
+                conn.execute(HP_FILL_REFS if keep_history else HF_FILL_REFS)
+                conn.execute(DROP_REFS_TABLE)
+            conn.execute(HISTORY_PRESERVING_REFS_VIEW if keep_history
+                         else HISTORY_FREE_REFS_VIEW)
+            conn.begin_write()
+            try:
+                conn.execute(UPDATE_VERSION, (str(SCHEMA_VERSION),))
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+        finally:
+            conn.fetchone(SCHEMA_UNLOCK)
+
     def list_tables(self, conn: ConnectionRole) -> set[str]:
         assert isinstance(conn, MySQLConnection)
         # Causal on Galera: a schema another node created is seen here.
@@ -134,6 +189,10 @@ class MySQLSchema(Schema):
             time.sleep(0.2)
 
     def drop_all(self, conn: ConnectionRole) -> None:
+        views = self.list_views(conn)
+        for view in VIEWS:
+            if view in views:
+                conn.execute(f"DROP VIEW {view}")
         present = super().list_tables(conn)
         for table in WORK_TABLES + TABLES:
             if table in present:

@@ -41,10 +41,10 @@ from typing import Sequence
 
 from ZODB.POSException import ReadConflictError
 
-from zodbsql.backends.base.contract import (Conflict, ConnectionRole, MoverRole, Revision,
+from zodbsql.backends.base.contract import (Conflict, ConnectionRole, MoverRole,
                                             StagedState)
 from zodbsql.backends.base.locker import Locker
-from zodbsql.backends.postgresql.mover import as_arrays, bigint_array
+from zodbsql.backends.postgresql.mover import as_arrays, bigint_array, text_array
 from zodbsql.backends.postgresql.connections import sqlstate
 from zodbsql.errors import CommitLockTimeout, DatabaseError
 
@@ -52,8 +52,7 @@ from zodbsql.errors import CommitLockTimeout, DatabaseError
 #: The integer arrays as text, the states in binary (mover.py says why).
 STAGE_AND_LOCK = (
     "SELECT * FROM zodbsql_stage_and_lock(%t::BIGINT[], %t::BIGINT[], %t::BIGINT[],"
-    " %t::BIGINT[], %t::BIGINT[], %b::BYTEA[], %t::BIGINT[], %t::BIGINT[], %t::BIGINT[],"
-    " %t::BIGINT[])")
+    " %t::BIGINT[], %t::BIGINT[], %b::BYTEA[], %t::TEXT[], %t::BIGINT[], %t::BIGINT[])")
 BEGIN_WITH_TIMEOUT = "BEGIN; SET LOCAL lock_timeout = {millis}"
 LOCK_COMMIT = "SELECT last_tid FROM commit_row FOR UPDATE"
 #: Exclusive, against every voted commit's shared hold (procedures_lock.sql).
@@ -82,14 +81,12 @@ class PostgreSQLLocker(Locker):
         conn.in_transaction = True
 
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
-                       states: Sequence[StagedState], refs: Sequence[Revision],
-                       read_current: dict[int, int],
+                       states: Sequence[StagedState], read_current: dict[int, int],
                        ) -> tuple[list[Conflict], list[Conflict]]:
         # One call stages (the mover's arrays) and locks: a round trip less per commit.
         oids = sorted(read_current)
-        *numbers, stored = as_arrays(states, 6)
-        params = [*map(bigint_array, numbers), stored,
-                  *map(bigint_array, as_arrays(refs, 2)), bigint_array(oids),
+        *numbers, stored, refs = as_arrays(states, 7)
+        params = [*map(bigint_array, numbers), stored, text_array(refs), bigint_array(oids),
                   bigint_array([read_current[o] for o in oids])]
         try:
             rows = conn.fetchall(STAGE_AND_LOCK, params)

@@ -1,6 +1,6 @@
 """PostgreSQL stages commits in TEMPORARY tables: private to the session, never WAL-logged.
 
-A commit's states and references reach them in one statement whatever their number,
+A commit's states (each with its references) reach them in one statement whatever their number,
 the locker's call of ``zodbsql_stage_and_lock`` (locker.py), which stages and then locks:
 each column travels as one array (``as_arrays``) and ``unnest`` turns the arrays back into
 rows.  (``executemany``, even pipelined, makes the server parse, bind and run one INSERT
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from zodbsql.backends.base.contract import ConnectionRole, ResolvedState, Revision
+from zodbsql.backends.base.contract import ConnectionRole, ResolvedState
 from zodbsql.backends.base.mover import (HF_LOAD_WITH_REFS, HF_REFERENCES, HF_WALK_STEP,
                                         HP_LOAD_WITH_REFS, HP_REFERENCES,
                                         HP_REVISIONS_LATERAL, HP_WALK_STEP,
@@ -31,24 +31,21 @@ from zodbsql.backends.base.mover import (HF_LOAD_WITH_REFS, HF_REFERENCES, HF_WA
 CREATE_TEMP_TABLES = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (zoid BIGINT NOT NULL,"
     " prev_tid BIGINT NOT NULL, data_tid BIGINT, checksum BIGINT,"
-    " state_size BIGINT NOT NULL, state BYTEA) ON COMMIT DELETE ROWS",
-    "CREATE TEMPORARY TABLE IF NOT EXISTS temp_ref (zoid BIGINT NOT NULL,"
-    " to_zoid BIGINT NOT NULL) ON COMMIT DELETE ROWS",
+    " state_size BIGINT NOT NULL, state BYTEA, refs BIGINT[]) ON COMMIT DELETE ROWS",
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_blob (zoid BIGINT PRIMARY KEY,"
     " content_hash BYTEA NOT NULL) ON COMMIT DELETE ROWS",
 )
 
 
-# After conflict resolution, with the row locks held: the resolved states replace the
-# staged ones and their references are swapped, in one statement.  (The CTEs see one
-# snapshot, so the DELETE removes only the references staged before.)
+# After conflict resolution, with the row locks held: the resolved states (and their
+# references) replace the staged ones, in one statement.
 RESTAGE_ALL = (
-    "WITH resolved (zoid, prev_tid, checksum, state_size, state) AS (SELECT * FROM"
-    " unnest(%b::BIGINT[], %b::BIGINT[], %b::BIGINT[], %b::BIGINT[], %b::BYTEA[])),"
-    " replaced AS (UPDATE temp_store t SET prev_tid = r.prev_tid, checksum = r.checksum,"
-    " state_size = r.state_size, state = r.state FROM resolved r WHERE t.zoid = r.zoid),"
-    " unlinked AS (DELETE FROM temp_ref f USING resolved r WHERE f.zoid = r.zoid)"
-    " INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(%b::BIGINT[], %b::BIGINT[])")
+    "UPDATE temp_store t SET prev_tid = r.prev_tid, checksum = r.checksum,"
+    " state_size = r.state_size, state = r.state,"
+    " refs = translate(r.refs, '[]', '{}')::BIGINT[]"
+    " FROM unnest(%b::BIGINT[], %b::BIGINT[], %b::BIGINT[], %b::BIGINT[], %b::BYTEA[],"
+    " %b::TEXT[]) AS r (zoid, prev_tid, checksum, state_size, state, refs)"
+    " WHERE t.zoid = r.zoid")
 
 
 # PostgreSQL caps each state's references with LATERAL (see ``walking``).
@@ -76,9 +73,8 @@ class PostgreSQLMover(Mover):
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
         return any_of(oids)
 
-    def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState],
-                     refs: list[Revision]) -> None:
-        conn.execute(RESTAGE_ALL, [*as_arrays(rows, 5), *as_arrays(refs, 2)])
+    def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState]) -> None:
+        conn.execute(RESTAGE_ALL, as_arrays(rows, 6))
 
 
 def as_arrays(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
@@ -94,6 +90,13 @@ def bigint_array(values: Sequence[int | None]) -> str:
     if None in values:
         return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def text_array(values: Sequence[str | None]) -> str:
+    """``values`` (each a JSON array of oids, or None) as the text of a ``TEXT[]``, for a
+    ``%t::TEXT[]`` parameter.  Their characters are digits, commas and brackets, which
+    need no escape inside the quotes."""
+    return "{" + ",".join(["NULL" if v is None else f'"{v}"' for v in values]) + "}"
 
 
 def any_of(oids: Sequence[int]) -> tuple[str, list[Any]]:

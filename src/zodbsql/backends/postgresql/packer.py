@@ -26,11 +26,11 @@ CREATE_WORK_TABLES = (
 # looked (a conversion, a bulk import) is otherwise planned as if it were nearly empty.
 CUSTOM_PLANS = "SET plan_cache_mode = force_custom_plan"
 ANALYZE_WORK_TABLES = "ANALYZE pack_object, pack_reach"
-ANALYZE_STORED = "ANALYZE object_state, object_ref"
+ANALYZE_STORED = "ANALYZE object_state"
 #: Revisions older than the one kept, of each (oid, kept tid) in two arrays.
 DELETE_OLD = ("DELETE FROM {table} x USING unnest(%b::BIGINT[], %b::BIGINT[]) AS k (zoid, tid)"
               " WHERE x.zoid = k.zoid AND x.tid < k.tid")
-OLD_REVISION_TABLES = ("object_state", "object_ref", "blob_ref")
+OLD_REVISION_TABLES = ("object_state", "blob_ref")
 
 
 class PostgreSQLPacker(Packer):

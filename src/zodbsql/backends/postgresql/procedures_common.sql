@@ -11,10 +11,11 @@ $$;
 -- so does vote's check of the objects read-current, and the history-free finish
 -- replaces only the references that changed.  Generation 4: vote leaves the oids it
 -- found a row of in zodbsql.existing, and finish inserts the other objects' rows
--- without ON CONFLICT.
-CREATE OR REPLACE FUNCTION zodbsql_procedures_4() RETURNS INTEGER
+-- without ON CONFLICT.  Generation 5 (schema version 2): a state's references are a
+-- column of its row (object_state.refs), staged with it.
+CREATE OR REPLACE FUNCTION zodbsql_procedures_5() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT 4
+    SELECT 5
 $$;
 -- The advisory lock between votes and pack batches (locker.py): each commit holds it
 -- shared from vote to its end, a pack batch that deletes objects holds it exclusively,

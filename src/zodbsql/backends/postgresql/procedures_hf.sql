@@ -1,6 +1,6 @@
 -- The final step of a history-free commit in one round trip (see txncontrol.py):
--- allocate the tid (procedures_common.sql), replace the states, delete the deleted ones
--- and replace their references, and log the commit with the client's nonce.  Returns the
+-- allocate the tid (procedures_common.sql), replace the states (their references with
+-- them), delete the deleted ones, and log the commit with the client's nonce.  Returns the
 -- new tid.
 --
 -- A history-free database keeps no record of old transactions, so when COMMIT's answer
@@ -24,9 +24,7 @@ BEGIN
     DELETE FROM commit_log WHERE tid < v_tid - zodbsql_commit_log_window();
     IF p_has_states THEN
         -- The objects vote found a row of (zodbsql_lock_objects, which keeps them locked)
-        -- are replaced, the others are new: inserted plainly, their references too (a
-        -- missing object has none: a deletion or a pack removes them with its row).
-        -- Another commit creating the same oid meanwhile fails this INSERT.
+        -- are replaced, the others are new: inserted plainly.  Another commit creating the same oid meanwhile fails this INSERT.
         v_existing := NULLIF(current_setting('zodbsql.existing', true), '')::BIGINT[];
         IF v_existing IS NULL THEN  -- not locked by this transaction's vote
             SELECT array_agg(zoid) INTO v_existing FROM object_state
@@ -35,28 +33,16 @@ BEGIN
         v_existing := COALESCE(v_existing, '{}');
         IF cardinality(v_existing) > 0 THEN
             UPDATE object_state o SET tid = v_tid, checksum = t.checksum,
-                    state_size = t.state_size, state = t.state
+                    state_size = t.state_size, refs = t.refs, state = t.state
                 FROM temp_store t
                 WHERE o.zoid = ANY(v_existing) AND t.zoid = o.zoid AND t.state IS NOT NULL;
         END IF;
-        INSERT INTO object_state (zoid, tid, checksum, state_size, state)
-            SELECT t.zoid, v_tid, t.checksum, t.state_size, t.state FROM temp_store t
+        INSERT INTO object_state (zoid, tid, checksum, state_size, refs, state)
+            SELECT t.zoid, v_tid, t.checksum, t.state_size, t.refs, t.state FROM temp_store t
             LEFT JOIN unnest(v_existing) AS e (zoid) ON e.zoid = t.zoid
             WHERE e.zoid IS NULL AND t.state IS NOT NULL;
         SELECT array_agg(zoid) FILTER (WHERE state IS NULL) INTO v_deleted FROM temp_store;
         DELETE FROM object_state WHERE zoid = ANY(v_deleted);
-        -- Only the references that changed: a BTree node's new revision keeps nearly
-        -- all its children, and deleting them all to insert them again left a dead
-        -- index entry per reference and commit, visited by the next insert of the key.
-        -- (SQLite and InnoDB reuse the deleted entry: there delete-and-insert is faster.)
-        -- The staged references are distinct, and the rows of their objects locked:
-        -- those not there yet are inserted plainly.  Each looked up through the primary
-        -- key (a subquery, never a join: temp_ref has no statistics).
-        DELETE FROM object_ref r WHERE r.zoid = ANY(v_existing) AND NOT EXISTS (
-            SELECT 1 FROM temp_ref t WHERE t.zoid = r.zoid AND t.to_zoid = r.to_zoid);
-        INSERT INTO object_ref (zoid, to_zoid) SELECT t.zoid, t.to_zoid FROM temp_ref t
-            WHERE (SELECT r.zoid FROM object_ref r WHERE r.zoid = t.zoid
-                   AND r.to_zoid = t.to_zoid) IS NULL;
         -- The new revision replaces the blob reference (or drops it: deleted, not a blob).
         DELETE FROM blob_ref WHERE zoid = ANY(v_existing);
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;

@@ -1,6 +1,6 @@
 -- The final step of a history-preserving commit in one round trip (see txncontrol.py):
 -- allocate the tid (procedures_common.sql), record the transaction, move the staged states,
--- point current_object at them and copy their references.  Returns the new tid.
+-- and point current_object at them.  Returns the new tid.
 CREATE OR REPLACE FUNCTION zodbsql_finish(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_user BYTEA, p_description BYTEA,
     p_extension BYTEA, p_has_states BOOLEAN, p_lock_timeout_ms INTEGER,
@@ -15,8 +15,8 @@ BEGIN
     INSERT INTO transactions (tid, packed, username, description, extension)
         VALUES (v_tid, 0, p_user, p_description, p_extension);
     IF p_has_states THEN
-        INSERT INTO object_state (zoid, tid, data_tid, checksum, state_size, state)
-            SELECT zoid, v_tid, data_tid, checksum, state_size, state FROM temp_store;
+        INSERT INTO object_state (zoid, tid, data_tid, checksum, state_size, refs, state)
+            SELECT zoid, v_tid, data_tid, checksum, state_size, refs, state FROM temp_store;
         -- The objects vote found a row of (zodbsql_lock_objects) are updated, the others
         -- are new.  Not a restore's or an undo's prev_tid 0: they stage existing objects
         -- so.  (Another commit creating the same oid meanwhile fails this INSERT.)
@@ -32,7 +32,6 @@ BEGIN
                 LEFT JOIN unnest(v_existing) AS e (zoid) ON e.zoid = t.zoid
                 WHERE e.zoid IS NULL;
         END IF;
-        INSERT INTO object_ref (zoid, tid, to_zoid) SELECT zoid, v_tid, to_zoid FROM temp_ref;
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;
     END IF;
     RETURN v_tid;

@@ -60,22 +60,24 @@ BEGIN
             WHERE COALESCE(f.tid, 0) <> r.tid;
 END
 $$;
--- Vote in one round trip: stage the commit's states and references (each column one
--- array, as mover.py's as_arrays gives them) and then lock and check as
--- zodbsql_lock_objects does.
+-- Vote in one round trip: stage the commit's states (each column one array, as mover.py's
+-- as_arrays gives them; each state's references a JSON array's text, turned into the
+-- BIGINT[] object_state.refs keeps) and then lock and check as zodbsql_lock_objects
+-- does.
 -- Staging must come first, in a statement of its own: the lock reads temp_store, and a
 -- data-modifying CTE's rows are not visible to the rest of its statement.
 CREATE OR REPLACE FUNCTION zodbsql_stage_and_lock(
     p_zoids BIGINT[], p_prev_tids BIGINT[], p_data_tids BIGINT[], p_checksums BIGINT[],
-    p_sizes BIGINT[], p_states BYTEA[], p_ref_from BIGINT[], p_ref_to BIGINT[],
+    p_sizes BIGINT[], p_states BYTEA[], p_refs TEXT[],
     p_read_oids BIGINT[], p_read_tids BIGINT[])
 RETURNS TABLE (zoid BIGINT, expected BIGINT, actual BIGINT, kind "char")
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state)
-        SELECT * FROM unnest(p_zoids, p_prev_tids, p_data_tids, p_checksums, p_sizes,
-                             p_states);
-    INSERT INTO temp_ref (zoid, to_zoid) SELECT * FROM unnest(p_ref_from, p_ref_to);
+    INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state, refs)
+        SELECT u.zoid, u.prev_tid, u.data_tid, u.checksum, u.state_size, u.state,
+               translate(u.refs, '[]', '{}')::BIGINT[]
+        FROM unnest(p_zoids, p_prev_tids, p_data_tids, p_checksums, p_sizes, p_states,
+                    p_refs) AS u (zoid, prev_tid, data_tid, checksum, state_size, state, refs);
     RETURN QUERY SELECT * FROM zodbsql_lock_objects(p_read_oids, p_read_tids);
 END
 $$;

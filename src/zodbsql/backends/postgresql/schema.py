@@ -39,18 +39,26 @@ HISTORY_FREE_BLOB_DDL = BLOB_CONTENT_DDL + (
     " content_hash BYTEA NOT NULL)",
     "CREATE INDEX blob_ref_hash ON blob_ref (content_hash)",
 )
+# The references as rows: each revision's array unnested (a NULL: none).  A view is
+# inlined into the query, so a condition on zoid reaches object_state's primary key.
+HISTORY_PRESERVING_REFS_VIEW = (
+    "CREATE VIEW object_ref AS SELECT s.zoid, s.tid, r.to_zoid FROM object_state s"
+    " CROSS JOIN LATERAL unnest(s.refs) AS r (to_zoid)")
+HISTORY_FREE_REFS_VIEW = (
+    "CREATE VIEW object_ref AS SELECT s.zoid, r.to_zoid FROM object_state s"
+    " CROSS JOIN LATERAL unnest(s.refs) AS r (to_zoid)")
 HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid BIGINT PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
     " username BYTEA NOT NULL, description BYTEA NOT NULL, extension BYTEA NOT NULL)",
     # data_tid: set when the state is a copy of an older revision's (undo, restore).
+    # refs: the oids the state refers to, ascending (base/mover.py).
     "CREATE TABLE object_state (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
-    " data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL, state BYTEA,"
-    " PRIMARY KEY (zoid, tid))",
+    " data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL, refs BIGINT[],"
+    " state BYTEA, PRIMARY KEY (zoid, tid))",
     "CREATE INDEX object_state_tid ON object_state (tid)",
     "CREATE TABLE current_object (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL)",
     "CREATE INDEX current_object_tid ON current_object (tid)",
-    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, tid BIGINT NOT NULL,"
-    " to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, tid, to_zoid))",
+    HISTORY_PRESERVING_REFS_VIEW,
 ) + HISTORY_PRESERVING_BLOB_DDL
 # A history-free database's record of recent commits (procedures_hf.sql says why).  IF
 # NOT EXISTS: databases made before it get it when their procedures are installed again.
@@ -58,13 +66,32 @@ COMMIT_LOG_DDL = ("CREATE TABLE IF NOT EXISTS commit_log (tid BIGINT NOT NULL,"
                   " nonce BIGINT NOT NULL, PRIMARY KEY (tid, nonce))")
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL,"
-    " checksum BIGINT, state_size BIGINT NOT NULL, state BYTEA)",
+    " checksum BIGINT, state_size BIGINT NOT NULL, refs BIGINT[], state BYTEA)",
     "CREATE INDEX object_state_tid ON object_state (tid)",
-    "CREATE TABLE object_ref (zoid BIGINT NOT NULL, to_zoid BIGINT NOT NULL,"
-    " PRIMARY KEY (zoid, to_zoid))",
+    HISTORY_FREE_REFS_VIEW,
 ) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = (
     "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+LIST_VIEWS = (
+    "SELECT table_name FROM information_schema.views WHERE table_schema = current_schema()")
+# From version 1 (a row per reference in the table object_ref), in one transaction.
+ADD_REFS_COLUMN = "ALTER TABLE object_state ADD COLUMN refs BIGINT[]"
+HISTORY_PRESERVING_MIGRATION = (
+    ADD_REFS_COLUMN,
+    "UPDATE object_state s SET refs = r.refs FROM (SELECT zoid, tid,"
+    " array_agg(to_zoid ORDER BY to_zoid) AS refs FROM object_ref GROUP BY zoid, tid) r"
+    " WHERE s.zoid = r.zoid AND s.tid = r.tid",
+    "DROP TABLE object_ref",
+    HISTORY_PRESERVING_REFS_VIEW,
+)
+HISTORY_FREE_MIGRATION = (
+    ADD_REFS_COLUMN,
+    "UPDATE object_state s SET refs = r.refs FROM (SELECT zoid,"
+    " array_agg(to_zoid ORDER BY to_zoid) AS refs FROM object_ref GROUP BY zoid) r"
+    " WHERE s.zoid = r.zoid",
+    "DROP TABLE object_ref",
+    HISTORY_FREE_REFS_VIEW,
+)
 HAS_SEQUENCE = (
     "SELECT 1 FROM information_schema.sequences"
     " WHERE sequence_schema = current_schema() AND sequence_name = 'zoid_seq'")
@@ -76,23 +103,29 @@ DROP_NONCE_FINISH = ("DROP FUNCTION IF EXISTS zodbsql_finish(BIGINT, BIGINT, BYT
 DROP_ALLOCATE_TID = "DROP FUNCTION IF EXISTS zodbsql_allocate_tid(BIGINT, BIGINT, INTEGER, BOOLEAN)"
 DROP_LOCK_OBJECTS = "DROP FUNCTION IF EXISTS zodbsql_lock_objects(BIGINT[], BIGINT[])"
 DROP_STAGE_AND_LOCK = ("DROP FUNCTION IF EXISTS zodbsql_stage_and_lock(BIGINT[], BIGINT[],"
-                       " BIGINT[], BIGINT[], BIGINT[], BYTEA[], BIGINT[], BIGINT[], BIGINT[],"
-                       " BIGINT[])")
+                       " BIGINT[], BIGINT[], BIGINT[], BYTEA[], TEXT[], BIGINT[], BIGINT[])")
+# Schema version 1's, which staged the references as rows: dropped when the procedures
+# are installed again, so a process of an older zodbsql fails its vote instead of
+# committing states without their references.
+DROP_ROWS_STAGE_AND_LOCK = ("DROP FUNCTION IF EXISTS zodbsql_stage_and_lock(BIGINT[],"
+                            " BIGINT[], BIGINT[], BIGINT[], BIGINT[], BYTEA[], BIGINT[],"
+                            " BIGINT[], BIGINT[], BIGINT[])")
 DROP_CHANNEL = "DROP FUNCTION IF EXISTS zodbsql_channel()"
 DROP_LOG_WINDOW = "DROP FUNCTION IF EXISTS zodbsql_commit_log_window()"
 DROP_PACK_GATE = "DROP FUNCTION IF EXISTS zodbsql_pack_gate()"
 #: The generation markers, older ones first (an older one is dropped when the
 #: procedures are installed again).
 DROP_OLD_GENERATIONS = ("DROP FUNCTION IF EXISTS zodbsql_procedures_2()",
-                        "DROP FUNCTION IF EXISTS zodbsql_procedures_3()")
-DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_4()"
-#: The procedures, which are installed together; the newest (``zodbsql_procedures_4``,
+                        "DROP FUNCTION IF EXISTS zodbsql_procedures_3()",
+                        "DROP FUNCTION IF EXISTS zodbsql_procedures_4()")
+DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_5()"
+#: The procedures, which are installed together; the newest (``zodbsql_procedures_5``,
 #: which only names their generation) comes with the current bodies of the others.  One
 #: missing means a database made by an older zodbsql (or damaged), whose procedures are
 #: installed again.
 PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
               "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects",
-              "zodbsql_stage_and_lock", "zodbsql_procedures_4")
+              "zodbsql_stage_and_lock", "zodbsql_procedures_5")
 HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = ANY(%s)"
@@ -111,6 +144,9 @@ class PostgreSQLSchema(Schema):
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
+    LIST_VIEWS = LIST_VIEWS
+    HISTORY_PRESERVING_MIGRATION = HISTORY_PRESERVING_MIGRATION
+    HISTORY_FREE_MIGRATION = HISTORY_FREE_MIGRATION
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
@@ -130,8 +166,8 @@ class PostgreSQLSchema(Schema):
             # A database made before vote locked in one call, before commits were
             # announced (listener.py), before commit_log, before the pack gate or
             # before vote staged and locked in one call, or before generation 2, 3
-            # (rows found through arrays of oids) or 4 (new objects' rows inserted
-            # plainly): install the procedures again
+            # (rows found through arrays of oids), 4 (new objects' rows inserted
+            # plainly) or 5 (references a column of the state): install them again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:
@@ -149,6 +185,9 @@ class PostgreSQLSchema(Schema):
         super().create(conn, keep_history)
         self.install_procedures(conn, keep_history)
 
+    def lock_schema(self, conn: ConnectionRole) -> None:
+        conn.execute(CREATE_LOCK)
+
     def install_procedures(self, conn: ConnectionRole, keep_history: bool) -> None:
         mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
         if not keep_history:
@@ -156,6 +195,7 @@ class PostgreSQLSchema(Schema):
             conn.execute(DROP_FINISH)  # the one before commit_log, without the nonce
         for older in DROP_OLD_GENERATIONS:
             conn.execute(older)
+        conn.execute(DROP_ROWS_STAGE_AND_LOCK)
         files = resources.files(__package__)
         for procedures in ("procedures_common.sql", mode):
             conn.execute_script(files.joinpath(procedures).read_text())
@@ -179,6 +219,7 @@ class PostgreSQLSchema(Schema):
         conn.execute(DROP_PACK_GATE)
         conn.execute(DROP_ALLOCATE_TID)
         conn.execute(DROP_STAGE_AND_LOCK)  # before the function it calls
+        conn.execute(DROP_ROWS_STAGE_AND_LOCK)
         conn.execute(DROP_LOCK_OBJECTS)
         conn.execute(DROP_CHANNEL)
         conn.execute(DROP_GENERATION)

@@ -22,7 +22,7 @@ Design note.
   transaction managers or closing connections avoid that.  A start whose connection's
   ``PRAGMA data_version`` has not changed since its last poll skips the poll
   (``wakeup.py``): nothing was committed since.
-* Staging.  Commit states go to TEMP tables (``temp_store``, ``temp_ref``), which live in
+* Staging.  Commit states go to TEMP tables (``temp_store``, ``temp_blob``), which live in
   the connection's own temporary database and take no lock on the main file.
 """
 from zodbsql.backends.sqlite.adapter import SQLiteBackend

@@ -3,8 +3,8 @@ from zodbsql.backends.base.mover import Mover
 
 CREATE_TEMP_TABLES = (
     "CREATE TEMP TABLE IF NOT EXISTS temp_store (zoid INTEGER PRIMARY KEY,"
-    " prev_tid INTEGER NOT NULL, data_tid INTEGER, checksum INTEGER, state_size INTEGER NOT NULL, state BLOB)",
-    "CREATE TEMP TABLE IF NOT EXISTS temp_ref (zoid INTEGER NOT NULL, to_zoid INTEGER NOT NULL)",
+    " prev_tid INTEGER NOT NULL, data_tid INTEGER, checksum INTEGER,"
+    " state_size INTEGER NOT NULL, state BLOB, refs TEXT)",
     "CREATE TEMP TABLE IF NOT EXISTS temp_blob (zoid INTEGER PRIMARY KEY, content_hash BLOB NOT NULL)",
 )
 

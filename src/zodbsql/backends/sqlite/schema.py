@@ -26,28 +26,57 @@ HISTORY_FREE_BLOB_DDL = BLOB_CONTENT_DDL + (
     " content_hash BLOB NOT NULL)",
     "CREATE INDEX blob_ref_hash ON blob_ref (content_hash)",
 )
+# The references as rows (base/mover.py): json_each of a NULL yields none.
+HISTORY_PRESERVING_REFS_VIEW = (
+    "CREATE VIEW object_ref AS SELECT s.zoid AS zoid, s.tid AS tid, j.value AS to_zoid"
+    " FROM object_state s, json_each(s.refs) j")
+HISTORY_FREE_REFS_VIEW = (
+    "CREATE VIEW object_ref AS SELECT s.zoid AS zoid, j.value AS to_zoid"
+    " FROM object_state s, json_each(s.refs) j")
 HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid INTEGER PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
     " username BLOB NOT NULL, description BLOB NOT NULL, extension BLOB NOT NULL)",
     # A rowid table: large states stay out of the (zoid, tid) b-tree.
     # data_tid: set when the state is a copy of an older revision's (undo, restore).
+    # refs (the oids the state refers to, a JSON array) before the state: a row's
+    # columns are read in order, and a large state's overflow pages come last.
     "CREATE TABLE object_state (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
-    " data_tid INTEGER, checksum INTEGER, state_size INTEGER NOT NULL, state BLOB,"
-    " PRIMARY KEY (zoid, tid))",
+    " data_tid INTEGER, checksum INTEGER, state_size INTEGER NOT NULL, refs TEXT,"
+    " state BLOB, PRIMARY KEY (zoid, tid))",
     "CREATE INDEX object_state_tid ON object_state (tid)",
     "CREATE TABLE current_object (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL)",
     "CREATE INDEX current_object_tid ON current_object (tid)",
-    "CREATE TABLE object_ref (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
-    " to_zoid INTEGER NOT NULL, PRIMARY KEY (zoid, tid, to_zoid)) WITHOUT ROWID",
+    HISTORY_PRESERVING_REFS_VIEW,
 ) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL,"
-    " checksum INTEGER, state_size INTEGER NOT NULL, state BLOB)",
+    " checksum INTEGER, state_size INTEGER NOT NULL, refs TEXT, state BLOB)",
     "CREATE INDEX object_state_tid ON object_state (tid)",
-    "CREATE TABLE object_ref (zoid INTEGER NOT NULL, to_zoid INTEGER NOT NULL,"
-    " PRIMARY KEY (zoid, to_zoid)) WITHOUT ROWID",
+    HISTORY_FREE_REFS_VIEW,
 ) + HISTORY_FREE_BLOB_DDL
 LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+LIST_VIEWS = "SELECT name FROM sqlite_master WHERE type = 'view'"
+# From version 1 (a row per reference in the table object_ref): each revision's
+# references gathered into its refs column (ascending: the subquery's order), then the
+# table replaced by the view.  The column comes after the state here, which only
+# costs a read of a large state's overflow pages when refs is read.
+ADD_REFS_COLUMN = "ALTER TABLE object_state ADD COLUMN refs TEXT"
+HISTORY_PRESERVING_MIGRATION = (
+    ADD_REFS_COLUMN,
+    "UPDATE object_state SET refs = (SELECT '[' || group_concat(to_zoid, ',') || ']'"
+    " FROM (SELECT r.to_zoid FROM object_ref r WHERE r.zoid = object_state.zoid"
+    " AND r.tid = object_state.tid ORDER BY r.to_zoid))",
+    "DROP TABLE object_ref",
+    HISTORY_PRESERVING_REFS_VIEW,
+)
+HISTORY_FREE_MIGRATION = (
+    ADD_REFS_COLUMN,
+    "UPDATE object_state SET refs = (SELECT '[' || group_concat(to_zoid, ',') || ']'"
+    " FROM (SELECT r.to_zoid FROM object_ref r WHERE r.zoid = object_state.zoid"
+    " ORDER BY r.to_zoid))",
+    "DROP TABLE object_ref",
+    HISTORY_FREE_REFS_VIEW,
+)
 HAS_META = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'zodbsql_meta'"
 
 
@@ -64,6 +93,9 @@ class SQLiteSchema(Schema):
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
     LIST_TABLES = LIST_TABLES
+    LIST_VIEWS = LIST_VIEWS
+    HISTORY_PRESERVING_MIGRATION = HISTORY_PRESERVING_MIGRATION
+    HISTORY_FREE_MIGRATION = HISTORY_FREE_MIGRATION
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool) -> None:
