@@ -93,8 +93,9 @@ HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {
 
 # The last clause of the prefetch statements below: the references of the states a
 # batch brought (kind 2).
-# At most REFERENCES_EACH of each state: the last one's oid is found with one index
-# seek per state, and the references up to it in one range scan each.  (A container's
+# At most REFERENCES_EACH of each state: the last one's oid is found in the state's row
+# (one primary key lookup, its refs unnested), and the references up to it from the
+# same row again.  (A container's
 # references beyond those are its further children, which a miss among them brings as
 # its siblings; a long-lived process that loads the root again had brought 1,000 of every
 # container's children: 4,000 references and 7 ms for nothing.)
