@@ -99,14 +99,15 @@ Design note.
   ``tests/cluster`` runs ZODB's suites against a node, a writer per node with exact
   totals afterwards on every node, and a node killed with SIGKILL under load.
 
-* Round trips.  A commit that writes one object and creates one sends 13 statements on
-  its pooled connection: two temp-table clears (TRUNCATE, before the transaction: InnoDB
-  keeps what DELETE removes from a temporary table), START TRANSACTION, the staged states and
-  references (one multi-row INSERT each), the locking read, the commit-row lock (which
-  also reads the last tid), the commit-row update, the transactions row (history-
-  preserving) or nothing, three or four set-based moves, COMMIT.  Counted with the poll
-  (``tests/storage/test_round_trips.py``): one changed object 13 statements, 1,000 new
-  objects 17 (the extra ones are oid blocks); history-free 15 and 19.
+* Round trips.  A commit that writes one object and creates one sends 11 statements on
+  its pooled connection: the temp-table clear (TRUNCATE, before the transaction: InnoDB
+  keeps what DELETE removes from a temporary table), START TRANSACTION, the staged states
+  (one multi-row INSERT, each state with its references), the locking read, the
+  commit-row lock (which also reads the last tid), the commit-row update, the
+  transactions row (history-preserving) or nothing, two set-based moves, COMMIT.
+  Counted with the poll (``tests/storage/test_round_trips.py``): one changed object 12
+  statements, 1,000 new objects 14 (the extra ones are oid blocks); history-free 13
+  and 15.
 
 EXPLAIN on MariaDB 10.11 (id | select_type | table | type | possible_keys | key |
 key_len | ref | rows | Extra)::

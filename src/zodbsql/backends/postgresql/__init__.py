@@ -82,11 +82,11 @@ Design note.
   ===========================  ==========  ==========
 
   The 5: the poll (one UNION statement: last tid and changes), ``BEGIN; SET LOCAL
-  lock_timeout`` (one call), ``zodbsql_stage_and_lock`` (the states and references
-  staged, each column one array that ``unnest`` turns into rows of both staging tables,
+  lock_timeout`` (one call), ``zodbsql_stage_and_lock`` (the states staged, each column
+  one array that ``unnest`` turns into rows, each state's references one array of them,
   then the row locks and the conflict check), ``zodbsql_finish(...)`` (procedures_hp.sql:
-  lock the commit row, allocate the tid, record the transaction, move states, current
-  pointers and references) and COMMIT. 1,000 new objects after a pause add two oid
+  lock the commit row, allocate the tid, record the transaction, move the states with
+  their references, and the current pointers) and COMMIT. 1,000 new objects after a pause add two oid
   blocks from the sequence (16 and 1,024 oids); back-to-back big commits take one block
   of 4,096 per 4,096 new objects. The staging tables are ``ON COMMIT DELETE ROWS``, so nothing is spent
   clearing them. History-free adds the end of the read transaction that holds its

@@ -1,7 +1,7 @@
 """PostgreSQL locking: row locks in vote, a one-row lock in finish, no deadlock.
 
 Vote calls ``zodbsql_stage_and_lock`` (procedures_lock.sql) once: it stages the states
-and references, then runs ``zodbsql_lock_objects``, which takes the pack gate
+(each with its references), then runs ``zodbsql_lock_objects``, which takes the pack gate
 (an advisory lock) shared, locks the current rows of the objects the commit changes
 (``FOR UPDATE``, in oid order), then share-locks the rows it read-current without
 waiting (``FOR SHARE NOWAIT``), then returns every write and read conflict. Finish
