@@ -57,7 +57,6 @@ StagedState = tuple[int, int, "int | None", "int | None", int, "bytes | None", "
 STAGED_OID: Final = 0
 STAGED_SIZE: Final = 4
 STAGED_STATE: Final = 5
-STAGED_REFS: Final = 6
 
 
 class ResolvedState(NamedTuple):
