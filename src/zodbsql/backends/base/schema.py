@@ -164,12 +164,16 @@ class Schema:
         for statement in ddl:
             conn.execute(statement)
 
-    def drop_all(self, conn: ConnectionRole) -> None:
-        """Drop zodbsql's own views and tables (and nothing else)."""
+    def drop_views(self, conn: ConnectionRole) -> None:
+        """Drop zodbsql's own views (before the tables they read)."""
         views = self.list_views(conn)
         for view in VIEWS:
             if view in views:
                 conn.execute(f"DROP VIEW {view}")
+
+    def drop_all(self, conn: ConnectionRole) -> None:
+        """Drop zodbsql's own views and tables (and nothing else)."""
+        self.drop_views(conn)
         present = self.list_tables(conn)
         for table in TABLES:
             if table in present:

@@ -12,7 +12,7 @@ import time
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.schema import (MIGRATABLE_VERSION, SCHEMA_VERSION, SELECT_META,
-                                         TABLES, UPDATE_VERSION, VIEWS, Schema)
+                                         TABLES, UPDATE_VERSION, Schema)
 from zodbsql.backends.mysql.connections import MySQLConnection
 from zodbsql.errors import SchemaError
 
@@ -189,10 +189,7 @@ class MySQLSchema(Schema):
             time.sleep(0.2)
 
     def drop_all(self, conn: ConnectionRole) -> None:
-        views = self.list_views(conn)
-        for view in VIEWS:
-            if view in views:
-                conn.execute(f"DROP VIEW {view}")
+        self.drop_views(conn)
         present = super().list_tables(conn)
         for table in WORK_TABLES + TABLES:
             if table in present:
