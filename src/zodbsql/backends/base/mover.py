@@ -92,33 +92,20 @@ HP_LOAD_MANY_AT = (
 HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
 
 # The last clause of the prefetch statements below: the references of the states a
-# batch brought (kind 2).
-# At most REFERENCES_EACH of each state: the last one's oid is found in the state's row
-# (one primary key lookup, its refs unnested), and the references up to it from the
-# same row again.  (A container's
+# batch brought (kind 2), at most REFERENCES_EACH of each, taken from the state's own
+# row.  A revision's references are stored ascending, so its first ones are its lowest;
+# ``{first_references}`` is the backend's query of them (``Mover.FIRST_REFERENCES``).  (A container's
 # references beyond those are its further children, which a miss among them brings as
 # its siblings; a long-lived process that loads the root again had brought 1,000 of every
-# container's children: 4,000 references and 7 ms for nothing.)
+# container's children: 4,000 references and 7 ms for nothing.)  Finding them through
+# ``object_ref`` took a second lookup of each state's row and a sort of its references:
+# on SQLite 4 of the 10 ms of a batch of 999 states that refer to nothing.
 REFERENCES_EACH = 64
-NO_OID_ABOVE = 2 ** 63 - 1
 #: No object has it (oids are not negative): the padding of the candidate parents.
 NO_PARENT = -1
 #: Candidate parents a load statement takes (``Prefetcher.parents``).
 PARENTS = 16
-# A LIMIT that never cuts: it keeps SQLite from flattening the derived table of each
-# state's last reference into the join, where it would seek once per reference.
-UNFLATTENED = "LIMIT 1000000000"
-HF_REFERENCES = (
-    " FROM (SELECT k.zoid, COALESCE((SELECT x.to_zoid FROM object_ref x WHERE x.zoid = k.zoid"
-    f" ORDER BY x.to_zoid LIMIT 1 OFFSET {REFERENCES_EACH - 1}), {NO_OID_ABOVE}) AS last_ref"
-    f" FROM kept k {UNFLATTENED}) k"
-    " JOIN object_ref r ON r.zoid = k.zoid AND r.to_zoid <= k.last_ref LIMIT %s) f")
-HP_REFERENCES = (
-    " FROM (SELECT k.zoid, k.tid, COALESCE((SELECT x.to_zoid FROM object_ref x"
-    " WHERE x.zoid = k.zoid AND x.tid = k.tid ORDER BY x.to_zoid LIMIT 1"
-    f" OFFSET {REFERENCES_EACH - 1}), {NO_OID_ABOVE}) AS last_ref FROM kept k {UNFLATTENED}) k"
-    " JOIN object_ref r ON r.zoid = k.zoid AND r.tid = k.tid AND r.to_zoid <= k.last_ref"
-    " LIMIT %s) f")
+REFERENCES = " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM ({first_references} LIMIT %s) f"
 # -- a load with the states it refers to (reference-driven prefetch) ---------------------------
 # One statement returns the object's row (kind 0, as load_at returns it); then up to
 # LIMIT states, and the bytes bound in all (kind 1): first of the objects its state refers
@@ -132,76 +119,83 @@ HP_REFERENCES = (
 # per reference for, in random order.  History-preserving, a candidate is tested by its
 # current revision (a guess: the siblings are read at the snapshot).
 # Sizes are summed before the states are read, so no state is sorted or copied.
-HF_LOAD_WITH_REFS = (
-    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state WHERE zoid = %s),"
-    " own AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
-    " WHERE zoid = %s ORDER BY to_zoid LIMIT %s),"
+# ``own``: (parent, zoid) of the object's first references, at most the number given;
+# ``siblings``: of the references after it in its parent's (the first of the candidate
+# parents, ``{parents}``, that refers to it), at most the number given.  Through the
+# ``object_ref`` view here, with a sort; a backend that can address an array's elements
+# by position gives its own (``prefetching``).
+HF_OWN = (" own AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
+          " WHERE zoid = %s ORDER BY to_zoid LIMIT %s),")
+HF_SIBLINGS = (
     " siblings AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
     " WHERE zoid = (SELECT zoid FROM object_ref WHERE zoid IN ({parents}) AND to_zoid = %s"
-    " LIMIT 1) AND to_zoid > %s ORDER BY to_zoid LIMIT %s),"
+    " LIMIT 1) AND to_zoid > %s ORDER BY to_zoid LIMIT %s),")
+# ``kept``: the states within the bound, in the order of the running size (a join that
+# keeps the outer side's order: the prefetcher queues references in the order of the
+# states).  The running size is summed over the oids alone (``sized``), then the states
+# within the bound are read: a sort that carried the states cost SQLite 1.5 of the 10 ms
+# of a batch of 999 states.  History-free, ``{kept}`` makes ``sized`` too.
+HF_KEPT = (" sized AS (SELECT s.zoid, SUM(s.state_size) OVER (ORDER BY w.step, w.zoid) AS total"
+           " FROM chosen w JOIN object_state s ON s.zoid = w.zoid),"
+           " kept AS (SELECT s.zoid, s.tid, s.checksum, s.state, s.refs FROM sized z"
+           " JOIN object_state s ON s.zoid = z.zoid WHERE z.total <= %s)")
+HF_LOAD_WITH_REFS = (
+    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state WHERE zoid = %s),"
+    "{own}{siblings}"
     " wanted AS (SELECT zoid, 0 AS step FROM own"
     " UNION ALL SELECT zoid, 1 FROM object_state WHERE zoid {listed}"
     " UNION ALL SELECT zoid, 2 FROM siblings),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
-    # The states travel with their running size: one index lookup per state.
-    " sized AS (SELECT s.zoid, s.tid, s.checksum, s.state,"
-    " SUM(s.state_size) OVER (ORDER BY w.step, w.zoid) AS total"
-    " FROM chosen w JOIN object_state s ON s.zoid = w.zoid),"
-    " kept AS (SELECT zoid, tid, checksum, state FROM sized WHERE total <= %s)"
+    "{kept}"
     " SELECT 0, zoid, tid, checksum, state FROM target"
     " UNION ALL SELECT 1, zoid, tid, checksum, state FROM kept"
     " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM own"
     " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM siblings"
-    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
-    + HF_REFERENCES)
+    + REFERENCES)
 # The choice of the states that come along, as both modes' statements above make it.
 CHOSEN = (" chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
           " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),")
 # History-preserving: every state as of the snapshot tid (the current one unless it is
 # newer), and the references recorded with exactly that revision.
-HP_LOAD_WITH_REFS = (
-    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state"
-    " WHERE zoid = %s AND tid <= %s ORDER BY tid DESC LIMIT 1),"
-    " own AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
-    " WHERE zoid = %s AND tid = (SELECT tid FROM target) ORDER BY to_zoid LIMIT %s),"
+# ``own`` of the revision loaded; ``parent`` the candidate whose current revision refers
+# to the object; ``siblings`` from its revision at the snapshot.
+HP_OWN = (" own AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
+          " WHERE zoid = %s AND tid = (SELECT tid FROM target) ORDER BY to_zoid LIMIT %s),")
+HP_PARENT = (
     " parent AS (SELECT c.zoid FROM current_object c JOIN object_ref r ON r.zoid = c.zoid"
-    " AND r.tid = c.tid AND r.to_zoid = %s WHERE c.zoid IN ({parents}) LIMIT 1),"
+    " AND r.tid = c.tid AND r.to_zoid = %s WHERE c.zoid IN ({parents}) LIMIT 1),")
+HP_SIBLINGS = (
     " siblings AS (SELECT zoid AS parent, to_zoid AS zoid FROM object_ref"
     " WHERE zoid = (SELECT zoid FROM parent) AND tid = (SELECT MAX(tid) FROM object_state"
     " WHERE zoid = (SELECT zoid FROM parent) AND tid <= %s)"
-    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s),"
+    " AND to_zoid > %s ORDER BY to_zoid LIMIT %s),")
+HP_KEPT = (" kept AS (SELECT s.zoid, s.tid, s.checksum, s.state, s.refs FROM sized z"
+           " JOIN object_state s ON s.zoid = z.zoid AND s.tid = z.tid WHERE z.total <= %s)")
+HP_LOAD_WITH_REFS = (
+    "WITH target AS (SELECT zoid, tid, checksum, state FROM object_state"
+    " WHERE zoid = %s AND tid <= %s ORDER BY tid DESC LIMIT 1),"
+    "{own}{parent}{siblings}"
     " wanted AS (SELECT zoid, 0 AS step FROM own"
     " UNION ALL SELECT zoid, 1 FROM current_object WHERE zoid {listed}"
     " UNION ALL SELECT zoid, 2 FROM siblings),"
     " chosen AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> %s"
     " GROUP BY zoid ORDER BY 2, 1 LIMIT %s),"
     "{revisions}"
-    " kept AS (SELECT zoid, tid, checksum, state FROM sized WHERE total <= %s)"
+    "{kept}"
     " SELECT 0, zoid, tid, checksum, state FROM target"
     " UNION ALL SELECT 1, zoid, tid, checksum, state FROM kept"
     " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM own"
     " UNION ALL SELECT 2, parent, zoid, NULL, NULL FROM siblings"
-    " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM (SELECT r.zoid, r.to_zoid"
-    + HP_REFERENCES)
+    + REFERENCES)
 # ``sized``: each chosen object's revision at the snapshot (the current one unless it is
-# newer), with its state and the running size.  Portable: through current_object.
+# newer) and the running size of their states.  Portable: through current_object.
 HP_REVISIONS_PORTABLE = (
     " revision AS (SELECT w.zoid, w.step, CASE WHEN c.tid <= %s THEN c.tid ELSE"
     " (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = c.zoid AND m.tid <= %s) END"
     " AS tid FROM chosen w JOIN current_object c ON c.zoid = w.zoid),"
-    " sized AS (SELECT s.zoid, s.tid, s.checksum, s.state,"
-    " SUM(s.state_size) OVER (ORDER BY v.step, v.zoid) AS total"
-    " FROM revision v JOIN object_state s ON s.zoid = v.zoid AND s.tid = v.tid),")
-# Where the database has LATERAL (PostgreSQL): one backward index scan per object finds
-# its revision and its state at once.
-HP_REVISIONS_LATERAL = (
-    " sized AS (SELECT s.zoid, s.tid, s.checksum, s.state,"
-    " SUM(s.state_size) OVER (ORDER BY w.step, w.zoid) AS total"
-    " FROM chosen w CROSS JOIN LATERAL (SELECT m.zoid, m.tid, m.checksum, m.state,"
-    " m.state_size FROM object_state m WHERE m.zoid = w.zoid AND m.tid <= %s"
-    " ORDER BY m.tid DESC LIMIT 1) s),")
-
+    " sized AS (SELECT s.zoid, s.tid, SUM(s.state_size) OVER (ORDER BY v.step, v.zoid)"
+    " AS total FROM revision v JOIN object_state s ON s.zoid = v.zoid AND s.tid = v.tid),")
 # PostgreSQL's prefetch follows references further than one step: from the states the
 # statement chooses (the seeds) but those the loaded state refers to itself (a load of
 # a container or of the root would otherwise spread over every subtree below it),
@@ -225,7 +219,7 @@ WALK = (
 HF_WALK_STEP = "JOIN object_ref r ON r.zoid = w.zoid"
 HP_WALK_STEP = ("JOIN current_object c ON c.zoid = w.zoid"
                 " JOIN object_ref r ON r.zoid = c.zoid AND r.tid = c.tid")
-# A walking statement returns at most REFERENCES_EACH references of each state (a
+# Its statements return at most REFERENCES_EACH references of each state (a
 # BTree bucket's items and its next bucket), 16 a state in all (``REFERENCES_PER_STATE``, 4
 # elsewhere), so that a batch of buckets queues all their items and the next misses
 # bring them: with 4 a state and no cap of each, the cap cut the references of the last
@@ -236,13 +230,23 @@ HP_WALK_STEP = ("JOIN current_object c ON c.zoid = w.zoid"
 # row, did not hash it: 1.6 s for 10,000 references.)
 
 
-def walking(statement: str, step: str, references: str, capped: str) -> str:
+def prefetching(statement: str, *, own: str, siblings: str, kept: str, parent: str = "",
+                revisions: str = "") -> str:
+    """A prefetch statement (``HF_LOAD_WITH_REFS``, ``HP_LOAD_WITH_REFS``) with its
+    choice of references (``own``, ``parent``, ``siblings``), of the states read
+    (``kept``) and, history-preserving, of the revisions (``revisions``); ``{listed}``,
+    ``{parents}`` and ``{first_references}`` are left for the call."""
+    for name, fragment in (("{own}", own), ("{parent}", parent), ("{siblings}", siblings),
+                           ("{kept}", kept), ("{revisions}", revisions)):
+        assert (name in statement) == bool(fragment), name
+        statement = statement.replace(name, fragment)
+    return statement
+
+
+def walking(statement: str, step: str) -> str:
     """The prefetch ``statement`` with its choice of states made by ``WALK`` (``step``:
-    how a walked object's references are found) and its last clause, the
-    ``references``, replaced by the ``capped`` ones."""
+    how a walked object's references are found)."""
     assert statement.startswith("WITH ") and CHOSEN in statement
-    assert statement.endswith(references)
-    statement = statement[:-len(references)] + capped
     return "WITH RECURSIVE " + statement[len("WITH "):].replace(
         CHOSEN, WALK.replace("{step}", step))
 
@@ -305,17 +309,25 @@ class Mover:
         load_before=HP_LOAD_BEFORE, next_tid=HP_NEXT_TID, exists=HP_EXISTS,
         current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
         load_revisions=HP_LOAD_REVISIONS, load_many=HP_LOAD_MANY_AT,
-        load_with_refs=HP_LOAD_WITH_REFS.replace("{revisions}", HP_REVISIONS_PORTABLE),
+        load_with_refs=prefetching(HP_LOAD_WITH_REFS, own=HP_OWN, parent=HP_PARENT,
+                                   siblings=HP_SIBLINGS, kept=HP_KEPT,
+                                   revisions=HP_REVISIONS_PORTABLE),
         move_states=HP_MOVE_STATES, move_blobs=HP_MOVE_BLOBS, set_current=HP_SET_CURRENT)
     HISTORY_FREE: ClassVar[MoverStatements] = MoverStatements(
         load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
         load_before=HF_LOAD_CURRENT, exists=HF_CURRENT_TID, current_tid=HF_CURRENT_TID,
         count_objects=HF_COUNT_OBJECTS, load_revisions=HF_LOAD_REVISIONS,
-        load_many=HF_LOAD_MANY, load_with_refs=HF_LOAD_WITH_REFS,
+        load_many=HF_LOAD_MANY,
+        load_with_refs=prefetching(HF_LOAD_WITH_REFS, own=HF_OWN, siblings=HF_SIBLINGS,
+                                   kept=HF_KEPT),
         move_states=HF_MOVE_STATES, move_blobs=HF_MOVE_BLOBS,
         delete_removed=HF_DELETE_REMOVED, delete_old_blobs=HF_DELETE_OLD_BLOBS)
     #: The most oids one statement lists (the rest go in further statements).
     MAX_LISTED_OIDS = 1000
+    #: The query of ``(zoid, to_zoid)``, the first REFERENCES_EACH oids of the ``refs``
+    #: (an array, ascending) of each ``kept`` state ``k`` (``REFERENCES``); none of a
+    #: state whose ``refs`` is NULL.
+    FIRST_REFERENCES: ClassVar[str]
     #: References of prefetched states a load brings along, per state it may prefetch
     #: (they name what a later miss brings: the items of a BTree's next buckets).
     REFERENCES_PER_STATE = 4
@@ -404,7 +416,8 @@ class Mover:
         to ``max_references`` references ``(from, to)`` of those states, and its own and
         its parent's that were looked at."""
         test, listed = self.listed(list(also[:self.MAX_LISTED_OIDS]) or [oid])
-        sql = self.sql.load_with_refs.format(listed=test, parents=in_list(PARENTS))
+        sql = self.sql.load_with_refs.format(listed=test, parents=in_list(PARENTS),
+                                             first_references=self.FIRST_REFERENCES)
         candidates = list(parents[-PARENTS:])
         candidates = [NO_PARENT] * (PARENTS - len(candidates)) + candidates
         own = max(limit, REFERENCES_EACH)

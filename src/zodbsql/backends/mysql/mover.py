@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.base.mover import Mover
+from zodbsql.backends.base.mover import REFERENCES_EACH, Mover
 
 CREATE_TEMP_TABLES = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (zoid BIGINT NOT NULL PRIMARY KEY,"
@@ -46,6 +46,11 @@ TRUNCATE_TEMP_STORE = "TRUNCATE TABLE temp_store"
 
 class MySQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
+    # FOR ORDINALITY numbers an array's elements from 1.
+    FIRST_REFERENCES = (
+        "SELECT k.zoid, j.to_zoid FROM kept k, JSON_TABLE(k.refs, '$[*]' COLUMNS"
+        " (ordinal FOR ORDINALITY, to_zoid BIGINT PATH '$')) j"
+        f" WHERE j.ordinal <= {REFERENCES_EACH}")
     HISTORY_PRESERVING = dataclasses.replace(Mover.HISTORY_PRESERVING,
                                              set_current=HP_SET_CURRENT)
     HISTORY_FREE = dataclasses.replace(
