@@ -151,13 +151,16 @@ class DBConnection:
         self._traced(sql, None, started)
 
     def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
-                 ) -> list[Row]:
+                 prepare: bool = False) -> list[Row]:
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
             cursor = self.result_cursor() if binary else self.raw.cursor()
-            cursor.execute(self._sql(sql), params)
+            if prepare:
+                self.execute_prepared(cursor, self._sql(sql), params)
+            else:
+                cursor.execute(self._sql(sql), params)
             rows = list(cursor.fetchall())
         except Exception as exc:
             self._traced(sql, params, started, exc)
@@ -168,6 +171,11 @@ class DBConnection:
     def result_cursor(self) -> Any:
         """A cursor whose results come in the driver's binary format, if it has one."""
         return self.raw.cursor()
+
+    def execute_prepared(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
+        """Run ``sql`` on ``cursor``, prepared on the server from its first run where
+        the driver can (``fetchall(prepare=True)``); here, simply run."""
+        cursor.execute(sql, params)
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         self.statements += 1

@@ -243,10 +243,12 @@ class ConnectionRole(Protocol):
         """Run one statement for each row of parameters."""
 
     def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
-                 ) -> list[tuple[Any, ...]]:
+                 prepare: bool = False) -> list[tuple[Any, ...]]:
         """Run a query; return all its rows.  ``binary``: the results may travel in the
         driver's binary format (PostgreSQL: no hex text to decode for BYTEA); the rows
-        hold the same Python values either way."""
+        hold the same Python values either way.  ``prepare``: a long statement run
+        again and again, worth preparing on the server at its first run (PostgreSQL);
+        a driver that prepares nothing ignores it."""
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         """Run a query; return its first row, or None when it has none."""

@@ -431,7 +431,8 @@ class Mover:
         row: StateRow | None = None
         states: list[LoadedState] = []
         references: list[Revision] = []
-        for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params, binary=True):
+        for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params, binary=True,
+                                                                      prepare=True):
             if kind == 0:
                 row = self._row((tid, stored_checksum, state), oid)
             elif kind == 1:

@@ -159,7 +159,7 @@ class MySQLConnection(DBConnection):
         return super().execute(sql, params or None)  # type: ignore[arg-type]
 
     def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
-                 ) -> list[Any]:
+                 prepare: bool = False) -> list[Any]:
         return super().fetchall(sql, params or None, binary)  # type: ignore[arg-type]
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
