@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 import tracemalloc
 
-from zodbsql.cache.statecache import FrequencySketch, StateCache, allocated, state_cost
+from zodbsql.cache.statecache import (SKETCH_START, FrequencySketch, StateCache, allocated,
+                                      state_cost)
 
 from .test_statecache import STATE, assert_counts_add_up
 
@@ -75,6 +76,44 @@ def test_the_sketch_has_a_counter_per_entry_rounded_up_to_a_power_of_two() -> No
     # The cache sizes its sketch at one counter per 128 bytes of limit.
     assert StateCache(128 * 129)._sketch.bits == 8
     assert StateCache(128 * 128)._sketch.bits == 7
+
+
+def test_a_large_caches_sketch_starts_narrow_and_grows_to_its_width_as_states_come() -> None:
+    """A fresh process's first loads wrote a full sketch's pages (1 MB at 64 MB):
+    page faults.  It starts at SKETCH_START counters and grows as the states outnumber
+    them, to one counter per 128 bytes of limit, never past it."""
+    assert StateCache(64 << 20)._sketch.bits == SKETCH_START.bit_length() - 1
+    assert StateCache(4 << 20)._sketch.bits == 15                 # its full width
+    cache = started(limit=48 << 20)                                # 393,216 counters
+    before = cache.bytes_used
+    state = bytes(20)
+    for oid in range(SKETCH_START):
+        cache.put_loaded(oid, 9, state, snapshot=10)
+    assert cache._sketch.bits == 16                                # not outnumbered yet
+    cache.put_loaded(SKETCH_START, 9, state, snapshot=10)
+    assert cache._sketch.bits == 18                                # twice the states
+    assert cache.bytes_used - before > 2 * (1 << 18) - 2 * (1 << 16)
+    for oid in range(SKETCH_START + 1, 300_000):
+        cache.put_loaded(oid, 9, state, snapshot=10)
+    assert cache._sketch.bits == 19                                # capped at its width
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
+
+
+def test_a_sketch_that_grows_keeps_every_count() -> None:
+    sketch = FrequencySketch(64)
+    for oid in range(200):
+        for _ in range(oid % 7):
+            sketch.add(oid)
+    counts = [sketch.count(oid) for oid in range(200)]
+    sketch.grow(1000)
+    assert sketch.bits == 10 and all(len(row) == 1024 for row in sketch.rows)
+    assert sketch.period == 10 * 1024
+    # Each old counter's value is in both counters that split it: every oid reads
+    # exactly what it read before.
+    assert [sketch.count(oid) for oid in range(200)] == counts
+    sketch.grow(10)                                                # never narrower
+    assert sketch.bits == 10
 
 
 def test_the_sketch_spreads_over_the_whole_row() -> None:

@@ -44,7 +44,8 @@ caches of 4 MB and more), an LRU with no admission; what leaves the window moves
 *probation*; a hit there moves a state to *protected* (80% of the bytes), whose oldest
 fall back to probation; probation's oldest is the eviction victim.  Before a newcomer
 from the window may push the victim out, a count-min sketch of recent accesses (2 rows
-of 4-bit counters, halved every 10 x its width accesses, so it forgets) compares them:
+of 4-bit counters, halved every 10 x its width accesses, so it forgets; widened as the
+states come, ``SKETCH_START``) compares them:
 the newcomer enters only if it was asked for at least two more times than the victim
 (with no margin, a loop's second pass pushes out, one by one, the states it is about
 to ask for).
@@ -107,6 +108,15 @@ _TID_BYTES = allocated(sys.getsizeof(1 << 62))
 _KEY_BYTES = allocated(sys.getsizeof(1 << 127))
 
 
+#: Counters a state cache's sketch starts with at most (two rows of 64 KB, a cache of
+#: 8 MB's full width); a larger cache's grows to one per 128 bytes of its limit as its
+#: states outnumber them.  Counts gathered in a narrower sketch are shared by more oids
+#: (a 4,096-counter start let a prefetch into a full 4 MB cache win admission with the
+#: counts of the hot states it had shared counters with): at this width a cache has as
+#: many counters as states when it grows.
+SKETCH_START = 65536
+
+
 class FrequencySketch:
     """How often each oid was asked for recently: a count-min sketch of 4-bit counters
     (2 rows of bytes, conservative update), all halved every ``10 x width`` increments.
@@ -153,6 +163,24 @@ class FrequencySketch:
             self.rows = [first.translate(self._HALF), second.translate(self._HALF)]
             self.samples //= 2
 
+    def grow(self, entries: int) -> None:
+        """Widen the rows to a counter per entry for ``entries`` (never narrower), each
+        counter's count going to the two that split it: an index is the top ``bits``
+        of the hash, so one more bit sends old counter i to 2i and 2i + 1, and no
+        count is lost or lowered."""
+        bits = max(self.bits, (max(entries, 1) - 1).bit_length())
+        while self.bits < bits:
+            rows = []
+            for row in self.rows:
+                wider = bytearray(2 * len(row))
+                wider[0::2] = row
+                wider[1::2] = row
+                rows.append(wider)
+            self.rows = rows
+            self.bits += 1
+        self._shift = 64 - self.bits
+        self.period = 10 * (1 << self.bits)
+
     def count(self, oid: int) -> int:
         first, second = self.rows
         x = first[((oid * self._FIRST) & self._MASK) >> self._shift]
@@ -178,7 +206,13 @@ class StateCache:
         self._current_bytes = 0          # the states in the window, probation and protected
         self._changed: dict[int, int] = {}
         self._max_index = max(1000, size_bytes // (4 * INDEX_ENTRY_BYTES))
-        self._sketch = FrequencySketch(size_bytes // 128)
+        # A counter per 128 bytes of limit, grown to it as the cache fills (``_shrink``):
+        # a new sketch's pages cost the kernel a fault at their first write, and a full
+        # one (1 MB at the default 64 MB) cost a fresh process ~5 ms of its first 1,000
+        # loads (256 faults of ~20 us on this machine's VM), where 32 pages serve the
+        # first 65,536 states.
+        self._sketch_entries = size_bytes // 128
+        self._sketch = FrequencySketch(min(self._sketch_entries, SKETCH_START))
         self._fixed_bytes = self._sketch.size_bytes + self._batches_bytes()
         self._protected_share = PROTECTED_SHARE
         self._admission = True
@@ -592,6 +626,12 @@ class StateCache:
 
         The tables are measured once: taking entries out never grows them (a dict does
         not resize on deletion), so what each eviction frees is subtracted instead."""
+        sketch = self._sketch
+        entries = len(self._probation) + len(self._protected) + len(self._window)
+        if entries > 1 << sketch.bits and (1 << sketch.bits) < self._sketch_entries:
+            before = sketch.size_bytes
+            sketch.grow(min(2 * entries, self._sketch_entries))
+            self._fixed_bytes += sketch.size_bytes - before
         excess = self._bytes() - self.limit
         while excess > 0:
             if not self._probation and not self._protected and not self._window:
