@@ -114,6 +114,26 @@ def test_a_sketch_that_grows_keeps_every_count() -> None:
     assert [sketch.count(oid) for oid in range(200)] == counts
     sketch.grow(10)                                                # never narrower
     assert sketch.bits == 10
+    sketch.grow(1024)                                              # 1,024 counters fit
+    assert sketch.bits == 10
+    sketch.grow(1025)
+    assert sketch.bits == 11
+
+
+def test_the_sketch_grows_with_the_states_of_every_segment() -> None:
+    """Protected states count toward the sketch's width as much as new ones."""
+    cache = started(limit=48 << 20)
+    state = bytes(20)
+    held = 40_000
+    for oid in range(held):
+        cache.put_loaded(oid, 9, state, snapshot=10)
+    for oid in range(held):
+        assert cache.get(oid, 10) is not None                      # asked again: protected
+    assert len(cache._protected) > 0.75 * held
+    assert cache._sketch.bits == 16
+    for oid in range(held, SKETCH_START + 1000):
+        cache.put_loaded(oid, 9, state, snapshot=10)
+    assert cache._sketch.bits == 18
 
 
 def test_the_sketch_spreads_over_the_whole_row() -> None:
