@@ -94,12 +94,13 @@ HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {
 # The last clause of the prefetch statements below: the references of the states a
 # batch brought (kind 2), at most REFERENCES_EACH of each, taken from the state's own
 # row.  A revision's references are stored ascending, so its first ones are its lowest;
-# ``{first_references}`` is the backend's query of them (``Mover.FIRST_REFERENCES``).  (A container's
-# references beyond those are its further children, which a miss among them brings as
-# its siblings; a long-lived process that loads the root again had brought 1,000 of every
-# container's children: 4,000 references and 7 ms for nothing.)  Finding them through
-# ``object_ref`` took a second lookup of each state's row and a sort of its references:
-# on SQLite 4 of the 10 ms of a batch of 999 states that refer to nothing.
+# ``{first_references}`` is the backend's query of them (``Mover.FIRST_REFERENCES``).
+# (A container's references beyond those are its further children, which a miss among
+# them brings as its siblings; a long-lived process that loads the root again had
+# brought 1,000 of every container's children: 4,000 references and 7 ms for nothing.)
+# Finding them through ``object_ref`` took a second lookup of each state's row and a
+# sort of its references: on SQLite 4 of the 10 ms of a batch of 999 states that refer
+# to nothing.
 REFERENCES_EACH = 64
 #: No object has it (oids are not negative): the padding of the candidate parents.
 NO_PARENT = -1
@@ -118,7 +119,8 @@ REFERENCES = " UNION ALL SELECT 2, zoid, to_zoid, NULL, NULL FROM ({first_refere
 # it from the object alone took an index on to_zoid, which every commit paid an entry
 # per reference for, in random order.  History-preserving, a candidate is tested by its
 # current revision (a guess: the siblings are read at the snapshot).
-# Sizes are summed before the states are read, so no state is sorted or copied.
+# Sizes are summed before the states are read, so no state is sorted or copied (except
+# on PostgreSQL, whose window carries the states: see its mover).
 # ``own``: (parent, zoid) of the object's first references, at most the number given;
 # ``siblings``: of the references after it in its parent's (the first of the candidate
 # parents, ``{parents}``, that refers to it), at most the number given.  Through the
