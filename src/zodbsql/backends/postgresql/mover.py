@@ -65,12 +65,11 @@ HP_REVISIONS = (
     " FROM chosen w CROSS JOIN LATERAL (SELECT m.zoid, m.tid, m.checksum, m.state, m.refs,"
     " m.state_size FROM object_state m WHERE m.zoid = w.zoid AND m.tid <= %s"
     " ORDER BY m.tid DESC LIMIT 1) s),")
+KEPT = " kept AS (SELECT zoid, tid, checksum, state, refs FROM sized WHERE total <= %s)"
 HF_KEPT = (
     " sized AS (SELECT s.zoid, s.tid, s.checksum, s.state, s.refs,"
     " SUM(s.state_size) OVER (ORDER BY w.step, w.zoid) AS total"
-    " FROM chosen w JOIN object_state s ON s.zoid = w.zoid),"
-    " kept AS (SELECT zoid, tid, checksum, state, refs FROM sized WHERE total <= %s)")
-KEPT = " kept AS (SELECT zoid, tid, checksum, state, refs FROM sized WHERE total <= %s)"
+    " FROM chosen w JOIN object_state s ON s.zoid = w.zoid)," + KEPT)
 HF_OWN = (" own AS (SELECT s.zoid AS parent, u.zoid FROM (SELECT zoid, refs FROM object_state"
           " WHERE zoid = %s) s CROSS JOIN LATERAL unnest(s.refs[1:%s::INT]) AS u (zoid)),")
 AFTER_IN_PARENT = (" CROSS JOIN LATERAL (SELECT array_position(p.refs, %s::BIGINT) AS at,"
