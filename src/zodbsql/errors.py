@@ -67,13 +67,15 @@ class ConnectionLost(DatabaseError, transaction.interfaces.TransientError):
 
 class CommitOutcomeUnknown(ZodbsqlError, POSException.StorageError):
     """The connection was lost while COMMIT was in flight and the database could not be
-    asked afterwards whether transaction ``tid`` was committed.
+    asked afterwards whether transaction ``tid`` was committed (None: COMMIT went with the
+    step that allocates the tid, whose answer was lost too; the message says what to
+    look for instead).
 
     Never retryable: the transaction may be in the database already, and running it
     again could apply it twice.
     """
 
-    def __init__(self, message: str, tid: int) -> None:
+    def __init__(self, message: str, tid: int | None) -> None:
         super().__init__(message)
         self.tid = tid
 

@@ -25,8 +25,8 @@ from ZODB.Connection import TransactionMetaData
 EXPECTED = {
     ("sqlite", True): (12, 20),
     ("sqlite", False): (13, 21),
-    ("postgresql", True): (5, 7),
-    ("postgresql", False): (6, 8),
+    ("postgresql", True): (4, 6),
+    ("postgresql", False): (5, 7),
     ("mysql", True): (12, 14),
     ("mysql", False): (13, 15),
 }
@@ -69,8 +69,8 @@ def test_statements_per_commit(storage_factory: Any) -> None:
 EXPECTED_EMPTY = {
     ("sqlite", True): 6,
     ("sqlite", False): 5,
-    ("postgresql", True): 3,
-    ("postgresql", False): 3,
+    ("postgresql", True): 1,
+    ("postgresql", False): 1,
     ("mysql", True): 8,
     ("mysql", False): 7,
 }

@@ -115,6 +115,11 @@ class PendingCommit:
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
         mover = backend.mover
         mover.clear_staged(conn)  # before the transaction: MySQL's TRUNCATE would end it
+        if (not (rows or self.blob_files or self.data_tids or self.read_current)
+                and backend.locker.skip_empty_lock and backend.txncontrol.finishes_with_commit):
+            # Nothing to stage or lock: finish runs alone, a transaction of its own.
+            self.voted = True
+            return self.resolved
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
         self._stage_blobs(conn)
         if not (rows or self.blob_staged or self.read_current) and backend.locker.skip_empty_lock:
@@ -259,16 +264,15 @@ class PendingCommit:
         files = self.shared.blob_files
         check_blobs = (files is not None and not files.shared
                        and bool(self.blob_staged or self.data_tids))
+        placing = files is not None and files.shared and bool(self.blob_staged or self.data_tids)
+        if not placing and backend.txncontrol.finishes_with_commit:
+            return self._finish_and_commit(clock_tid, check_blobs)
         tid = backend.txncontrol.finish(
             conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
             _as_bytes(meta.description), _extension_bytes(meta),
             self.shared.options.commit_lock_timeout, bool(self.states),
             check_blobs=check_blobs, blobs=self._changes_blob_refs())
-        if self.states:
-            highest = max(self.states)
-            if highest > self.shared.highest_oid_seen:
-                backend.oids.ensure_above(conn, highest)
-                self.shared.highest_oid_seen = highest
+        self._raise_oid_counter()
         if files is not None and files.shared:
             # The files are in place before the commit makes the revisions visible; a
             # crash in between leaves only files no revision names (pack removes them).
@@ -288,6 +292,12 @@ class PendingCommit:
             raise
         except Exception as exc:
             self._settle_lost_commit(tid, exc)  # returns only if the commit is durable
+        self._install_blobs(tid)
+        return tid
+
+    def _install_blobs(self, tid: int) -> None:
+        """After the commit: the blob files join the local cache under their hash."""
+        files = self.shared.blob_files
         if files is not None and files.cache is not None:
             for oid, (content_hash, size, _) in self.blob_staged.items():
                 files.hashes.put(oid, tid, content_hash)
@@ -296,15 +306,44 @@ class PendingCommit:
                     files.cache.install(content_hash, size, staged)
                 except OSError:
                     remove_quietly(staged)
+
+    def _finish_and_commit(self, clock_tid: int, check_blobs: bool) -> int:
+        """Finish and COMMIT in one round trip (no blob file to place under the tid)."""
+        conn = self.conn
+        assert conn is not None
+        meta = self.transaction
+        self._raise_oid_counter()
+        try:
+            tid = self.shared.backend.txncontrol.finish(
+                conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
+                _as_bytes(meta.description), _extension_bytes(meta),
+                self.shared.options.commit_lock_timeout, bool(self.states),
+                check_blobs=check_blobs, blobs=self._changes_blob_refs(), commit=True)
+        except ConnectionLost as exc:
+            # The server answered nothing: COMMIT may have run.  (An error it answered
+            # with means the transaction was rolled back: raised as it is.)
+            tid = self._settle_lost_commit(None, exc)
+        self._install_blobs(tid)
         return tid
 
-    def _settle_lost_commit(self, tid: int, error: Exception) -> None:
+    def _raise_oid_counter(self) -> None:
+        """Restored and copied objects bring their own oids: none is handed out again."""
+        if self.states:
+            highest = max(self.states)
+            if highest > self.shared.highest_oid_seen:
+                assert self.conn is not None
+                self.shared.backend.oids.ensure_above(self.conn, highest)
+                self.shared.highest_oid_seen = highest
+
+    def _settle_lost_commit(self, tid: int | None, error: Exception) -> int:
         """COMMIT of ``tid`` failed with ``error``: find out whether it happened anyway.
 
-        Returns if the transaction is in the database (the application sees a normal
-        commit).  Raises ``error`` again if it certainly is not (a lost connection stays
-        a retryable ``ConnectionLost``), and the never-retryable ``CommitOutcomeUnknown``
-        if the database can't tell or can't be reached within commit-lock-timeout.
+        Returns the tid if the transaction is in the database (the application sees a
+        normal commit).  Raises ``error`` again if it certainly is not (a lost connection
+        stays a retryable ``ConnectionLost``), and the never-retryable
+        ``CommitOutcomeUnknown`` if the database can't tell or can't be reached within
+        commit-lock-timeout.  ``tid`` None: COMMIT went with finish, whose answer (the
+        tid) was lost too; the lookup finds the tid.
         """
         shared = self.shared
         backend = shared.backend
@@ -335,23 +374,33 @@ class PendingCommit:
             break
         where = backend.describe()
         if outcome is True:
+            if tid is None:
+                tid = old.commit_tid
+                assert tid is not None, "commit_outcome found the commit, not its tid"
             log.warning("COMMIT of transaction 0x%016x on %s reported %s, but the"
                         " transaction is in the database: it counts as committed",
                         tid, where, error)
-            return
+            return tid
+        which = (f"transaction 0x{tid:016x}" if tid is not None else
+                 "a transaction (its tid was not known yet)")
         if outcome is False:
             if isinstance(error, ConnectionLost):
                 raise ConnectionLost(
-                    f"the connection to {where} was lost during COMMIT of transaction"
-                    f" 0x{tid:016x}, which the database confirms was not committed; the"
-                    " transaction can be retried") from error
+                    f"the connection to {where} was lost during COMMIT of {which}, which"
+                    " the database confirms was not committed; the transaction can be"
+                    " retried") from error
             raise error
+        if tid is None:
+            nonce = getattr(old, "commit_nonce", None)
+            look = f"for nonce {nonce} in zodbsql's commit_log table first"
+        else:
+            look = (f"for transaction 0x{tid:016x} in the database first (in a history-"
+                    "preserving database, zodbsql's transactions table)")
         raise CommitOutcomeUnknown(
-            f"COMMIT of transaction 0x{tid:016x} on {where} failed ({error}) and whether"
-            f" it was applied could not be found out ({last_problem}). Do not simply"
-            f" retry it: look for transaction 0x{tid:016x} in the database first (in a"
-            " history-preserving database, zodbsql's transactions table), since retrying"
-            " a committed transaction applies it twice", tid) from error
+            f"COMMIT of {which} on {where} failed ({error}) and whether it was applied"
+            f" could not be found out ({last_problem}). Do not simply retry it: look"
+            f" {look}, since retrying a committed transaction applies it twice",
+            tid) from error
 
     def _changes_blob_refs(self) -> bool:
         """Can this commit add, replace or drop a blob reference?"""

@@ -475,9 +475,10 @@ def test_options_repr_masks_the_password():
     assert "hunter2" not in repr(options) and "password=***" in repr(options)
 
 
-def test_history_free_commits_are_logged_and_old_entries_go():
-    """commit_log holds each history-free commit (tid and nonce) for an hour of tids."""
-    made = PostgreSQLFactory(Param("postgresql", False))
+@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
+def test_commits_are_logged_and_old_entries_go(keep_history: bool) -> None:
+    """commit_log holds each commit (tid and nonce) for an hour of tids."""
+    made = PostgreSQLFactory(Param("postgresql", keep_history))
     try:
         db = ZODB.DB(made.open())
         for n in range(3):
@@ -502,8 +503,9 @@ def test_history_free_commits_are_logged_and_old_entries_go():
         made.cleanup()
 
 
-def test_a_database_made_before_commit_log_gets_it():
-    made = PostgreSQLFactory(Param("postgresql", False))
+@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
+def test_a_database_made_before_commit_log_gets_it(keep_history: bool) -> None:
+    made = PostgreSQLFactory(Param("postgresql", keep_history))
     try:
         made.open().close()
         schema = made.path
@@ -562,13 +564,13 @@ def test_a_database_made_before_stage_and_lock_gets_it(keep_history: bool) -> No
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
-def test_a_database_made_before_generation_5_gets_its_procedures(keep_history: bool) -> None:
+def test_a_database_made_before_generation_6_gets_its_procedures(keep_history: bool) -> None:
     """Procedures whose bodies changed (same signatures) come with a new generation
     marker; a database without it gets every body installed again at open, and loses
     the older marker."""
     # As a database made by an older zodbsql: generation 4's marker, vote's older body.
     with made_older(keep_history,
-                    'DROP FUNCTION "{schema}".zodbsql_procedures_5()',
+                    'DROP FUNCTION "{schema}".zodbsql_procedures_6()',
                     'CREATE FUNCTION "{schema}".zodbsql_procedures_4() RETURNS INTEGER'
                     " LANGUAGE sql IMMUTABLE AS 'SELECT 4'",
                     'CREATE OR REPLACE FUNCTION "{schema}".zodbsql_lock_objects('
@@ -589,7 +591,7 @@ def test_a_database_made_before_generation_5_gets_its_procedures(keep_history: b
             "SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = %s AND p.proname LIKE 'zodbsql_procedures_%%'",
             (made.path,)).fetchall()
-        assert markers == [("zodbsql_procedures_5",)]
+        assert markers == [("zodbsql_procedures_6",)]
         with db.transaction() as conn:  # the new bodies commit
             conn.root()["y"] = PersistentMapping()
         with db.transaction() as conn:
@@ -718,4 +720,47 @@ def test_vote_checks_read_current_objects_through_the_primary_key(keep_history: 
     finally:
         if session is not None:
             session.close()
+        made.cleanup()
+
+
+@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+def test_an_empty_commit_whose_answer_is_lost(keep_history: bool, applied: bool,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty commit is one statement in autocommit, its own transaction: when its
+    answer is lost, commit_log says whether it happened, and gives its tid."""
+    from ZODB.Connection import TransactionMetaData
+
+    from tests.storage.test_commit_outcome import LoseCommit
+    made = PostgreSQLFactory(Param("postgresql", keep_history))
+    try:
+        storage = made.open()
+        try:
+            before = storage.lastTransaction()
+            lost = LoseCommit(monkeypatch, storage, applied=applied)
+            txn = TransactionMetaData(description=b"nothing stored")
+            storage.tpc_begin(txn)
+            storage.tpc_vote(txn)
+            if applied:
+                tid = storage.tpc_finish(txn)
+                assert lost.left == 0, "the fault was never injected"
+                assert u64(tid) > u64(before) and storage.lastTransaction() == tid
+                logged = made.admin.execute(
+                    f'SELECT count(*) FROM "{made.path}".commit_log WHERE tid = %s',
+                    (u64(tid),)).fetchone()
+                assert logged == (1,)
+                if keep_history:
+                    found = [t.description for t in storage.iterator(tid, tid)]
+                    assert found == [b"nothing stored"]
+            else:
+                with pytest.raises(ConnectionLost, match="confirms was not committed"):
+                    storage.tpc_finish(txn)
+                storage.tpc_abort(txn)
+                assert lost.left == 0, "the fault was never injected"
+                last = made.admin.execute(
+                    f'SELECT last_tid FROM "{made.path}".commit_row').fetchone()
+                assert last == (u64(before),)
+        finally:
+            storage.close()
+    finally:
         made.cleanup()

@@ -49,6 +49,8 @@ class DBConnection:
     #: The server's id of this session (PostgreSQL backend pid, MySQL connection id),
     #: so that another connection can find it and end it after a lost COMMIT.
     session_id: int | None = None
+    #: A lost COMMIT's tid, found by ``commit_outcome`` when finish sent COMMIT too.
+    commit_tid: int | None = None
     #: The largest state one statement may carry, in bytes (None: no limit known), and
     #: what sets it and how to raise it, for the error message.  A driver's subclass
     #: sets the database's fixed limit; a backend that learns it from the server at

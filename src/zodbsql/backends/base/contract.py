@@ -208,6 +208,9 @@ class ConnectionRole(Protocol):
     tracer: Any
     #: The server's id of this session, for ending it from another connection.
     session_id: int | None
+    #: The tid of this connection's commit, when a lost COMMIT's lookup found it before
+    #: the tid was known (a finish that sends COMMIT with it; ``TransactionControlRole``).
+    commit_tid: int | None
     #: The largest state one statement may carry on this connection, in bytes (None:
     #: no limit known), and what sets it (for the error message).  Known per server
     #: (MySQL's max_allowed_packet is read at connect), so held per connection.
@@ -594,13 +597,21 @@ class CheckerRole(Protocol):
 class TransactionControlRole(Protocol):
     """The serialised final step of a commit, and the outcome of a lost COMMIT."""
 
+    @property
+    def finishes_with_commit(self) -> bool:
+        """Can ``finish`` send COMMIT with its last statement (``commit=True``)?"""
+
     def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
                has_states: bool = True, check_blobs: bool = False,
-               blobs: bool = True) -> int:
+               blobs: bool = True, commit: bool = False) -> int:
         """Take the commit lock, allocate the tid (``requested_tid``, else the later of
         ``clock_tid`` and one past the last), record the transaction and move the staged
-        states in; return the tid.  The caller commits.  Raises
+        states in; return the tid.  The caller commits, unless ``commit`` (only where
+        ``finishes_with_commit``): then the same round trip commits, and a
+        :class:`ConnectionLost` from it leaves the outcome open (``commit_outcome``
+        with no tid).  A connection with no transaction open then commits the finish
+        alone (a commit that staged nothing and so began none).  Raises
         :class:`CommitLockTimeout`; ``StorageTransactionError`` when ``requested_tid``
         is not after the last tid; :class:`BlobContentVanished` when ``check_blobs`` and
         a staged blob content was freed by a pack meanwhile."""
@@ -610,11 +621,12 @@ class TransactionControlRole(Protocol):
         """Make sure the session of ``old`` can no longer commit or roll back; return
         False when that could not be made sure by ``deadline`` (``time.monotonic()``)."""
 
-    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
+    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int | None,
                        written: Mapping[int, int | None], deadline: float) -> bool | None:
         """Was the COMMIT of ``tid`` lost on ``old`` made durable?  True, False, or None
         when it can't be told.  ``written``: oid -> checksum the commit wrote.  Runs on
-        ``conn``, a new connection."""
+        ``conn``, a new connection.  ``tid`` None: COMMIT went with finish, whose answer
+        was lost too; True then comes with the tid found in ``old.commit_tid``."""
 
 
 class BlobsRole(Protocol):

@@ -62,6 +62,9 @@ class TransactionControl:
     HISTORY_FREE: ClassVar[OutcomeStatements] = OutcomeStatements(
         written_states=HF_CURRENT_STATES)
 
+    #: The portable finish leaves COMMIT to the caller.
+    finishes_with_commit: ClassVar[bool] = False
+
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.sql = for_mode(backend.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
@@ -69,8 +72,9 @@ class TransactionControl:
     def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
                has_states: bool = True, check_blobs: bool = False,
-               blobs: bool = True) -> int:
+               blobs: bool = True, commit: bool = False) -> int:
         """``blobs``: the commit may change blob references (see ``Mover.move_staged``).
+        ``commit`` is never asked of this version (``finishes_with_commit``).
         ``check_blobs``: the commit staged blob contents kept in the database; check
         under the commit lock that each is still complete (a pack may have freed one)."""
         backend = self.backend
@@ -101,12 +105,12 @@ class TransactionControl:
         old.close()
         return True
 
-    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
+    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int | None,
                        written: Mapping[int, int | None], deadline: float) -> bool | None:
         """Was the commit of ``tid`` on ``old`` made durable?  True, False, or None when
         it can't be told.  ``written``: oid -> checksum of the state the commit wrote
         (None for a deletion).  Runs on ``conn``, a new connection."""
-        if not self.settle_session(conn, old, deadline):
+        if not self.settle_session(conn, old, deadline) or tid is None:
             return None
         probe = sorted(written)[:PROBE_OIDS]
         if self.backend.keep_history:

@@ -174,7 +174,6 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
         psycopg = self.psycopg
         conn = PostgreSQLConnection(raw, where, self.lock_timeout)
         try:
-            conn.session_id = raw.info.backend_pid
             version = raw.info.server_version
             if version < MIN_SERVER_VERSION:
                 raise DatabaseError(
@@ -184,12 +183,15 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
             # prefetch's recursive walk is estimated at millions of rows on a large
             # table, and compiling it took 400 ms of a statement that runs in 1 ms.
             # No statement of a storage runs long enough to repay it.
-            conn.execute("SET jit = off")
+            set_up = ["SET jit = off"]
             if self.options.schema is not None:
-                conn.execute("SET search_path TO "
-                             + psycopg.sql.Identifier(self.options.schema).as_string(raw))
+                set_up.append("SET search_path TO "
+                              + psycopg.sql.Identifier(self.options.schema).as_string(raw))
             if self.read_only:
-                conn.execute("SET default_transaction_read_only = on")
+                set_up.append("SET default_transaction_read_only = on")
+            # One round trip sets the session up and names it (its pid and start), for
+            # the lookup after a lost COMMIT (txncontrol.py).
+            conn.session_id, conn.session_started = conn.session_identity("; ".join(set_up))
         except BaseException:
             conn.close()
             raise

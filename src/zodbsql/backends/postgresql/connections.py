@@ -22,6 +22,9 @@ _IMPL = {"psycopg-c": "c", "psycopg-binary": "binary", "psycopg-python": "python
 MIN_SERVER_VERSION = 120000
 #: Executions after which psycopg prepares a statement on the server.
 PREPARE_THRESHOLD = 2
+#: This session as pg_stat_activity lists it: its pid and when it started.
+SESSION_IDENTITY = ("SELECT pid, backend_start::text FROM pg_stat_activity"
+                    " WHERE pid = pg_backend_pid()")
 #: The history-free snapshot: the poll and every load of a ZODB transaction see one.
 BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
@@ -60,11 +63,14 @@ class PostgreSQLConnection(DBConnection):
     driver_name = "psycopg"
     #: BYTEA values are limited to 1 GB.
     max_state_size: int | None = (1 << 30) - 1
-    #: The server's id of the transaction being committed (read by zodbsql_finish's
-    #: statement), so that a lost COMMIT can be looked up with txid_status.
-    commit_xid: int | None = None
-    #: The random number a history-free commit logs with its tid (commit_log).
+    #: When the server started this session (``pg_stat_activity.backend_start`` as
+    #: text): with ``session_id``, the pid, it names the session after a lost COMMIT,
+    #: even once the server has given the pid to another session.
+    session_started: str | None = None
+    #: The random number a commit logs with its tid (commit_log), and the lowest tid it
+    #: can have, so that a lost COMMIT can be looked up before its tid is known.
     commit_nonce: int | None = None
+    commit_floor: int = 0
 
     def __init__(self, raw: Any, where: str, lock_timeout: float) -> None:
         super().__init__(raw)
@@ -108,6 +114,52 @@ class PostgreSQLConnection(DBConnection):
         self.in_transaction = True
         self._traced(sql, (), started)
         return rows
+
+    def session_identity(self, set_up: str) -> tuple[int, str]:
+        """Run ``set_up`` (statements without results), then read this session's pid and
+        start from the server, in one round trip (counted as one statement).  The
+        server's pid, not libpq's: behind a pooler the two differ."""
+        sql = f"{set_up}; {SESSION_IDENTITY}"
+        self.statements += 1
+        try:
+            cursor = self.raw.cursor()
+            cursor.execute(sql.encode())
+            while cursor.nextset():
+                pass    # past the set-up's results to the last one
+            row = cursor.fetchone()
+        except Exception as exc:
+            raise self._fail(exc, sql) from exc
+        assert row is not None
+        return int(row[0]), str(row[1])
+
+    def fetch_and_commit(self, sql: str, shown: str, count: int) -> Row | None:
+        """The first row of ``sql``, whose text ends the transaction (``...; COMMIT``)
+        or runs alone in autocommit as a transaction of its own.  Sent as one simple-
+        protocol query, values inline: one round trip, one statement in the server's log.
+
+        Counted as one statement and traced as ``shown`` with ``count`` parameters (the
+        values inline are never logged; no plan is asked).  When it fails the connection
+        stays in the transaction if the server says one is open (``rollback`` ends it).
+        """
+        from psycopg.pq import TransactionStatus
+        self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
+        error: Exception | None = None
+        try:
+            cursor = self.raw.cursor()
+            cursor.execute(sql.encode())
+            row = cursor.fetchone()
+        except Exception as exc:
+            error = exc
+            self.in_transaction = (
+                self.raw.pgconn.transaction_status != TransactionStatus.IDLE)
+            raise self._fail(exc, shown) from exc
+        finally:
+            if tracer is not None:
+                tracer.done(self.where, shown, (None,) * count, started, error)
+        self.in_transaction = False
+        return tuple(row) if row is not None else None
 
     def commit(self) -> None:
         if not self.in_transaction:

@@ -1,4 +1,4 @@
--- How long a history-free database keeps a commit in commit_log, in tid units: an hour
+-- How long a database keeps a commit in commit_log, in tid units: an hour
 -- (a tid's high 32 bits count minutes).  A lost COMMIT is looked up within
 -- commit-lock-timeout, so an hour leaves ample room.
 CREATE OR REPLACE FUNCTION zodbsql_commit_log_window() RETURNS BIGINT
@@ -12,10 +12,11 @@ $$;
 -- replaces only the references that changed.  Generation 4: vote leaves the oids it
 -- found a row of in zodbsql.existing, and finish inserts the other objects' rows
 -- without ON CONFLICT.  Generation 5 (schema version 2): a state's references are a
--- column of its row (object_state.refs), staged with it.
-CREATE OR REPLACE FUNCTION zodbsql_procedures_5() RETURNS INTEGER
+-- column of its row (object_state.refs), staged with it.  Generation 6: the
+-- history-preserving finish logs its commit in commit_log too.
+CREATE OR REPLACE FUNCTION zodbsql_procedures_6() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT 5
+    SELECT 6
 $$;
 -- The advisory lock between votes and pack batches (locker.py): each commit holds it
 -- shared from vote to its end, a pack batch that deletes objects holds it exclusively,

@@ -8,6 +8,7 @@
 -- the commit happened.  commit_log can: a row (tid, nonce) is there if and only if this
 -- very commit is durable (a later commit may get the same tid, and after a crash the same
 -- xid, but not the same random nonce).  Rows older than zodbsql_commit_log_window() go.
+-- The history-preserving finish logs its commits the same way.
 CREATE OR REPLACE FUNCTION zodbsql_finish(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_user BYTEA, p_description BYTEA,
     p_extension BYTEA, p_has_states BOOLEAN, p_lock_timeout_ms INTEGER,

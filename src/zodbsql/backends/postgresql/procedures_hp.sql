@@ -1,10 +1,13 @@
 -- The final step of a history-preserving commit in one round trip (see txncontrol.py):
--- allocate the tid (procedures_common.sql), record the transaction, move the staged states,
--- and point current_object at them.  Returns the new tid.
+-- allocate the tid (procedures_common.sql), record the transaction, log it with the
+-- client's nonce (commit_log: how a lost COMMIT is looked up before its tid is known),
+-- move the staged states, and point current_object at them.  Returns the new tid.
+-- (Databases made before generation 6 keep the finish without the nonce, for processes
+-- of an older zodbsql.)
 CREATE OR REPLACE FUNCTION zodbsql_finish(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_user BYTEA, p_description BYTEA,
     p_extension BYTEA, p_has_states BOOLEAN, p_lock_timeout_ms INTEGER,
-    p_check_blobs BOOLEAN) RETURNS BIGINT
+    p_check_blobs BOOLEAN, p_nonce BIGINT) RETURNS BIGINT
 LANGUAGE plpgsql AS $$
 DECLARE
     v_tid BIGINT;
@@ -14,6 +17,8 @@ BEGIN
                                   p_check_blobs);
     INSERT INTO transactions (tid, packed, username, description, extension)
         VALUES (v_tid, 0, p_user, p_description, p_extension);
+    INSERT INTO commit_log (tid, nonce) VALUES (v_tid, p_nonce);
+    DELETE FROM commit_log WHERE tid < v_tid - zodbsql_commit_log_window();
     IF p_has_states THEN
         INSERT INTO object_state (zoid, tid, data_tid, checksum, state_size, refs, state)
             SELECT zoid, v_tid, data_tid, checksum, state_size, refs, state FROM temp_store;

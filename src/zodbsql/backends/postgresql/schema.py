@@ -60,8 +60,8 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE INDEX current_object_tid ON current_object (tid)",
     HISTORY_PRESERVING_REFS_VIEW,
 ) + HISTORY_PRESERVING_BLOB_DDL
-# A history-free database's record of recent commits (procedures_hf.sql says why).  IF
-# NOT EXISTS: databases made before it get it when their procedures are installed again.
+# A database's record of recent commits (procedures_hf.sql says why).  IF NOT EXISTS:
+# databases made before it get it when their procedures are installed again.
 COMMIT_LOG_DDL = ("CREATE TABLE IF NOT EXISTS commit_log (tid BIGINT NOT NULL,"
                   " nonce BIGINT NOT NULL, PRIMARY KEY (tid, nonce))")
 HISTORY_FREE_DDL = COMMON_DDL + (
@@ -117,15 +117,16 @@ DROP_PACK_GATE = "DROP FUNCTION IF EXISTS zodbsql_pack_gate()"
 #: procedures are installed again).
 DROP_OLD_GENERATIONS = ("DROP FUNCTION IF EXISTS zodbsql_procedures_2()",
                         "DROP FUNCTION IF EXISTS zodbsql_procedures_3()",
-                        "DROP FUNCTION IF EXISTS zodbsql_procedures_4()")
-DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_5()"
-#: The procedures, which are installed together; the newest (``zodbsql_procedures_5``,
+                        "DROP FUNCTION IF EXISTS zodbsql_procedures_4()",
+                        "DROP FUNCTION IF EXISTS zodbsql_procedures_5()")
+DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_6()"
+#: The procedures, which are installed together; the newest (``zodbsql_procedures_6``,
 #: which only names their generation) comes with the current bodies of the others.  One
 #: missing means a database made by an older zodbsql (or damaged), whose procedures are
 #: installed again.
 PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
               "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects",
-              "zodbsql_stage_and_lock", "zodbsql_procedures_5")
+              "zodbsql_stage_and_lock", "zodbsql_procedures_6")
 HAS_CURRENT_PROCEDURES = (
     "SELECT 1 FROM information_schema.routines"
     " WHERE routine_schema = current_schema() AND routine_name = ANY(%s)"
@@ -167,7 +168,8 @@ class PostgreSQLSchema(Schema):
             # announced (listener.py), before commit_log, before the pack gate or
             # before vote staged and locked in one call, or before generation 2, 3
             # (rows found through arrays of oids), 4 (new objects' rows inserted
-            # plainly) or 5 (references a column of the state): install them again
+            # plainly), 5 (references a column of the state) or 6 (history-preserving
+            # commits in commit_log): install them again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:
@@ -190,8 +192,8 @@ class PostgreSQLSchema(Schema):
 
     def install_procedures(self, conn: ConnectionRole, keep_history: bool) -> None:
         mode = "procedures_hp.sql" if keep_history else "procedures_hf.sql"
+        conn.execute(COMMIT_LOG_DDL)
         if not keep_history:
-            conn.execute(COMMIT_LOG_DDL)
             conn.execute(DROP_FINISH)  # the one before commit_log, without the nonce
         for older in DROP_OLD_GENERATIONS:
             conn.execute(older)

@@ -1,13 +1,19 @@
-"""PostgreSQL finishes a commit with one call of a server-side function.
+"""PostgreSQL finishes a commit with one call of a server-side function, and COMMIT.
 
 ``zodbsql_finish`` (procedures_hp.sql / procedures_hf.sql, installed with the schema)
 does what the portable version does in seven statements: lock ``commit_row``, allocate
-the tid, record the transaction, move the staged states and references.  The same
-statement reads the transaction's id (``txid_current()``): when COMMIT is lost on the
-wire, the server's own record of that id (``txid_status``) says whether it committed.
-A history-free commit also leaves a row (tid, nonce) in ``commit_log``: after a crash or
-a failover the xid may have been given to another transaction, and later commits may
-have replaced every state this one wrote, but the random nonce is this commit's alone.
+the tid, record the transaction, move the staged states in.  Its call and the COMMIT
+travel as one query (``FINISH_AND_COMMIT``): one round trip and one statement in the
+server's log.  A commit that staged nothing has no transaction open yet, and its call
+runs alone in autocommit, its own transaction: one statement in all.  (A commit whose
+blob files must be placed under the tid first sends COMMIT on its own.)
+
+Every commit leaves a row (tid, nonce) in ``commit_log``, the nonce a random number
+the client sent.  When COMMIT's answer is lost, a new session makes sure the old one can
+no longer commit (it is gone, or idle outside a transaction, or it is ended), then looks
+for the nonce: there if and only if this very commit is durable, with its tid.  A tid
+alone can't tell (a later commit may get the same tid, and history-free commits leave
+no record of their own), nor can the server's transaction id after a crash.
 """
 from __future__ import annotations
 
@@ -23,15 +29,18 @@ from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 from zodbsql.errors import DatabaseConflict, DatabaseError
 
 
-FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s), txid_current()"
-FINISH_LOGGED = ("SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s), txid_current()")
-#: Is the commit in commit_log, and may it still be (its tid within the log's window)?
-LOGGED = ("SELECT EXISTS (SELECT 1 FROM commit_log WHERE tid = %s AND nonce = %s),"
-          " %s >= (SELECT last_tid FROM commit_row) - zodbsql_commit_log_window()")
-TXID_STATUS = "SELECT txid_status(%s)"
+FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+#: FINISH then COMMIT, as one query (its values go inline: ``inline``).
+FINISH_AND_COMMIT = FINISH + "; COMMIT"
+#: The old session, if it may still commit: alive, and not idle outside a transaction.
+OLD_SESSION = ("SELECT state FROM pg_stat_activity WHERE pid = %s AND backend_start::text = %s")
 TERMINATE = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-             " WHERE pid = %s AND backend_xid = %s::xid")
-#: Seconds a COMMIT may stay "in progress" before its old session is terminated.
+             " WHERE pid = %s AND backend_start::text = %s")
+#: The commit's tid if it is in commit_log; and whether it would still be there (the
+#: lowest tid it can have is within the log's window).
+LOGGED = ("SELECT (SELECT tid FROM commit_log WHERE nonce = %s),"
+          " %s >= (SELECT last_tid FROM commit_row) - zodbsql_commit_log_window()")
+#: Seconds the old session may go on before it is terminated.
 IN_PROGRESS_GRACE = 1.0
 #: The SQLSTATE zodbsql_finish raises for a restored tid that is not after the last.
 OUT_OF_ORDER = "ZS001"
@@ -43,20 +52,25 @@ CREATED_MEANWHILE = "23505"
 
 
 class PostgreSQLTransactionControl(TransactionControl):
+    finishes_with_commit = True
+
     def finish(self, conn: ConnectionRole, clock_tid: int, requested_tid: int | None,
                user: bytes, description: bytes, extension: bytes, lock_timeout: float,
                has_states: bool = True, check_blobs: bool = False,
-               blobs: bool = True) -> int:
+               blobs: bool = True, commit: bool = False) -> int:
         # The function moves blob references in every commit: no round trip to save.
-        params: tuple[object, ...] = (clock_tid, requested_tid, user, description, extension,
-                                      has_states, max(1, int(lock_timeout * 1000)),
-                                      check_blobs)
-        nonce = None if self.backend.keep_history else secrets.randbits(63)
+        assert isinstance(conn, PostgreSQLConnection)
+        nonce = secrets.randbits(63)
+        params = (clock_tid, requested_tid, user, description, extension, has_states,
+                  max(1, int(lock_timeout * 1000)), check_blobs, nonce)
+        conn.commit_nonce = nonce
+        conn.commit_floor = clock_tid if requested_tid is None else requested_tid
         try:
-            if nonce is None:
-                row = conn.fetchone(FINISH, params)
+            if commit:
+                query = FINISH_AND_COMMIT if conn.in_transaction else FINISH
+                row = conn.fetch_and_commit(inline(conn, query, params), query, len(params))
             else:
-                row = conn.fetchone(FINISH_LOGGED, (*params, nonce))
+                row = conn.fetchone(FINISH, params)
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == BLOB_VANISHED:
                 raise blob_vanished(None) from exc
@@ -68,57 +82,53 @@ class PostgreSQLTransactionControl(TransactionControl):
                 raise StorageTransactionError(
                     f"{exc.__cause__} (restored transactions must come in order)") from exc
             raise
-        assert row is not None and isinstance(conn, PostgreSQLConnection)
-        conn.commit_xid = int(row[1])
-        conn.commit_nonce = nonce
+        assert row is not None
         return int(row[0])
 
-    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
+    def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int | None,
                        written: Mapping[int, int | None], deadline: float) -> bool | None:
-        xid = old.commit_xid if isinstance(old, PostgreSQLConnection) else None
-        nonce = old.commit_nonce if isinstance(old, PostgreSQLConnection) else None
+        assert isinstance(old, PostgreSQLConnection)
         old.close()
-        if xid is None:
-            return super().commit_outcome(conn, old, tid, written, deadline)
+        nonce = old.commit_nonce
+        if nonce is None:
+            return None  # no finish ran on it: nothing to look for
         grace = time.monotonic() + IN_PROGRESS_GRACE
         while True:
-            try:
-                row = conn.fetchone(TXID_STATUS, (xid,))
-            except DatabaseError:
-                # "in the future": the server crashed and restarted, and its xid counter
-                # went back past ours, so ours never reached the disk.  The data tells.
-                return self._logged_or_data(conn, old, tid, nonce, written, deadline)
-            status = row[0] if row else None
-            if status == "aborted":
-                # Ours, or (after a crash) a later transaction given the same xid: either
-                # way ours is not durable.
-                return False
-            if status != "in progress":
-                # Committed, or forgotten.  After a crash a later transaction may have
-                # been given the same xid, so commit_log or the data confirms it is
-                # this commit.
-                return self._logged_or_data(conn, old, tid, nonce, written, deadline)
-            # In progress: the old session has not finished COMMIT (or not noticed that
-            # its client is gone).  End it (only if it still runs this very transaction:
-            # after a restart its pid may belong to someone else); the commit is then
-            # durable or rolled back.
+            if self._logged(conn, old, nonce) is True:
+                return True
+            if not self._may_still_commit(conn, old):
+                # It can't change the answer any more: what the log says now is final.
+                return self._logged(conn, old, nonce)
             now = time.monotonic()
             if now >= deadline:
                 return None
-            if now >= grace and old.session_id is not None:
-                conn.fetchone(TERMINATE, (old.session_id, str(xid & 0xFFFFFFFF)))
+            if now >= grace:
+                # It has not noticed that its client is gone, or it waits for a lock or
+                # a synchronous standby: end it; the commit is then durable or not.
+                conn.fetchone(TERMINATE, (old.session_id, old.session_started))
             time.sleep(0.05)
 
-    def _logged_or_data(self, conn: ConnectionRole, old: ConnectionRole, tid: int,
-                        nonce: int | None, written: Mapping[int, int | None],
-                        deadline: float) -> bool | None:
-        """The old session can no longer commit: is this commit durable?  A history-free
-        commit is looked up in commit_log (exact); otherwise the data tells."""
-        if nonce is not None:
-            row = conn.fetchone(LOGGED, (tid, nonce, tid))
-            assert row is not None
-            if row[0]:
-                return True
-            if row[1]:
-                return False  # the log would hold it
-        return super().commit_outcome(conn, old, tid, written, deadline)
+    @staticmethod
+    def _may_still_commit(conn: ConnectionRole, old: PostgreSQLConnection) -> bool:
+        """Is the old session still there, inside a transaction or running a query?
+        (Idle outside one, it has committed or rolled back; after a restart or a
+        failover it is gone, and the pid may be another session's: the start tells.)"""
+        row = conn.fetchone(OLD_SESSION, (old.session_id, old.session_started))
+        return row is not None and row[0] != "idle"
+
+    @staticmethod
+    def _logged(conn: ConnectionRole, old: PostgreSQLConnection, nonce: int) -> bool | None:
+        """True (and ``old.commit_tid`` set) if the commit is in commit_log; False if it
+        is not and would be; None if it may have left the log's window."""
+        row = conn.fetchone(LOGGED, (nonce, old.commit_floor))
+        assert row is not None
+        if row[0] is not None:
+            old.commit_tid = int(row[0])
+            return True
+        return False if row[1] else None
+
+
+def inline(conn: PostgreSQLConnection, query: str, params: tuple[object, ...]) -> str:
+    """``query`` with its ``%s`` replaced by the values as SQL literals (psycopg's)."""
+    import psycopg
+    return psycopg.ClientCursor(conn.raw).mogrify(query, params)
