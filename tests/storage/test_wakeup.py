@@ -87,6 +87,77 @@ def db_root(db: Any, tm: Any) -> Any:
     return db.open(tm).root()
 
 
+def test_a_commit_after_anothers_still_sees_it(storage_factory: Any) -> None:
+    """After its own commit a start may keep the commit as its snapshot without a poll
+    (PostgreSQL history-preserving: finish says which tid came before), but only when
+    nothing else was committed since the snapshot: another storage's commit in between
+    is seen, and so is one made after."""
+    db = ZODB.DB(storage_factory.open())
+    other_db = ZODB.DB(storage_factory.open())
+    try:
+        tm = transaction.TransactionManager()
+        root = db_root(db, tm)
+        root["x"] = PersistentMapping(v=0)
+        root["y"] = PersistentMapping(v=0)
+        tm.commit()
+        other_tm = transaction.TransactionManager()
+        other_root = db_root(other_db, other_tm)
+        for value in (1, 2, 3):
+            tm.begin()
+            assert root["y"]["v"] == value - 1   # y in this connection's cache
+            other_tm.begin()
+            other_root["y"]["v"] = value       # committed between the snapshot and ...
+            other_tm.commit()
+            root["x"]["v"] = value             # ... this connection's own commit
+            tm.commit()
+            tm.begin()
+            assert (root["x"]["v"], root["y"]["v"]) == (value, value)
+            tm.abort()
+        # Alone this time: the next start may skip its poll.
+        root["x"]["v"] = 4
+        tm.commit()
+        tm.begin()
+        assert (root["x"]["v"], root["y"]["v"]) == (4, 3)
+        tm.abort()
+    finally:
+        other_db.close()
+        db.close()
+
+
+def test_the_poll_after_an_own_commit_sees_a_later_one(storage_factory: Any) -> None:
+    """The storage API's order, without ZODB's poll right after the commit: an instance
+    commits alone, another storage commits after it, then the instance polls.  The
+    poll must name the other's object, though the own commit alone would have let it
+    keep the commit as its snapshot."""
+    from ZODB.Connection import TransactionMetaData
+    db = ZODB.DB(storage_factory.open())
+    other_db = ZODB.DB(storage_factory.open())
+    try:
+        with db.transaction() as conn:
+            conn.root()["x"] = PersistentMapping(v=0)
+            conn.root()["y"] = PersistentMapping(v=0)
+        with db.transaction() as conn:
+            x_oid, y_oid = conn.root()["x"]._p_oid, conn.root()["y"]._p_oid
+        instance = db.storage.new_instance()
+        try:
+            instance.poll_invalidations()
+            data, serial = instance.load(x_oid)
+            txn = TransactionMetaData()
+            instance.tpc_begin(txn)
+            instance.store(x_oid, serial, data, "", txn)
+            instance.tpc_vote(txn)
+            instance.tpc_finish(txn)
+            with other_db.transaction() as conn:
+                conn.root()["y"]["v"] = 1
+            time.sleep(0.5)     # its announcement has arrived (PostgreSQL: within 1 ms)
+            assert y_oid in (instance.poll_invalidations() or [])
+        finally:
+            instance.release()
+    finally:
+        other_db.close()
+        db.close()
+
+
 # -- PostgreSQL: the listening session -----------------------------------------------
 
 

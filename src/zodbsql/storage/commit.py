@@ -75,6 +75,9 @@ class PendingCommit:
         # revision with the same content in the shared layout).
         self.blob_files: dict[int, str] = {}
         self.blob_staged: dict[int, tuple[bytes, int, tuple[int, int] | None]] = {}
+        # The last tid before this commit's, when finish told it (storage.py: the next
+        # start need not poll when it is the committing instance's snapshot).
+        self.previous_tid: int | None = None
 
     # -- buffering --------------------------------------------------------------------------
     def store(self, oid: int, prev_tid: int, state: bytes | None) -> None:
@@ -323,6 +326,8 @@ class PendingCommit:
             # The server answered nothing: COMMIT may have run.  (An error it answered
             # with means the transaction was rolled back: raised as it is.)
             tid = self._settle_lost_commit(None, exc)
+        else:
+            self.previous_tid = conn.commit_previous
         self._install_blobs(tid)
         return tid
 

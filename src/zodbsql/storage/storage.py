@@ -85,6 +85,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._polled: int | None = None
         self._watch_token: object = None     # the commit watch's, from before the last poll
         self._own_tids: set[int] = set()
+        # (tid, oids) of this instance's commit when nothing else was committed between
+        # its snapshot and it (finish told the tid before it): the next start may move
+        # the snapshot there without a poll.
+        self._committed_alone: tuple[int, list[int]] | None = None
         self._read_txn = False               # history-free snapshot transaction open
         self._replica: ConnectionRole | None = None   # a standby session, if any
         self._on_replica = False             # this snapshot is read on _replica
@@ -158,6 +162,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         shared = self.shared
         with self._load_lock:
             self._end_read_txn()
+            alone, self._committed_alone = self._committed_alone, None
+            if alone is not None and self._moved_past_own_commit(*alone):
+                return []
             quiet, token = self._unchanged()
             if quiet:
                 return []
@@ -170,25 +177,54 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 polled = self._poll(self._conn(), since)
                 reset = self._server_changed(since, polled[0])
             upto, changes = polled
-            shared.cache.after_poll(since if since is not None else upto, upto, changes)
-            second = shared.second_level
-            if second is not None and shared.cache.base > second.checkpoint:
-                second.publish_checkpoint(shared.cache.base)   # the index moved past it
             invalidated: list[bytes] | None = []
             if reset:
                 invalidated = None
             elif self._polled is not None:
                 own = self._own_tids
                 invalidated = [p64(oid) for oid, tid in changes if tid not in own]
-            self._own_tids = set()
-            self._snapshot = self._polled = upto
-            if shared.tracer is not None:
-                trace.context.set(f"snapshot 0x{upto:016x}")
+            self._polled_to(since if since is not None else upto, upto, changes, token)
             if shared.metrics is not None:
                 shared.metrics.polled(len(invalidated) if invalidated is not None
                                       else len(changes))
-            self._watch_token = token
             return invalidated
+
+    def _polled_to(self, since: int, upto: int, changes: list[tuple[int, int]],
+                   token: object) -> None:
+        """The snapshot moves to ``upto``; ``changes`` were committed after ``since``."""
+        shared = self.shared
+        shared.cache.after_poll(since, upto, changes)
+        second = shared.second_level
+        if second is not None and shared.cache.base > second.checkpoint:
+            second.publish_checkpoint(shared.cache.base)   # the index moved past it
+        self._own_tids = set()
+        self._snapshot = self._polled = upto
+        if shared.tracer is not None:
+            trace.context.set(f"snapshot 0x{upto:016x}")
+        self._watch_token = token
+
+    def _moved_past_own_commit(self, tid: int, oids: list[int]) -> bool:
+        """Move the snapshot to this instance's own commit ``tid`` without a poll, if
+        nothing else was committed before it since the snapshot (checked at commit)
+        nor after it (the commit watch says so, as for any start it lets skip its
+        poll); the changes are then exactly the commit's own ``oids``.  (History-
+        preserving: a history-free snapshot is the read transaction a poll begins.)"""
+        shared = self.shared
+        since = self._polled
+        if (since is None or not self._options.keep_history
+                or shared.backend.server_generation != self._generation):
+            return False
+        cache = shared.cache
+        try:
+            quiet, token = shared.watch.quiet(self._conn, tid, self._watch_token)
+        except ZodbsqlError:
+            return False
+        if not quiet or (cache.enabled and cache.polled != since):
+            return False
+        self._polled_to(since, tid, [(oid, tid) for oid in oids], token)
+        if shared.metrics is not None:
+            shared.metrics.polled(0)
+        return True
 
     def _unchanged(self) -> tuple[bool, object]:
         """May this start keep the snapshot (nothing committed since its poll)?  The
@@ -622,6 +658,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             tid_bytes = as_bytes(tid)
             self._own_tids.add(tid)
             self._last_commit = tid
+            previous = pending.previous_tid
+            self._committed_alone = (
+                (tid, list(pending.states)) if previous is not None
+                and previous == self._polled else None)
             shared = self.shared
             shared.last_commit = max(shared.last_commit, tid)
             shared.watch.committed(tid)

@@ -51,6 +51,9 @@ class DBConnection:
     session_id: int | None = None
     #: A lost COMMIT's tid, found by ``commit_outcome`` when finish sent COMMIT too.
     commit_tid: int | None = None
+    #: The last tid before this connection's commit, when finish tells it (None:
+    #: unknown): the committing instance's snapshot then means nothing else committed.
+    commit_previous: int | None = None
     #: The largest state one statement may carry, in bytes (None: no limit known), and
     #: what sets it and how to raise it, for the error message.  A driver's subclass
     #: sets the database's fixed limit; a backend that learns it from the server at

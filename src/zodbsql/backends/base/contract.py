@@ -211,6 +211,10 @@ class ConnectionRole(Protocol):
     #: The tid of this connection's commit, when a lost COMMIT's lookup found it before
     #: the tid was known (a finish that sends COMMIT with it; ``TransactionControlRole``).
     commit_tid: int | None
+    #: The last tid before this connection's last commit, when finish tells it (None:
+    #: it doesn't): the committing instance then knows whether anyone else committed
+    #: since its snapshot.
+    commit_previous: int | None
     #: The largest state one statement may carry on this connection, in bytes (None:
     #: no limit known), and what sets it (for the error message).  Known per server
     #: (MySQL's max_allowed_packet is read at connect), so held per connection.

@@ -13,7 +13,8 @@ $$;
 -- found a row of in zodbsql.existing, and finish inserts the other objects' rows
 -- without ON CONFLICT.  Generation 5 (schema version 2): a state's references are a
 -- column of its row (object_state.refs), staged with it.  Generation 6: the
--- history-preserving finish logs its commit in commit_log too.
+-- history-preserving finish logs its commit in commit_log too, and returns the tid
+-- committed before its own.
 CREATE OR REPLACE FUNCTION zodbsql_procedures_6() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
     SELECT 6
@@ -35,8 +36,9 @@ $$;
 -- The part of a commit's final step both history modes share (see txncontrol.py): take
 -- the commit lock (commit_row) within commit-lock-timeout, allocate the tid (the clock's,
 -- or one past the last; a restore's own, which must come after the last), check that the
--- blob contents vote found are still complete, record the tid as the last one and
--- announce it to the listening processes.
+-- blob contents vote found are still complete, record the tid as the last one (the one
+-- before it stays in the setting zodbsql.previous) and announce it to the listening
+-- processes.
 CREATE OR REPLACE FUNCTION zodbsql_allocate_tid(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_lock_timeout_ms INTEGER,
     p_check_blobs BOOLEAN) RETURNS BIGINT
@@ -67,6 +69,8 @@ BEGIN
             USING ERRCODE = 'ZS002';
     END IF;
     UPDATE commit_row SET last_tid = v_tid;
+    -- The tid before this one, for the history-preserving finish to return.
+    PERFORM set_config('zodbsql.previous', v_last::text, true);
     -- Delivered when this transaction commits, and only if it does: no round trip.
     PERFORM pg_notify(zodbsql_channel(), v_tid::text);
     RETURN v_tid;

@@ -1,13 +1,15 @@
 -- The final step of a history-preserving commit in one round trip (see txncontrol.py):
 -- allocate the tid (procedures_common.sql), record the transaction, log it with the
 -- client's nonce (commit_log: how a lost COMMIT is looked up before its tid is known),
--- move the staged states, and point current_object at them.  Returns the new tid.
+-- move the staged states, and point current_object at them.  Returns the new tid, and
+-- the last tid before it: when that is the committing instance's snapshot, nothing else
+-- was committed in between, and its next start need not poll (storage.py).
 -- (Databases made before generation 6 keep the finish without the nonce, for processes
 -- of an older zodbsql.)
 CREATE OR REPLACE FUNCTION zodbsql_finish(
     p_clock_tid BIGINT, p_requested_tid BIGINT, p_user BYTEA, p_description BYTEA,
     p_extension BYTEA, p_has_states BOOLEAN, p_lock_timeout_ms INTEGER,
-    p_check_blobs BOOLEAN, p_nonce BIGINT) RETURNS BIGINT
+    p_check_blobs BOOLEAN, p_nonce BIGINT, OUT o_tid BIGINT, OUT o_previous BIGINT)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_tid BIGINT;
@@ -15,6 +17,8 @@ DECLARE
 BEGIN
     v_tid := zodbsql_allocate_tid(p_clock_tid, p_requested_tid, p_lock_timeout_ms,
                                   p_check_blobs);
+    o_tid := v_tid;
+    o_previous := current_setting('zodbsql.previous')::BIGINT;
     INSERT INTO transactions (tid, packed, username, description, extension)
         VALUES (v_tid, 0, p_user, p_description, p_extension);
     INSERT INTO commit_log (tid, nonce) VALUES (v_tid, p_nonce);
@@ -39,6 +43,5 @@ BEGIN
         END IF;
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;
     END IF;
-    RETURN v_tid;
 END
 $$;

@@ -29,7 +29,8 @@ from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 from zodbsql.errors import DatabaseConflict, DatabaseError
 
 
-FINISH = "SELECT zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+#: The tid; history-preserving, also the last tid before it.
+FINISH = "SELECT * FROM zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 #: FINISH then COMMIT, as one query (its values go inline: ``inline``).
 FINISH_AND_COMMIT = FINISH + "; COMMIT"
 #: The old session, if it may still commit: alive, and not idle outside a transaction.
@@ -65,6 +66,7 @@ class PostgreSQLTransactionControl(TransactionControl):
                   max(1, int(lock_timeout * 1000)), check_blobs, nonce)
         conn.commit_nonce = nonce
         conn.commit_floor = clock_tid if requested_tid is None else requested_tid
+        conn.commit_previous = None
         try:
             if commit:
                 query = FINISH_AND_COMMIT if conn.in_transaction else FINISH
@@ -83,6 +85,8 @@ class PostgreSQLTransactionControl(TransactionControl):
                     f"{exc.__cause__} (restored transactions must come in order)") from exc
             raise
         assert row is not None
+        if len(row) > 1 and row[1] is not None:
+            conn.commit_previous = int(row[1])
         return int(row[0])
 
     def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int | None,
