@@ -71,3 +71,22 @@ def test_states_without_references() -> None:
     assert pickle.PERSID in data and pickle.BINPERSID in data
     assert references(1, data) == set()
     assert references(1, None) == set() and references(1, b"") == set()
+
+
+def test_the_class_name_is_not_taken_for_a_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "PersistentMapping" holds PERSID's byte, "P": the record's class, pickled as
+    # GLOBAL's text, is looked past, and a mapping without references is not unpickled.
+    from zodbsql.storage import records
+    state, _ = pickled(PersistentMapping(v=5, s="x" * 100))
+    assert pickle.PERSID in state and b"PersistentMapping" in state
+    unpickled: list[bytes] = []
+    real = records.referencesf
+
+    def counted(data: bytes) -> list[bytes]:
+        unpickled.append(data)
+        return real(data)
+    monkeypatch.setattr(records, "referencesf", counted)
+    assert references(1, state) == set() and unpickled == []
+    # With a child, its reference comes after the class: found.
+    with_child, children = pickled(PersistentMapping(children=[Leaf(b"")]))
+    assert references(1, with_child) == set(children) and unpickled == [with_child]

@@ -70,7 +70,12 @@ def references(oid: int, state: bytes | None) -> set[int]:
     """
     if not state:
         return set()
-    if PERSID not in state and BINPERSID not in state:
+    start = 0
+    if state[:1] == b"\x80" and state[2:3] == b"c":
+        # A ZODB record opens with its class as GLOBAL's text "module\nname\n", whose
+        # letters ("PersistentMapping") may be the opcodes' bytes: look past it.
+        start = state.find(b"\n", state.find(b"\n", 3) + 1) + 1
+    if state.find(PERSID, start) < 0 and state.find(BINPERSID, start) < 0:
         # A reference is pickled with one of these two opcodes: without either byte
         # (most leaf objects) there is nothing to find, and no unpickler to build.
         return set()
