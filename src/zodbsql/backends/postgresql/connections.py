@@ -22,8 +22,10 @@ _IMPL = {"psycopg-c": "c", "psycopg-binary": "binary", "psycopg-python": "python
 MIN_SERVER_VERSION = 120000
 #: Executions after which psycopg prepares a statement on the server.
 PREPARE_THRESHOLD = 2
-#: This session as pg_stat_activity lists it: its pid and when it started.
-SESSION_IDENTITY = ("SELECT pid, backend_start::text FROM pg_stat_activity"
+#: This session as pg_stat_activity lists it: its pid and when it started (as seconds
+#: since 1970 in text, which no session setting such as DateStyle or TimeZone changes).
+SESSION_STARTED = "extract(epoch FROM backend_start)::text"
+SESSION_IDENTITY = (f"SELECT pid, {SESSION_STARTED} FROM pg_stat_activity"
                     " WHERE pid = pg_backend_pid()")
 #: The history-free snapshot: the poll and every load of a ZODB transaction see one.
 BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
@@ -63,9 +65,9 @@ class PostgreSQLConnection(DBConnection):
     driver_name = "psycopg"
     #: BYTEA values are limited to 1 GB.
     max_state_size: int | None = (1 << 30) - 1
-    #: When the server started this session (``pg_stat_activity.backend_start`` as
-    #: text): with ``session_id``, the pid, it names the session after a lost COMMIT,
-    #: even once the server has given the pid to another session.
+    #: When the server started this session (``SESSION_STARTED``): with
+    #: ``session_id``, the pid, it names the session after a lost COMMIT, even once the
+    #: server has given the pid to another session.
     session_started: str | None = None
     #: The random number a commit logs with its tid (commit_log), and the lowest tid it
     #: can have, so that a lost COMMIT can be looked up before its tid is known.

@@ -25,7 +25,7 @@ from ZODB.POSException import StorageTransactionError
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.txncontrol import TransactionControl, blob_vanished
-from zodbsql.backends.postgresql.connections import PostgreSQLConnection
+from zodbsql.backends.postgresql.connections import SESSION_STARTED, PostgreSQLConnection
 from zodbsql.errors import DatabaseConflict, DatabaseError
 
 
@@ -34,9 +34,10 @@ FINISH = "SELECT * FROM zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 #: FINISH then COMMIT, as one query (its values go inline: ``inline``).
 FINISH_AND_COMMIT = FINISH + "; COMMIT"
 #: The old session, if it may still commit: alive, and not idle outside a transaction.
-OLD_SESSION = ("SELECT state FROM pg_stat_activity WHERE pid = %s AND backend_start::text = %s")
+OLD_SESSION = ("SELECT state FROM pg_stat_activity"
+               f" WHERE pid = %s AND {SESSION_STARTED} = %s")
 TERMINATE = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-             " WHERE pid = %s AND backend_start::text = %s")
+             f" WHERE pid = %s AND {SESSION_STARTED} = %s")
 #: The commit's tid if it is in commit_log; and whether it would still be there (the
 #: lowest tid it can have is within the log's window).
 LOGGED = ("SELECT (SELECT tid FROM commit_log WHERE nonce = %s),"
