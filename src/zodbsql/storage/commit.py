@@ -118,18 +118,27 @@ class PendingCommit:
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
         mover = backend.mover
         mover.clear_staged(conn)  # before the transaction: MySQL's TRUNCATE would end it
+        locker = backend.locker
         if (not (rows or self.blob_files or self.data_tids or self.read_current)
-                and backend.locker.skip_empty_lock and backend.txncontrol.finishes_with_commit):
+                and locker.skip_empty_lock and backend.txncontrol.finishes_with_commit):
             # Nothing to stage or lock: finish runs alone, a transaction of its own.
             self.voted = True
             return self.resolved
-        backend.locker.begin_commit(conn, shared.options.row_lock_wait)
-        self._stage_blobs(conn)
-        if not (rows or self.blob_staged or self.read_current) and backend.locker.skip_empty_lock:
+        # The transaction begins with the first statement that needs it: the blobs'
+        # (inside it), else the staging call, which may carry BEGIN (PostgreSQL).
+        wait = shared.options.row_lock_wait
+        begin: float | None = wait
+        if self.blob_files or self.data_tids:
+            locker.begin_commit(conn, wait)
+            begin = None
+            self._stage_blobs(conn)
+        if not (rows or self.blob_staged or self.read_current) and locker.skip_empty_lock:
+            if begin is not None:
+                locker.begin_commit(conn, begin)
             self.voted = True  # nothing staged, nothing read-current: nothing to lock
             return self.resolved
-        conflicts, read_conflicts = backend.locker.stage_and_lock(
-            conn, mover, rows, self.read_current)
+        conflicts, read_conflicts = locker.stage_and_lock(
+            conn, mover, rows, self.read_current, begin=begin)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
         self._resolve(conn, [c for c in conflicts if c.oid not in self.unchecked])

@@ -764,3 +764,34 @@ def test_an_empty_commit_whose_answer_is_lost(keep_history: bool, applied: bool,
             storage.close()
     finally:
         made.cleanup()
+
+
+@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
+def test_a_small_commit_sends_its_states_inline_byte_for_byte(keep_history: bool) -> None:
+    """A small commit's vote goes with BEGIN as one query, its states as SQL literals:
+    every byte value, quotes and backslashes included, must come back as it was."""
+    made = PostgreSQLFactory(Param("postgresql", keep_history))
+    try:
+        db = ZODB.DB(made.open())
+        try:
+            every_byte = bytes(range(256)) + b"'\\\"{},NULL" + bytes(range(255, -1, -1))
+            with db.transaction() as conn:
+                conn.root()["data"] = PersistentMapping(raw=every_byte, text="é'\\")
+            storage = db.storage
+            before = storage.statement_count()
+            with db.transaction() as conn:
+                conn.root()["data"]["again"] = every_byte[::3]
+            if keep_history:    # the vote's one query and finish's; no poll after them
+                assert storage.statement_count() - before == 2
+        finally:
+            db.close()
+        fresh = ZODB.DB(made.open())
+        try:
+            with fresh.transaction() as conn:
+                data = conn.root()["data"]
+                assert (data["raw"], data["text"]) == (every_byte, "é'\\")
+                assert data["again"] == every_byte[::3]
+        finally:
+            fresh.close()
+    finally:
+        made.cleanup()

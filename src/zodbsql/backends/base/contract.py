@@ -333,10 +333,12 @@ class LockerRole(Protocol):
 
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
                        states: Sequence[StagedState], read_current: dict[int, int],
-                       ) -> tuple[list[Conflict], list[Conflict]]:
+                       begin: float | None = None) -> tuple[list[Conflict], list[Conflict]]:
         """Vote's writes: stage ``states`` (as ``mover.stage``), then lock
         the rows of the staged objects and of ``read_current`` (oid -> tid read); in one
-        round trip where the backend can (PostgreSQL: one function call).  Return
+        round trip where the backend can (PostgreSQL: one function call).  ``begin``:
+        no transaction is open yet; open it first, as ``begin_commit(conn, begin)``
+        would (PostgreSQL: in the same round trip, for a small commit).  Return
         ``(write conflicts, read conflicts)``.  Raises :class:`CommitLockTimeout` when a
         row lock is not granted within the timeout, and ``ReadConflictError`` when a row
         read-current is being written by another commit (backends with row locks)."""

@@ -85,9 +85,11 @@ class Locker:
 
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
                        states: Sequence[StagedState], read_current: dict[int, int],
-                       ) -> tuple[list[Conflict], list[Conflict]]:
+                       begin: float | None = None) -> tuple[list[Conflict], list[Conflict]]:
         """Stage, then lock: two steps here (a backend that can do both in one call
-        overrides this)."""
+        overrides this), after ``begin_commit`` when ``begin`` is given."""
+        if begin is not None:
+            self.begin_commit(conn, begin)
         mover.stage(conn, states)
         return self.lock_objects(conn, read_current)
 

@@ -134,6 +134,39 @@ class PostgreSQLConnection(DBConnection):
         assert row is not None
         return int(row[0]), str(row[1])
 
+    def inline(self, query: str, params: Sequence[Any]) -> str:
+        """``query`` with its placeholders replaced by the values as SQL literals
+        (psycopg's own quoting), for a query of several statements."""
+        import psycopg
+        return psycopg.ClientCursor(self.raw).mogrify(query, params)
+
+    def begin_fetchall(self, sql: str, shown: str, count: int) -> list[Row]:
+        """The rows of the last statement of ``sql``, which begins a transaction and
+        goes on in it, sent as one simple-protocol query with its values inline (one
+        round trip, one statement in the server's log).  Counted as one statement and
+        traced as ``shown`` with ``count`` parameters.  The connection is left in the
+        transaction whenever the server says one is open, failed or not."""
+        from psycopg.pq import TransactionStatus
+        self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
+        error: Exception | None = None
+        try:
+            cursor = self.raw.cursor()
+            cursor.execute(sql.encode())
+            while cursor.nextset():
+                pass    # past BEGIN's and SET's results to the last statement's
+            rows = list(cursor.fetchall())
+        except Exception as exc:
+            error = exc
+            raise self._fail(exc, shown) from exc
+        finally:
+            self.in_transaction = (
+                self.raw.pgconn.transaction_status != TransactionStatus.IDLE)
+            if tracer is not None:
+                tracer.done(self.where, shown, (None,) * count, started, error)
+        return rows
+
     def fetch_and_commit(self, sql: str, shown: str, count: int) -> Row | None:
         """The first row of ``sql``, whose text ends the transaction (``...; COMMIT``)
         or runs alone in autocommit as a transaction of its own.  Sent as one simple-

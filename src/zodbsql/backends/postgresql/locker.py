@@ -45,7 +45,7 @@ from zodbsql.backends.base.contract import (Conflict, ConnectionRole, MoverRole,
                                             StagedState)
 from zodbsql.backends.base.locker import Locker
 from zodbsql.backends.postgresql.mover import as_arrays, bigint_array, text_array
-from zodbsql.backends.postgresql.connections import sqlstate
+from zodbsql.backends.postgresql.connections import PostgreSQLConnection, sqlstate
 from zodbsql.errors import CommitLockTimeout, DatabaseError
 
 
@@ -54,6 +54,8 @@ STAGE_AND_LOCK = (
     "SELECT * FROM zodbsql_stage_and_lock(%t::BIGINT[], %t::BIGINT[], %t::BIGINT[],"
     " %t::BIGINT[], %t::BIGINT[], %b::BYTEA[], %t::TEXT[], %t::BIGINT[], %t::BIGINT[])")
 BEGIN_WITH_TIMEOUT = "BEGIN; SET LOCAL lock_timeout = {millis}"
+#: A commit whose states take at most this many bytes sends them inline, with BEGIN.
+INLINE_BYTES = 8192
 LOCK_COMMIT = "SELECT last_tid FROM commit_row FOR UPDATE"
 #: Exclusive, against every voted commit's shared hold (procedures_lock.sql).
 CLOSE_PACK_GATE = "SELECT pg_advisory_xact_lock(zodbsql_pack_gate())"
@@ -82,14 +84,25 @@ class PostgreSQLLocker(Locker):
 
     def stage_and_lock(self, conn: ConnectionRole, mover: MoverRole,
                        states: Sequence[StagedState], read_current: dict[int, int],
-                       ) -> tuple[list[Conflict], list[Conflict]]:
+                       begin: float | None = None) -> tuple[list[Conflict], list[Conflict]]:
         # One call stages (the mover's arrays) and locks: a round trip less per commit.
         oids = sorted(read_current)
         *numbers, stored, refs = as_arrays(states, 7)
         params = [*map(bigint_array, numbers), stored, text_array(refs), bigint_array(oids),
                   bigint_array([read_current[o] for o in oids])]
+        small = sum(len(state) for state in stored if state is not None) <= INLINE_BYTES
         try:
-            rows = conn.fetchall(STAGE_AND_LOCK, params)
+            if begin is not None and small and isinstance(conn, PostgreSQLConnection):
+                # BEGIN and the call as one query: a small commit's states go inline
+                # (hex text, twice their size), a large one's in binary after BEGIN.
+                self._row_wait = begin
+                opening = BEGIN_WITH_TIMEOUT.format(millis=max(1, int(begin * 1000)))
+                rows = conn.begin_fetchall(f"{opening}; {conn.inline(STAGE_AND_LOCK, params)}",
+                                           f"{opening}; {STAGE_AND_LOCK}", len(params))
+            else:
+                if begin is not None:
+                    self.begin_commit(conn, begin)
+                rows = conn.fetchall(STAGE_AND_LOCK, params)
         except CommitLockTimeout as exc:
             raise CommitLockTimeout(
                 "another commit held the row lock of an object this one changes for"

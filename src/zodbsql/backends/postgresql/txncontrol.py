@@ -31,7 +31,7 @@ from zodbsql.errors import DatabaseConflict, DatabaseError
 
 #: The tid; history-preserving, also the last tid before it.
 FINISH = "SELECT * FROM zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-#: FINISH then COMMIT, as one query (its values go inline: ``inline``).
+#: FINISH then COMMIT, as one query (its values go inline).
 FINISH_AND_COMMIT = FINISH + "; COMMIT"
 #: The old session, if it may still commit: alive, and not idle outside a transaction.
 OLD_SESSION = ("SELECT state FROM pg_stat_activity"
@@ -71,7 +71,7 @@ class PostgreSQLTransactionControl(TransactionControl):
         try:
             if commit:
                 query = FINISH_AND_COMMIT if conn.in_transaction else FINISH
-                row = conn.fetch_and_commit(inline(conn, query, params), query, len(params))
+                row = conn.fetch_and_commit(conn.inline(query, params), query, len(params))
             else:
                 row = conn.fetchone(FINISH, params)
         except DatabaseError as exc:
@@ -131,9 +131,3 @@ class PostgreSQLTransactionControl(TransactionControl):
             old.commit_tid = int(row[0])
             return True
         return False if row[1] else None
-
-
-def inline(conn: PostgreSQLConnection, query: str, params: tuple[object, ...]) -> str:
-    """``query`` with its ``%s`` replaced by the values as SQL literals (psycopg's)."""
-    import psycopg
-    return psycopg.ClientCursor(conn.raw).mogrify(query, params)
