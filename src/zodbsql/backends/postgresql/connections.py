@@ -142,40 +142,24 @@ class PostgreSQLConnection(DBConnection):
 
     def begin_fetchall(self, sql: str, shown: str, count: int) -> list[Row]:
         """The rows of the last statement of ``sql``, which begins a transaction and
-        goes on in it, sent as one simple-protocol query with its values inline (one
-        round trip, one statement in the server's log).  Counted as one statement and
-        traced as ``shown`` with ``count`` parameters.  The connection is left in the
-        transaction whenever the server says one is open, failed or not."""
-        from psycopg.pq import TransactionStatus
-        self.statements += 1
-        tracer = self.tracer
-        started = tracer.start() if tracer is not None else 0.0
-        error: Exception | None = None
-        try:
-            cursor = self.raw.cursor()
-            cursor.execute(sql.encode())
-            while cursor.nextset():
-                pass    # past BEGIN's and SET's results to the last statement's
-            rows = list(cursor.fetchall())
-        except Exception as exc:
-            error = exc
-            raise self._fail(exc, shown) from exc
-        finally:
-            self.in_transaction = (
-                self.raw.pgconn.transaction_status != TransactionStatus.IDLE)
-            if tracer is not None:
-                tracer.done(self.where, shown, (None,) * count, started, error)
-        return rows
+        goes on in it (``simple_query``).  The connection is left in the transaction
+        whenever the server says one is open, failed or not."""
+        return self.simple_query(sql, shown, count, last=True)
 
     def fetch_and_commit(self, sql: str, shown: str, count: int) -> Row | None:
         """The first row of ``sql``, whose text ends the transaction (``...; COMMIT``)
-        or runs alone in autocommit as a transaction of its own.  Sent as one simple-
-        protocol query, values inline: one round trip, one statement in the server's log.
+        or runs alone in autocommit as a transaction of its own (``simple_query``).
+        When it fails the connection stays in the transaction if the server says one is
+        open (``rollback`` ends it)."""
+        rows = self.simple_query(sql, shown, count, last=False)
+        return rows[0] if rows else None
 
-        Counted as one statement and traced as ``shown`` with ``count`` parameters (the
-        values inline are never logged; no plan is asked).  When it fails the connection
-        stays in the transaction if the server says one is open (``rollback`` ends it).
-        """
+    def simple_query(self, sql: str, shown: str, count: int, last: bool) -> list[Row]:
+        """The rows of the first (or ``last``) statement of ``sql``, statements with
+        their values inline, sent as one simple-protocol query: one round trip, one
+        statement in the server's log.  Counted as one statement and traced as
+        ``shown`` with ``count`` parameters (the values inline are never logged; no
+        plan is asked).  ``in_transaction`` follows the server's status after it."""
         from psycopg.pq import TransactionStatus
         self.statements += 1
         tracer = self.tracer
@@ -184,17 +168,17 @@ class PostgreSQLConnection(DBConnection):
         try:
             cursor = self.raw.cursor()
             cursor.execute(sql.encode())
-            row = cursor.fetchone()
+            while last and cursor.nextset():
+                pass    # past the results of the statements before the last
+            return [tuple(row) for row in cursor.fetchall()]
         except Exception as exc:
             error = exc
-            self.in_transaction = (
-                self.raw.pgconn.transaction_status != TransactionStatus.IDLE)
             raise self._fail(exc, shown) from exc
         finally:
+            self.in_transaction = (
+                self.raw.pgconn.transaction_status != TransactionStatus.IDLE)
             if tracer is not None:
                 tracer.done(self.where, shown, (None,) * count, started, error)
-        self.in_transaction = False
-        return tuple(row) if row is not None else None
 
     def commit(self) -> None:
         if not self.in_transaction:
