@@ -79,24 +79,25 @@ Design note.
   ===========================  ==========  ==========
   one ZODB transaction          1 object    1,000 new
   ===========================  ==========  ==========
-  history-preserving            3           5
-  history-free                  5           7
+  history-preserving            2           5
+  history-free                  4           7
   ===========================  ==========  ==========
 
-  The 3: ``BEGIN; SET LOCAL lock_timeout`` (one call), ``zodbsql_stage_and_lock`` (the
-  states staged, each column one array that ``unnest`` turns into rows, each state's
-  references one array of them, then the row locks and the conflict check), and
-  ``zodbsql_finish(...); COMMIT`` as one query (procedures_hp.sql: lock the commit row,
-  allocate the tid, record and log the transaction, move the states with their references,
-  and the current pointers; its values go inline, since a query of two statements can't
-  carry parameters). A commit that stores nothing is the finish call alone, in autocommit:
-  one statement. The poll after the commit is skipped when nothing else was committed
-  since the instance's snapshot (above); otherwise it is one statement more (one UNION
-  statement: last tid and changes). 1,000 new objects after a pause add two oid blocks
-  from the sequence (16 and 1,024 oids); back-to-back big commits take one block of 4,096
-  per 4,096 new objects. The staging tables are ``ON COMMIT DELETE ROWS``, so nothing is
-  spent clearing them. History-free adds the end of the read transaction that holds its
-  snapshot (ROLLBACK at ``afterCompletion``); its BEGIN goes with the poll.
+  The 2: ``BEGIN; SET LOCAL lock_timeout`` with ``zodbsql_stage_and_lock`` (the states
+  staged, each column one array that ``unnest`` turns into rows, each state's references
+  one array of them, then the row locks and the conflict check) as one query, the states
+  inline when they take at most 8 KB (a larger commit sends its BEGIN first and the arrays
+  in binary), and ``zodbsql_finish(...); COMMIT`` as one query (procedures_hp.sql: lock
+  the commit row, allocate the tid, record and log the transaction, move the states with
+  their references, and the current pointers; its values go inline, since a query of two
+  statements can't carry parameters). A commit that stores nothing is the finish call
+  alone, in autocommit: one statement. The poll after the commit is skipped when nothing
+  else was committed since the instance's snapshot (above); otherwise it is one statement
+  more (one UNION statement: last tid and changes). 1,000 new objects after a pause add
+  two oid blocks from the sequence (16 and 1,024 oids); back-to-back big commits take one
+  block of 4,096 per 4,096 new objects. The staging tables are ``ON COMMIT DELETE ROWS``,
+  so nothing is spent clearing them. History-free adds the end of the read transaction
+  that holds its snapshot (ROLLBACK at ``afterCompletion``); its BEGIN goes with the poll.
 * Standbys, failover, poolers.  Polls and loads may go to a hot standby
   (``replica-dsns``): the lag is read on the standby itself (``standbys.py``), so
   choosing one costs the primary nothing, and the core reads a snapshot there only if
