@@ -466,6 +466,7 @@ def test_rekey_while_a_writer_commits(storage_factory: Any, tmp_path: pathlib.Pa
     both = key_file(tmp_path, f"k1:{old}", f"k2:{new}", name="both")
     site = ZODB.DB(storage_factory.open(key_file=both, key_id="k2"))
     stop = threading.Event()
+    writing = threading.Event()
     commits = 0
 
     def write() -> None:
@@ -477,11 +478,15 @@ def test_rekey_while_a_writer_commits(storage_factory: Any, tmp_path: pathlib.Pa
                 with attempt:
                     conn.root()[f"item{commits % 300}"]["small"] = -commits
             commits += 1
+            writing.set()
         conn.close()
 
     writer = threading.Thread(target=write)
     writer.start()
     try:
+        # Rekey starts once the writer commits (on a busy machine a rekey of 300
+        # records could otherwise be over before the writer's first commit).
+        assert writing.wait(30), "the writer never committed"
         storage = storage_factory.open(key_file=both, key_id="k2")
         done = rekey(storage.backend, storage.shared.codec, batch=10)
     finally:
