@@ -11,6 +11,7 @@ import time
 from typing import Any, Iterator
 
 import pytest
+import transaction
 import ZODB
 
 import zodbsql
@@ -60,6 +61,36 @@ def test_own_commits_are_never_hidden(factory: ReplicaFactory) -> None:
         with db.transaction() as conn:
             conn.root()["value"] = value
         assert read(db) == value      # the standby lags: this snapshot is the primary's
+    db.close()
+
+
+def test_an_own_commit_made_alone_is_read_from_the_primary(factory: ReplicaFactory) -> None:
+    """A snapshot polled on the standby, then a commit of the same connection with
+    nothing committed in between: the next start keeps the commit as its snapshot
+    without a poll, and must read it from the primary (the standby lags)."""
+    from persistent.mapping import PersistentMapping
+    standby = factory.cluster.standby
+    assert standby is not None
+    db = ZODB.DB(factory.open(cache_size_mb=0))   # every load reaches a server
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.root()["own"] = PersistentMapping(n=0)
+    tm.commit()
+    write(factory.open(), 1)        # another process: this connection's next start polls
+    standby.wait_replayed()
+    tm.begin()
+    assert conn.root()["own"]["n"] == 0 and db.storage is not None
+    tm.abort()
+    standby.pause_replay()
+    for n in (1, 2):
+        tm.begin()
+        conn.root()["own"]["n"] = n
+        tm.commit()
+        conn.cacheMinimize()        # the next read loads from the storage
+        tm.begin()
+        assert conn.root()["own"]["n"] == n
+        tm.abort()
+    conn.close()
     db.close()
 
 

@@ -221,6 +221,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             return False
         if not quiet or (cache.enabled and cache.polled != since):
             return False
+        self._on_replica = False    # a standby may not have replayed the commit yet
         self._polled_to(since, tid, [(oid, tid) for oid in oids], token)
         if shared.metrics is not None:
             shared.metrics.polled(0)
