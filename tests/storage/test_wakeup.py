@@ -36,12 +36,13 @@ from zodbsql.storage import SQLStorage
 #: PRAGMA data_version at each poll it skips (history-free inside the read transaction
 #: that is the snapshot, begun and ended around it).  History-free PostgreSQL and MySQL
 #: poll: BEGIN, the poll and ROLLBACK history-free, where PostgreSQL sends the BEGIN
-#: and the poll as one query (backends/postgresql/poller.py).
+#: and the poll as one query (backends/postgresql/poller.py), and at the begin the
+#: ROLLBACK of the snapshot the abort's poll took goes in that query too.
 IDLE_STATEMENTS = {
     ("sqlite", True): 40,
     ("sqlite", False): 120,
     ("postgresql", True): 0,
-    ("postgresql", False): 80,
+    ("postgresql", False): 60,
     ("mysql", True): 40,
     ("mysql", False): 120,
 }

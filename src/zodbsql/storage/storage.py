@@ -90,6 +90,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         # the snapshot there without a poll.
         self._committed_alone: tuple[int, list[int]] | None = None
         self._read_txn = False               # history-free snapshot transaction open
+        self._end_due = False                # sync() left it for the next poll to end
         self._replica: ConnectionRole | None = None   # a standby session, if any
         self._on_replica = False             # this snapshot is read on _replica
         self._replica_retry = 0.0            # no standby was usable: ask again after this
@@ -151,6 +152,14 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self._watch_token = None
 
     def sync(self, force: bool = True) -> None:
+        with self._load_lock:
+            if (self._read_txn and not self._on_replica and self._replica is None
+                    and self.shared.backend.poller.ends_with_begin
+                    and self.shared.backend.replica_count() == 0):
+                # ZODB polls right after: that poll's query ends this read transaction
+                # before it begins the next (PostgreSQL: one round trip for both).
+                self._end_due = True
+                return
         self._end_read_txn()
 
     def afterCompletion(self) -> None:
@@ -161,7 +170,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         (None: everything, after a failover to a server that may lack what was seen)."""
         shared = self.shared
         with self._load_lock:
-            self._end_read_txn()
+            end_first, self._end_due = self._end_due, False
+            if not end_first:
+                self._end_read_txn()
             alone, self._committed_alone = self._committed_alone, None
             if alone is not None and self._moved_past_own_commit(*alone):
                 return []
@@ -174,7 +185,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             polled = self._poll_replica(since)
             reset = False
             if polled is None:
-                polled = self._poll(self._conn(), since)
+                polled = self._poll(self._conn(), since, end_first)
                 reset = self._server_changed(since, polled[0])
             upto, changes = polled
             invalidated: list[bytes] | None = []
@@ -248,14 +259,18 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self._watch_token = token
         return quiet, token
 
-    def _poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[tuple[int, int]]]:
+    def _poll(self, conn: ConnectionRole, since: int | None,
+              end_first: bool = False) -> tuple[int, list[tuple[int, int]]]:
+        """``end_first``: the read transaction ``sync`` left open ends in the poll's
+        round trip."""
         poller = self.shared.backend.poller
-        if not self.shared.options.keep_history and not conn.in_transaction:
+        end_first = end_first and conn.in_transaction
+        if not self.shared.options.keep_history and (end_first or not conn.in_transaction):
             # History-free data has no old revisions to name: the snapshot is a
             # read transaction, held until the ZODB transaction ends (a poll that
             # failed after its BEGIN leaves it for _end_read_txn to roll back too).
             try:
-                return poller.begin_and_poll(conn, since)
+                return poller.begin_and_poll(conn, since, end_first)
             finally:
                 self._read_txn = conn.in_transaction
         return poller.poll(conn, since)
@@ -315,6 +330,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def _end_read_txn(self) -> None:
         with self._load_lock:
+            self._end_due = False
             if self._read_txn:
                 conn = self._replica if self._on_replica else self._load
                 if conn is not None:

@@ -447,12 +447,18 @@ class PollerRole(Protocol):
         as of the snapshot tid, in one statement.  With ``since`` None only the
         snapshot tid is read."""
 
-    def begin_and_poll(self, conn: ConnectionRole,
-                       since: int | None) -> tuple[int, list[Revision]]:
+    @property
+    def ends_with_begin(self) -> bool:
+        """Does ``begin_and_poll(..., end_first=True)`` end the read transaction still
+        open in the same round trip as the new one's BEGIN and the poll?"""
+
+    def begin_and_poll(self, conn: ConnectionRole, since: int | None,
+                       end_first: bool = False) -> tuple[int, list[Revision]]:
         """``poll`` in a read transaction begun first (``conn.begin_read``), which holds
         the poll's snapshot for the loads after it; in the same round trip where the
-        backend can.  Raises as ``begin_read`` or ``poll`` would, leaving ``conn`` in the
-        transaction (``in_transaction``) if it began."""
+        backend can.  ``end_first``: the read transaction still open on ``conn`` ends
+        first (ROLLBACK).  Raises as ``begin_read`` or ``poll`` would, leaving ``conn``
+        in the transaction (``in_transaction``) if it began."""
 
 
 class CommitWatchRole(Protocol):

@@ -57,9 +57,15 @@ class Poller:
             return self.last_tid(conn), []
         return self.parse_poll(conn.fetchall(self.sql.poll, (since,)))
 
-    def begin_and_poll(self, conn: ConnectionRole,
-                       since: int | None) -> tuple[int, list[Revision]]:
-        """:meth:`poll` in a read transaction it begins (``conn.begin_read``)."""
+    #: Can ``begin_and_poll`` end the read transaction before in the same round trip?
+    ends_with_begin = False
+
+    def begin_and_poll(self, conn: ConnectionRole, since: int | None,
+                       end_first: bool = False) -> tuple[int, list[Revision]]:
+        """:meth:`poll` in a read transaction it begins (``conn.begin_read``), after
+        ending the one still open when ``end_first``."""
+        if end_first:
+            conn.rollback()
         conn.begin_read()
         return self.poll(conn, since)
 

@@ -62,7 +62,8 @@ Design note.
   ZODB transaction ends see one snapshot (the core ends it at ``afterCompletion``).
   The BEGIN and the poll travel as one simple-protocol query (``poller.py``), so the
   start stays one round trip; the poll is then planned at each start instead of
-  prepared once.
+  prepared once.  When ZODB's begin finds the snapshot of its last poll still open
+  (``sync``), that ROLLBACK goes first in the same query.
   History-preserving, a start skips the poll while nothing committed: every commit
   announces its tid with ``pg_notify`` inside ``zodbsql_finish``, and one session per
   storage listens (``listener.py``, ``listen-for-commits``).  After its own commit, a

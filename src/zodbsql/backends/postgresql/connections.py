@@ -85,7 +85,7 @@ class PostgreSQLConnection(DBConnection):
         self.execute(BEGIN_READ)
         self.in_transaction = True
 
-    def begin_read_fetchall(self, sql: str) -> list[Row]:
+    def begin_read_fetchall(self, sql: str, end_first: bool = False) -> list[Row]:
         """:meth:`begin_read`, then :meth:`fetchall` of ``sql`` in the new transaction,
         in one round trip: both go as one simple-protocol query.  ``sql`` has no
         parameters (the caller writes an integer into it), so it is never prepared on
@@ -94,16 +94,19 @@ class PostgreSQLConnection(DBConnection):
 
         Counted and traced as one statement.  When it fails the connection is left in
         the transaction if BEGIN ran (``rollback`` ends it), as two calls would leave it.
+        ``end_first``: a ROLLBACK of the read transaction still open goes first, in the
+        same query.
         """
         from psycopg.pq import TransactionStatus
-        sql = f"{BEGIN_READ}; {sql}"
+        sql = f"{'ROLLBACK; ' if end_first else ''}{BEGIN_READ}; {sql}"
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
             cursor = self.raw.cursor()
             cursor.execute(sql.encode())
-            cursor.nextset()    # past BEGIN's result to the query's
+            while cursor.nextset():
+                pass    # past ROLLBACK's and BEGIN's results to the query's
             rows = list(cursor.fetchall())
         except Exception as exc:
             # IDLE: BEGIN never ran.  Anything else, even a status unknown after a lost

@@ -18,11 +18,15 @@ from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 
 
 class PostgreSQLPoller(Poller):
-    def begin_and_poll(self, conn: ConnectionRole,
-                       since: int | None) -> tuple[int, list[Revision]]:
+    #: The ROLLBACK of the snapshot before goes in the poll's query (``end_first``).
+    ends_with_begin = True
+
+    def begin_and_poll(self, conn: ConnectionRole, since: int | None,
+                       end_first: bool = False) -> tuple[int, list[Revision]]:
         assert isinstance(conn, PostgreSQLConnection)
         if since is None:
-            rows = conn.begin_read_fetchall(self.sql.last_tid)
+            rows = conn.begin_read_fetchall(self.sql.last_tid, end_first)
             return (int(rows[0][0]) if rows else 0), []
         # The tid is an int written into the text: nothing else ever is.
-        return self.parse_poll(conn.begin_read_fetchall(self.sql.poll % (int(since),)))
+        return self.parse_poll(conn.begin_read_fetchall(self.sql.poll % (int(since),),
+                                                        end_first))
