@@ -37,7 +37,7 @@ from zodbsql.storage import SQLStorage
 #: that is the snapshot, begun and ended around it).  History-free PostgreSQL and MySQL
 #: poll: BEGIN, the poll and ROLLBACK history-free, where PostgreSQL sends the BEGIN
 #: and the poll as one query (backends/postgresql/poller.py), and at the begin the
-#: ROLLBACK of the snapshot the abort's poll took goes in that query too.
+#: end (COMMIT) of the snapshot the abort's poll took goes in that query too.
 IDLE_STATEMENTS = {
     ("sqlite", True): 40,
     ("sqlite", False): 120,

@@ -63,7 +63,7 @@ Design note.
   The BEGIN and the poll travel as one simple-protocol query (``poller.py``), so the
   start stays one round trip; the poll is then planned at each start instead of
   prepared once.  When ZODB's begin finds the snapshot of its last poll still open
-  (``sync``), that ROLLBACK goes first in the same query.
+  (``sync``), it ends first in the same query (with COMMIT: connections.py says why).
   History-preserving, a start skips the poll while nothing committed: every commit
   announces its tid with ``pg_notify`` inside ``zodbsql_finish``, and one session per
   storage listens (``listener.py``, ``listen-for-commits``).  After its own commit, a

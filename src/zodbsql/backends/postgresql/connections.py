@@ -94,11 +94,14 @@ class PostgreSQLConnection(DBConnection):
 
         Counted and traced as one statement.  When it fails the connection is left in
         the transaction if BEGIN ran (``rollback`` ends it), as two calls would leave it.
-        ``end_first``: a ROLLBACK of the read transaction still open goes first, in the
-        same query.
+        ``end_first``: the read transaction still open ends first, in the same query.
+        It ends with COMMIT, which for a read-only transaction is what ROLLBACK is:
+        psycopg forgets every prepared statement of the session (DEALLOCATE ALL) after a
+        query it has not seen before that ran a ROLLBACK, and this query's text is new
+        at every poll.
         """
         from psycopg.pq import TransactionStatus
-        sql = f"{'ROLLBACK; ' if end_first else ''}{BEGIN_READ}; {sql}"
+        sql = f"{'COMMIT; ' if end_first else ''}{BEGIN_READ}; {sql}"
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -106,7 +109,7 @@ class PostgreSQLConnection(DBConnection):
             cursor = self.raw.cursor()
             cursor.execute(sql.encode())
             while cursor.nextset():
-                pass    # past ROLLBACK's and BEGIN's results to the query's
+                pass    # past COMMIT's and BEGIN's results to the query's
             rows = list(cursor.fetchall())
         except Exception as exc:
             # IDLE: BEGIN never ran.  Anything else, even a status unknown after a lost

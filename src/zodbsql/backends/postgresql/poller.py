@@ -18,7 +18,7 @@ from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 
 
 class PostgreSQLPoller(Poller):
-    #: The ROLLBACK of the snapshot before goes in the poll's query (``end_first``).
+    #: The end of the snapshot before goes in the poll's query (``end_first``).
     ends_with_begin = True
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
