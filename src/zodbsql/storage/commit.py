@@ -269,21 +269,15 @@ class PendingCommit:
         if not self.voted or self.conn is None:
             raise StorageTransactionError("tpc_finish called before tpc_vote")
         conn = self.conn
-        backend = self.shared.backend
-        meta = self.transaction
         # The clock's tid; the backend takes one past the last tid if that is later.
         clock_tid = u64(newTid(None))
         files = self.shared.blob_files
-        check_blobs = (files is not None and not files.shared
-                       and bool(self.blob_staged or self.data_tids))
-        placing = files is not None and files.shared and bool(self.blob_staged or self.data_tids)
-        if not placing and backend.txncontrol.finishes_with_commit:
+        blobs = bool(self.blob_staged or self.data_tids)
+        check_blobs = files is not None and not files.shared and blobs
+        placing = files is not None and files.shared and blobs
+        if not placing and self.shared.backend.txncontrol.finishes_with_commit:
             return self._finish_and_commit(clock_tid, check_blobs)
-        tid = backend.txncontrol.finish(
-            conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
-            _as_bytes(meta.description), _extension_bytes(meta),
-            self.shared.options.commit_lock_timeout, bool(self.states),
-            check_blobs=check_blobs, blobs=self._changes_blob_refs())
+        tid = self._call_finish(clock_tid, check_blobs, commit=False)
         self._raise_oid_counter()
         if files is not None and files.shared:
             # The files are in place before the commit makes the revisions visible; a
@@ -319,18 +313,24 @@ class PendingCommit:
                 except OSError:
                     remove_quietly(staged)
 
+    def _call_finish(self, clock_tid: int, check_blobs: bool, commit: bool) -> int:
+        """The backend's finish of this commit (``commit``: with COMMIT)."""
+        conn = self.conn
+        assert conn is not None
+        meta = self.transaction
+        return self.shared.backend.txncontrol.finish(
+            conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
+            _as_bytes(meta.description), _extension_bytes(meta),
+            self.shared.options.commit_lock_timeout, bool(self.states),
+            check_blobs=check_blobs, blobs=self._changes_blob_refs(), commit=commit)
+
     def _finish_and_commit(self, clock_tid: int, check_blobs: bool) -> int:
         """Finish and COMMIT in one round trip (no blob file to place under the tid)."""
         conn = self.conn
         assert conn is not None
-        meta = self.transaction
         self._raise_oid_counter()
         try:
-            tid = self.shared.backend.txncontrol.finish(
-                conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
-                _as_bytes(meta.description), _extension_bytes(meta),
-                self.shared.options.commit_lock_timeout, bool(self.states),
-                check_blobs=check_blobs, blobs=self._changes_blob_refs(), commit=True)
+            tid = self._call_finish(clock_tid, check_blobs, commit=True)
         except ConnectionLost as exc:
             # The server answered nothing: COMMIT may have run.  (An error it answered
             # with means the transaction was rolled back: raised as it is.)

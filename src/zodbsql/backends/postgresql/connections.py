@@ -100,44 +100,15 @@ class PostgreSQLConnection(DBConnection):
         query it has not seen before that ran a ROLLBACK, and this query's text is new
         at every poll.
         """
-        from psycopg.pq import TransactionStatus
         sql = f"{'COMMIT; ' if end_first else ''}{BEGIN_READ}; {sql}"
-        self.statements += 1
-        tracer = self.tracer
-        started = tracer.start() if tracer is not None else 0.0
-        try:
-            cursor = self.raw.cursor()
-            cursor.execute(sql.encode())
-            while cursor.nextset():
-                pass    # past COMMIT's and BEGIN's results to the query's
-            rows = list(cursor.fetchall())
-        except Exception as exc:
-            # IDLE: BEGIN never ran.  Anything else, even a status unknown after a lost
-            # connection, may hold a transaction, which rollback then ends (or finds the
-            # connection broken).
-            self.in_transaction = (
-                self.raw.pgconn.transaction_status != TransactionStatus.IDLE)
-            self._traced(sql, (), started, exc)
-            raise self._fail(exc, sql) from exc
-        self.in_transaction = True
-        self._traced(sql, (), started)
-        return rows
+        return self.simple_query(sql, sql, 0, last=True)
 
     def session_identity(self, set_up: str) -> tuple[int, str]:
         """Run ``set_up`` (statements without results), then read this session's pid and
         start from the server, in one round trip (counted as one statement).  The
         server's pid, not libpq's: behind a pooler the two differ."""
         sql = f"{set_up}; {SESSION_IDENTITY}"
-        self.statements += 1
-        try:
-            cursor = self.raw.cursor()
-            cursor.execute(sql.encode())
-            while cursor.nextset():
-                pass    # past the set-up's results to the last one
-            row = cursor.fetchone()
-        except Exception as exc:
-            raise self._fail(exc, sql) from exc
-        assert row is not None
+        row = self.simple_query(sql, sql, 0, last=True)[0]
         return int(row[0]), str(row[1])
 
     def inline(self, query: str, params: Sequence[Any]) -> str:
@@ -145,12 +116,6 @@ class PostgreSQLConnection(DBConnection):
         (psycopg's own quoting), for a query of several statements."""
         import psycopg
         return psycopg.ClientCursor(self.raw).mogrify(query, params)
-
-    def begin_fetchall(self, sql: str, shown: str, count: int) -> list[Row]:
-        """The rows of the last statement of ``sql``, which begins a transaction and
-        goes on in it (``simple_query``).  The connection is left in the transaction
-        whenever the server says one is open, failed or not."""
-        return self.simple_query(sql, shown, count, last=True)
 
     def fetch_and_commit(self, sql: str, shown: str, count: int) -> Row | None:
         """The first row of ``sql``, whose text ends the transaction (``...; COMMIT``)

@@ -97,8 +97,8 @@ class PostgreSQLLocker(Locker):
                 # (hex text, twice their size), a large one's in binary after BEGIN.
                 self._row_wait = begin
                 opening = BEGIN_WITH_TIMEOUT.format(millis=max(1, int(begin * 1000)))
-                rows = conn.begin_fetchall(f"{opening}; {conn.inline(STAGE_AND_LOCK, params)}",
-                                           f"{opening}; {STAGE_AND_LOCK}", len(params))
+                rows = conn.simple_query(f"{opening}; {conn.inline(STAGE_AND_LOCK, params)}",
+                                         f"{opening}; {STAGE_AND_LOCK}", len(params), last=True)
             else:
                 if begin is not None:
                     self.begin_commit(conn, begin)
