@@ -24,6 +24,34 @@ def test_doctor_on_every_backend(storage_factory: Any) -> None:
     assert all(f.fix for f in findings if f.level != OK)  # every problem has a fix
 
 
+def test_doctor_names_the_index_older_databases_keep_and_how_to_drop_it(
+        storage_factory: Any) -> None:
+    """Databases made before 2026-11-27 keep an index on current_object (tid) that the
+    poll no longer reads and every commit updates: doctor says so, with the statement
+    that drops it; a database made now has none."""
+    if not storage_factory.param.keep_history:
+        pytest.skip("history-free databases have no current_object table")
+    storage = storage_factory.open()
+    inspector = storage.backend.inspector
+
+    def warned() -> list[str]:
+        return [f.fix for f in diagnose_storage(storage, clients=1, checks=False)
+                if f.name == "current_object_tid"]
+
+    assert warned() == []
+    conn = storage.backend.connect()
+    try:
+        conn.execute("CREATE INDEX current_object_tid ON current_object (tid)")
+        conn.commit()
+        assert warned() == ["drop it: " + inspector.DROP_OLD_POLL_INDEX]
+        for statement in inspector.DROP_OLD_POLL_INDEX.split(";"):
+            conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+    assert warned() == []
+
+
 def test_doctor_removes_its_scratch_database(storage_factory: Any) -> None:
     storage = storage_factory.open()
     backend = storage.backend

@@ -125,3 +125,39 @@ def test_no_stale_state_after_the_changed_oid_index_is_reset(storage_factory: An
 def _oid(db: Any, name: str) -> bytes:
     with db.transaction() as conn:
         return conn.root()[name]._p_oid
+
+
+def test_a_poll_names_each_changed_object_once_at_its_newest_revision(
+        storage_factory: Any) -> None:
+    """The poll reads the revisions committed since the snapshot (history-preserving:
+    object_state's, by tid): an object changed by two commits is one invalidation, and
+    the new snapshot reads its newest state; one changed before the snapshot is not
+    named."""
+    reader_db = ZODB.DB(storage_factory.open())
+    writer_db = ZODB.DB(storage_factory.open())     # another storage: no shared cache
+    try:
+        with writer_db.transaction() as conn:
+            for name in "xyz":
+                conn.root()[name] = PersistentMapping({"v": 0})
+        tm = transaction.TransactionManager()
+        reader = reader_db.open(tm)
+        tm.begin()
+        oids = {name: reader.root()[name]._p_oid for name in "xyz"}
+        assert [reader.root()[name]["v"] for name in "xyz"] == [0, 0, 0]
+        storage = reader._storage
+        storage.poll_invalidations()            # the instance's snapshot is now
+        for values in ({"x": 1, "y": 1}, {"x": 2}):
+            with writer_db.transaction() as conn:
+                for name, value in values.items():
+                    conn.root()[name]["v"] = value
+        changed = storage.poll_invalidations()
+        assert sorted(changed) == sorted([oids["x"], oids["y"]])
+        tid = storage.lastTransaction()
+        assert storage.load(oids["x"])[1] == tid    # the second commit's revision
+        assert storage.load(oids["y"])[1] < tid     # the first's
+        assert storage.poll_invalidations() == []
+        tm.abort()
+        reader.close()
+    finally:
+        writer_db.close()
+        reader_db.close()

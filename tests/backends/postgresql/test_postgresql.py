@@ -613,6 +613,11 @@ def sequential_scans(made: PostgreSQLFactory, tables: list[str]) -> list[int]:
             "SELECT relname, seq_scan FROM pg_stat_user_tables WHERE schemaname = %s",
             (made.path,)).fetchall())
         return [int(rows[table]) for table in tables]
+    return settled(read)
+
+
+def settled(read: Any) -> Any:
+    """What ``read()`` returns once it stayed the same for a second (at most 12 s)."""
     seen, since, deadline = read(), time.monotonic(), time.monotonic() + 12
     while time.monotonic() < deadline and time.monotonic() - since < 1.0:
         time.sleep(0.2)
@@ -642,7 +647,8 @@ def test_a_small_commit_reads_no_table_through(keep_history: bool) -> None:
         for table in ("object_state", "current_object"):
             if keep_history or table != "current_object":
                 made.admin.execute(f'ANALYZE "{made.path}".{table}')
-        tables = ["current_object" if keep_history else "object_state"]
+        # History-preserving, the polls of the commits read object_state by tid.
+        tables = ["current_object", "object_state"] if keep_history else ["object_state"]
 
         def scans() -> list[int]:
             return sequential_scans(made, tables)
@@ -665,6 +671,51 @@ def test_a_small_commit_reads_no_table_through(keep_history: bool) -> None:
         assert [a - o for a, o in zip(after, opened)] == [o - b for o, b in zip(opened, before)]
     finally:
         made.cleanup()
+
+
+def test_current_object_has_no_index_but_its_key_and_room_for_hot_updates() -> None:
+    """A commit updates current_object's row of every object it changes: with no index
+    on tid (the poll reads object_state's) and a fillfactor that leaves room on each
+    page, the update is HOT (no index entry); counted here by the server."""
+    made = PostgreSQLFactory(Param("postgresql", True))
+    try:
+        db = ZODB.DB(made.open())
+        try:
+            with db.transaction() as conn:
+                for i in range(200):
+                    conn.root()[i] = PersistentMapping(a=i)
+            indexes = [name for name, in made.admin.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s"
+                " AND tablename = 'current_object'", (made.path,))]
+            assert indexes == ["current_object_pkey"]
+            options = made.admin.execute(
+                "SELECT reloptions FROM pg_class c JOIN pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE n.nspname = %s"
+                " AND c.relname = 'current_object'", (made.path,)).fetchone()[0]
+            assert options == ["fillfactor=70"]
+            for round in range(3):
+                with db.transaction() as conn:
+                    for i in range(0, 200, 4):
+                        conn.root()[i]["a"] = -round
+        finally:
+            db.close()
+        updated, hot = updates(made, "current_object")
+        assert updated >= 150 and hot == updated, (updated, hot)
+    finally:
+        made.cleanup()
+
+
+def updates(made: PostgreSQLFactory, table: str) -> tuple[int, int]:
+    """The rows of ``table`` updated, and of those the HOT ones, once the counts stay the
+    same for a second (as ``sequential_scans``)."""
+    def read() -> tuple[int, int]:
+        made.admin.execute("SELECT pg_stat_clear_snapshot()")
+        row = made.admin.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            " WHERE schemaname = %s AND relname = %s", (made.path, table)).fetchone()
+        return int(row[0]), int(row[1])
+    counts: tuple[int, int] = settled(read)
+    return counts
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])

@@ -40,7 +40,21 @@ class Inspector:
         if version != str(SCHEMA_VERSION):
             return [Finding(ERROR, "schema", f"version {version}",
                             f"this zodbsql needs schema version {SCHEMA_VERSION}")]
-        return [Finding(OK, "schema", f"version {version}, {mode}")]
+        findings = [Finding(OK, "schema", f"version {version}, {mode}")]
+        if meta.get("keep_history") == "true" and conn.fetchone(
+                self.HAS_INDEX, ("current_object_tid",)) is not None:
+            findings.append(Finding(
+                WARNING, "current_object_tid",
+                "an index no statement reads any more (polls read object_state's since"
+                " 2026-11-27), which every commit updates",
+                "drop it: " + self.DROP_OLD_POLL_INDEX))
+        return findings
+
+    #: One row if the index named by the parameter exists.
+    HAS_INDEX = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %s"
+    #: The statement that drops the index databases made before 2026-11-27 keep on
+    #: current_object (tid), which the poll no longer reads.
+    DROP_OLD_POLL_INDEX = "DROP INDEX current_object_tid"
 
     CLASS_OF_STATE = "'(other)'"
     # Integer division on SQLite and PostgreSQL ('%' would be a placeholder).

@@ -17,9 +17,13 @@ from zodbsql.backends.base.statements import for_mode
 
 LAST_TID = "SELECT last_tid FROM commit_row"
 # kind 0 is the marker row carrying the last tid; kind 1 rows are changed objects.
+# History-preserving, the changed objects come from their revisions (object_state's tid
+# index), newest per object: current_object keeps no index on tid, so that a commit's
+# update of its rows changes no index (on PostgreSQL a HOT update, in the free space its
+# fillfactor leaves; see the schemas).
 HP_POLL = (
     "SELECT 0, 0, last_tid FROM commit_row"
-    " UNION ALL SELECT 1, zoid, tid FROM current_object WHERE tid > %s")
+    " UNION ALL SELECT 1, zoid, MAX(tid) FROM object_state WHERE tid > %s GROUP BY zoid")
 HF_POLL = (
     "SELECT 0, 0, last_tid FROM commit_row"
     " UNION ALL SELECT 1, zoid, tid FROM object_state WHERE tid > %s")

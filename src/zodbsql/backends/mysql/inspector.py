@@ -52,6 +52,9 @@ class MySQLInspector(Inspector):
     CREATE_SCRATCH = CREATE_SCRATCH
     DROP_SCRATCH = DROP_SCRATCH
     SCRATCH_FIELD = "db"
+    HAS_INDEX = ("SELECT 1 FROM information_schema.statistics WHERE table_schema ="
+                 " DATABASE() AND table_name = 'current_object' AND index_name = %s LIMIT 1")
+    DROP_OLD_POLL_INDEX = "ALTER TABLE current_object DROP INDEX current_object_tid"
     CLASS_OF_STATE = CLASS_OF_STATE
     DAY_OF_TID = "(tid >> 32) DIV 1440"
 

@@ -39,6 +39,11 @@ class PostgreSQLInspector(Inspector):
     CREATE_SCRATCH = CREATE_SCRATCH
     DROP_SCRATCH = DROP_SCRATCH
     SCRATCH_FIELD = "schema"
+    HAS_INDEX = ("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema()"
+                 " AND indexname = %s")
+    # The fillfactor leaves room for HOT updates on the pages written from then on.
+    DROP_OLD_POLL_INDEX = ("DROP INDEX current_object_tid;"
+                           " ALTER TABLE current_object SET (fillfactor = 70)")
     CLASS_OF_STATE = CLASS_OF_STATE
 
     def _setting(self, conn: ConnectionRole, name: str) -> tuple[str, str]:

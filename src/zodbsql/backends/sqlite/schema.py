@@ -44,8 +44,8 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     " data_tid INTEGER, checksum INTEGER, state_size INTEGER NOT NULL, refs TEXT,"
     " state BLOB, PRIMARY KEY (zoid, tid))",
     "CREATE INDEX object_state_tid ON object_state (tid)",
+    # No index on tid: the poll reads object_state's (base/poller.py).
     "CREATE TABLE current_object (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL)",
-    "CREATE INDEX current_object_tid ON current_object (tid)",
     HISTORY_PRESERVING_REFS_VIEW,
 ) + HISTORY_PRESERVING_BLOB_DDL
 HISTORY_FREE_DDL = COMMON_DDL + (
