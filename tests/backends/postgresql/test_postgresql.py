@@ -602,22 +602,19 @@ def test_a_database_made_before_generation_6_gets_its_procedures(keep_history: b
 SCANNED_OBJECTS = 20_000
 
 
-def sequential_scans(made: PostgreSQLFactory, tables: list[str]) -> list[int]:
-    """Sequential scans of the schema's ``tables`` counted by the server so far, read
-    after the sessions that made them closed: a session's counts reach the statistics
-    when it ends, a moment after the client closed it, so the figures are read until
-    they stay the same for a second (at most 12 s)."""
-    def read() -> list[int]:
+def table_counts(made: PostgreSQLFactory, tables: list[str],
+                 columns: list[str]) -> list[list[int]]:
+    """``columns`` of ``pg_stat_user_tables`` (counters named in the tests, never
+    input) for each of the schema's ``tables``, counted by the server so far, read after
+    the sessions that made them closed: a session's counts reach the statistics when it
+    ends, a moment after the client closed it, so the figures are read until they stay
+    the same for a second (at most 12 s)."""
+    def read() -> list[list[int]]:
         made.admin.execute("SELECT pg_stat_clear_snapshot()")
-        rows = dict(made.admin.execute(
-            "SELECT relname, seq_scan FROM pg_stat_user_tables WHERE schemaname = %s",
-            (made.path,)).fetchall())
-        return [int(rows[table]) for table in tables]
-    return settled(read)
-
-
-def settled(read: Any) -> Any:
-    """What ``read()`` returns once it stayed the same for a second (at most 12 s)."""
+        rows = {row[0]: [int(value) for value in row[1:]] for row in made.admin.execute(
+            f"SELECT relname, {', '.join(columns)} FROM pg_stat_user_tables"
+            " WHERE schemaname = %s", (made.path,)).fetchall()}
+        return [rows[table] for table in tables]
     seen, since, deadline = read(), time.monotonic(), time.monotonic() + 12
     while time.monotonic() < deadline and time.monotonic() - since < 1.0:
         time.sleep(0.2)
@@ -625,6 +622,11 @@ def settled(read: Any) -> Any:
         if now != seen:
             seen, since = now, time.monotonic()
     return seen
+
+
+def sequential_scans(made: PostgreSQLFactory, tables: list[str]) -> list[int]:
+    """Sequential scans of the schema's ``tables`` so far (``table_counts``)."""
+    return [scans for scans, in table_counts(made, tables, ["seq_scan"])]
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
@@ -722,15 +724,8 @@ def test_the_poll_reads_revisions_by_index_before_any_statistics(keep_history: b
 
 
 def tuples_scanned(made: PostgreSQLFactory, table: str) -> int:
-    """The rows of ``table`` read by sequential scans so far (as ``sequential_scans``)."""
-    def read() -> int:
-        made.admin.execute("SELECT pg_stat_clear_snapshot()")
-        row = made.admin.execute(
-            "SELECT seq_tup_read FROM pg_stat_user_tables WHERE schemaname = %s"
-            " AND relname = %s", (made.path, table)).fetchone()
-        return int(row[0])
-    scanned: int = settled(read)
-    return scanned
+    """The rows of ``table`` read by sequential scans so far (``table_counts``)."""
+    return table_counts(made, [table], ["seq_tup_read"])[0][0]
 
 
 def test_current_object_has_no_index_but_its_key_and_room_for_hot_updates() -> None:
@@ -766,16 +761,9 @@ def test_current_object_has_no_index_but_its_key_and_room_for_hot_updates() -> N
 
 
 def updates(made: PostgreSQLFactory, table: str) -> tuple[int, int]:
-    """The rows of ``table`` updated, and of those the HOT ones, once the counts stay the
-    same for a second (as ``sequential_scans``)."""
-    def read() -> tuple[int, int]:
-        made.admin.execute("SELECT pg_stat_clear_snapshot()")
-        row = made.admin.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
-            " WHERE schemaname = %s AND relname = %s", (made.path, table)).fetchone()
-        return int(row[0]), int(row[1])
-    counts: tuple[int, int] = settled(read)
-    return counts
+    """The rows of ``table`` updated so far, and of those the HOT ones (``table_counts``)."""
+    updated, hot = table_counts(made, [table], ["n_tup_upd", "n_tup_hot_upd"])[0]
+    return updated, hot
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])

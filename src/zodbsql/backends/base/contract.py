@@ -457,8 +457,9 @@ class PollerRole(Protocol):
         """``poll`` in a read transaction begun first (``conn.begin_read``), which holds
         the poll's snapshot for the loads after it; in the same round trip where the
         backend can.  ``end_first``: the read transaction still open on ``conn`` ends
-        first (ROLLBACK).  Raises as ``begin_read`` or ``poll`` would, leaving ``conn``
-        in the transaction (``in_transaction``) if it began."""
+        first (ROLLBACK; PostgreSQL sends COMMIT, which ends a read-only transaction the
+        same way: its connections.py says why).  Raises as ``begin_read`` or ``poll``
+        would, leaving ``conn`` in the transaction (``in_transaction``) if it began."""
 
 
 class CommitWatchRole(Protocol):

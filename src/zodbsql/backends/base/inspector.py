@@ -50,8 +50,8 @@ class Inspector:
                 "drop it: " + self.DROP_OLD_POLL_INDEX))
         return findings
 
-    #: One row if the index named by the parameter exists.
-    HAS_INDEX = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %s"
+    #: One row if the index named by the parameter exists (the backend's catalog).
+    HAS_INDEX = ""
     #: The statement that drops the index databases made before 2026-11-27 keep on
     #: current_object (tid), which the poll no longer reads.
     DROP_OLD_POLL_INDEX = "DROP INDEX current_object_tid"

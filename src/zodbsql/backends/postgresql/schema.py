@@ -56,9 +56,9 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     " data_tid BIGINT, checksum BIGINT, state_size BIGINT NOT NULL, refs BIGINT[],"
     " state BYTEA, PRIMARY KEY (zoid, tid))",
     "CREATE INDEX object_state_tid ON object_state (tid)",
-    # No index on tid (the poll reads object_state's), and room on each page: a
-    # commit's update of an object's row is then HOT, written beside the old one with
-    # no index entry (fillfactor 70: the one-object commit loop was ... ).
+    # No index on tid (the poll reads object_state's), and room on each page
+    # (fillfactor 70): a commit's update of an object's row is then HOT, written beside
+    # the old one with no index entry.
     "CREATE TABLE current_object (zoid BIGINT PRIMARY KEY, tid BIGINT NOT NULL)"
     " WITH (fillfactor = 70)",
     HISTORY_PRESERVING_REFS_VIEW,

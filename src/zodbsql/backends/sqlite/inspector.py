@@ -47,7 +47,9 @@ CLASS_OF_STATE = (
 
 
 class SQLiteInspector(Inspector):
+    HAS_INDEX = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %s"
     CLASS_OF_STATE = CLASS_OF_STATE
+
     def inspect(self, conn: ConnectionRole, clients: int) -> list[Finding]:
         backend: Any = self.backend
         findings = []
