@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any, Iterator
 
@@ -894,3 +895,30 @@ def test_a_small_commit_sends_its_states_inline_byte_for_byte(keep_history: bool
             fresh.close()
     finally:
         made.cleanup()
+
+
+def test_a_small_commits_vote_is_traced_without_its_values(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The inline vote carries the states as literals in its text; the SQL trace shows
+    the statement with its placeholders and the number of its parameters, never them."""
+    from zodbsql.backends.postgresql.locker import STAGE_AND_LOCK
+    made = PostgreSQLFactory(Param("postgresql", True))
+    try:
+        db = ZODB.DB(made.open(sql_trace=True))
+        try:
+            marker = "zz-marker-of-the-state"
+            with caplog.at_level(logging.DEBUG, logger="zodbsql.sql"):
+                with db.transaction() as conn:
+                    conn.root()["traced"] = PersistentMapping(text=marker)
+        finally:
+            db.close()
+        lines = [record.getMessage() for record in caplog.records
+                 if record.name == "zodbsql.sql"]
+        votes = [line for line in lines if "zodbsql_stage_and_lock" in line]
+        assert len(votes) == 1
+        assert votes[0].endswith(f"; {STAGE_AND_LOCK} (9 parameters)"), votes[0]
+        assert ": BEGIN; SET LOCAL lock_timeout = " in votes[0]
+        assert not [line for line in lines if marker in line]
+    finally:
+        made.cleanup()
+
