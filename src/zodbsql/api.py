@@ -39,8 +39,8 @@ def parse_url(url: str, **options: Any) -> tuple[Any, Options]:
     other: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         name = key.replace("-", "_")
-        if key in backend_keys:
-            backend_query[key] = value
+        if name in backend_keys:
+            backend_query[name] = value
         elif name in storage_keys:
             storage_query.setdefault(name, value)
         elif options_class.keeps_other_query:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any, Iterator
@@ -114,6 +115,43 @@ def test_sessions_compile_no_statement_to_machine_code(factory):
         assert conn.fetchone("SHOW jit")[0] == "off"
     finally:
         conn.close()
+
+
+def large_states_compression(factory, method: str | None) -> tuple[str, list[str]]:
+    """Commit a 20 KB compressible state with ``toast-compression`` ``method`` (None: the
+    default); the session's setting, and how the server compressed the stored state."""
+    options = factory.backend_options(factory.new_path())
+    if method is not None:
+        options = dataclasses.replace(options, toast_compression=method)
+    storage = open_storage(options, keep_history=factory.param.keep_history)
+    factory.opened.append(storage)
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        conn.root()["big"] = PersistentMapping(text="a catalog's node " * 1250)
+    conn = storage.shared.backend.connect()
+    try:
+        setting = conn.fetchone("SHOW default_toast_compression")[0]
+        methods = [row[0] for row in conn.fetchall(
+            "SELECT pg_column_compression(state) FROM object_state WHERE state_size > 20000")]
+    finally:
+        conn.close()
+    db.close()
+    return setting, methods
+
+
+def test_large_states_are_compressed_with_lz4_unless_configured_otherwise(factory):
+    """A state over ~2 KB is compressed by the server: lz4 by default, several times
+    faster than pglz, which was most of a growing catalog's vote (README, "lz4")."""
+    assert large_states_compression(factory, None) == ("lz4", ["lz4"])
+    assert large_states_compression(factory, "pglz")[0] == "pglz"
+    server_default = factory.admin.execute("SHOW default_toast_compression").fetchone()[0]
+    assert large_states_compression(factory, "server")[0] == server_default
+
+
+def test_an_unknown_compression_is_refused_by_name():
+    with pytest.raises(ConfigurationError, match="toast-compression must be one of lz4, pglz,"
+                                                 " server, got 'zstd'"):
+        parse_url("postgresql://postgres@127.0.0.1:5432/test?toast-compression=zstd")
 
 
 def test_the_prefetching_statement_is_prepared_at_its_first_run(factory):
@@ -293,6 +331,16 @@ def test_url_is_split_into_dsn_schema_and_options():
     assert storage_options.commit_lock_timeout == 3
     plain, _ = parse_url("postgresql://postgres@127.0.0.1/test")
     assert plain.dsn == "postgresql://postgres@127.0.0.1/test" and plain.schema is None
+
+
+def test_url_takes_backend_settings_with_dashes_or_underscores():
+    """As the storage's own settings: ``replica-max-lag`` was passed on to libpq, which
+    refused it as an unknown parameter of the DSN."""
+    for name in ("replica-max-lag", "replica_max_lag"):
+        options, _ = parse_url(f"postgresql://postgres@127.0.0.1/test?{name}=2.5"
+                               "&toast-compression=pglz&sslmode=disable")
+        assert (options.replica_max_lag, options.toast_compression) == (2.5, "pglz")
+        assert options.dsn == "postgresql://postgres@127.0.0.1/test?sslmode=disable"
 
 
 def test_url_config_and_zodburi_open_the_same_database(factory):

@@ -11,6 +11,10 @@ from zodbsql.masking import mask_secrets
 from zodbsql.options import BackendOptions, setting
 
 
+#: Values of ``toast-compression``: a method, or the server's own default.
+TOAST_COMPRESSIONS = ("lz4", "pglz", "server")
+
+
 @dataclasses.dataclass(frozen=True)
 class PostgreSQLOptions(BackendOptions):
     """Which server, database and schema; which driver implementation."""
@@ -43,6 +47,13 @@ class PostgreSQLOptions(BackendOptions):
                   " recovery (a promoted standby takes over): connection strings or URLs"
                   " separated by ';'.")
 
+    toast_compression: str = setting(
+        "lz4", doc="How the server compresses a state too large to keep in its row (over"
+                   " ~2 KB: a BTree's inner node, a large container): lz4 (where the server"
+                   " has it; PostgreSQL 14 and newer), pglz, or server (its"
+                   " default_toast_compression).  lz4 compresses several times faster,"
+                   " into ~10% more room.")
+
     #: sslmode, connect_timeout, ... in a URL stay in the DSN, for libpq.
     keeps_other_query: ClassVar[bool] = True
 
@@ -52,7 +63,8 @@ class PostgreSQLOptions(BackendOptions):
                 f" replica_dsns={[mask_secrets(d) for d in self.replicas]!r},"
                 f" replica_max_lag={self.replica_max_lag!r},"
                 f" listen_for_commits={self.listen_for_commits!r},"
-                f" failover_dsns={[mask_secrets(d) for d in self.failovers]!r})")
+                f" failover_dsns={[mask_secrets(d) for d in self.failovers]!r},"
+                f" toast_compression={self.toast_compression!r})")
 
     @property
     def replicas(self) -> tuple[str, ...]:
@@ -75,6 +87,10 @@ class PostgreSQLOptions(BackendOptions):
                            ("failover-dsns", self.failover_dsns)):
             if value is not None and not dsn_list(value):
                 raise ConfigurationError(f"postgresql {key} names no server: {value!r}")
+        if self.toast_compression not in TOAST_COMPRESSIONS:
+            raise ConfigurationError(
+                f"postgresql toast-compression must be one of {', '.join(TOAST_COMPRESSIONS)},"
+                f" got {self.toast_compression!r}")
         if self.replica_max_lag <= 0:
             raise ConfigurationError(
                 f"replica-max-lag must be a positive number of seconds, got {self.replica_max_lag}")
