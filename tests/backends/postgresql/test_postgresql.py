@@ -82,7 +82,10 @@ def test_disjoint_commits_run_in_parallel(factory):
             assert conn.raw.info.transaction_status.name == "IDLE"
 
 
-def test_conflicting_commit_waits_then_times_out(factory):
+@pytest.mark.parametrize("size", [1, 10_000], ids=["inline", "binary"])
+def test_conflicting_commit_waits_then_times_out(factory, size):
+    """Both ways a vote begins: a small commit's BEGIN goes inline with its states, a
+    large one's (over INLINE_BYTES) before them; each names the wait it gave up on."""
     a = factory.open(commit_lock_timeout=5)
     b = factory.open(row_lock_timeout=0.3)
     [(oid, tid)] = make_objects(a, 1)
@@ -92,7 +95,7 @@ def test_conflicting_commit_waits_then_times_out(factory):
     a.tpc_vote(txn_a)
 
     txn_b = begin(b, "B")
-    store(b, txn_b, oid, tid, 2)
+    store(b, txn_b, oid, tid, b"2" * size)
     with pytest.raises(CommitLockTimeout) as raised:
         b.tpc_vote(txn_b)
     b.tpc_abort(txn_b)
