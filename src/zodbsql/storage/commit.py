@@ -298,6 +298,8 @@ class PendingCommit:
             raise
         except Exception as exc:
             self._settle_lost_commit(tid, exc)  # returns only if the commit is durable
+        else:
+            self.previous_tid = conn.commit_previous
         self._install_blobs(tid)
         return tid
 

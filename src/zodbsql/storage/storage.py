@@ -227,7 +227,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             return False
         cache = shared.cache
         try:
-            quiet, token = shared.watch.quiet(self._conn, tid, self._watch_token)
+            quiet, token = shared.watch.quiet_after_own_commit(self._conn, tid,
+                                                               self._watch_token)
         except ZodbsqlError:
             return False
         if not quiet or (cache.enabled and cache.polled != since):

@@ -479,6 +479,11 @@ class CommitWatchRole(Protocol):
         """``(skip, token)``: skip only if provably nothing committed after ``snapshot``
         (the instance's last poll, made after the check that returned ``token``)."""
 
+    def quiet_after_own_commit(self, conn: Callable[[], ConnectionRole], tid: int,
+                               token: object) -> tuple[bool, object]:
+        """As ``quiet`` for ``tid``, the instance's own commit, when nothing else was
+        committed between its snapshot and ``tid``: may its snapshot move there?"""
+
     def committed(self, tid: int) -> None:
         """This process committed ``tid``."""
 

@@ -78,6 +78,7 @@ class TransactionControl:
         ``check_blobs``: the commit staged blob contents kept in the database; check
         under the commit lock that each is still complete (a pack may have freed one)."""
         backend = self.backend
+        conn.commit_previous = None
         locked_last = backend.locker.lock_commit(conn, lock_timeout)
         if check_blobs:
             missing = backend.blobs.staged_missing(conn)
@@ -93,6 +94,8 @@ class TransactionControl:
         backend.history.record_commit(conn, tid, user, description, extension)
         if has_states:
             backend.mover.move_staged(conn, tid, blobs)
+        # Read under the commit lock: nothing can be committed between it and ``tid``.
+        conn.commit_previous = last
         return tid
 
     # -- after a lost COMMIT -------------------------------------------------------------

@@ -40,6 +40,14 @@ class CommitWatch:
         at the next check if a poll follows this one."""
         return False, None
 
+    def quiet_after_own_commit(self, conn: Callable[[], ConnectionRole], tid: int,
+                               token: object) -> tuple[bool, object]:
+        """``quiet`` for ``tid``, the instance's own commit, which followed its snapshot
+        with nothing between them: skip only if nothing committed after ``tid`` either.
+        A watch whose token changes with the instance's own commits (SQLite's) checks
+        another way."""
+        return self.quiet(conn, tid, token)
+
     def committed(self, tid: int) -> None:
         """This process committed ``tid`` (called once the commit is durable)."""
 

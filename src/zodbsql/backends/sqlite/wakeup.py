@@ -8,12 +8,21 @@ no table.  A check reads it first; if it is the value read before the instance's
 poll, on the same connection, nothing committed since that poll began, so its snapshot
 is still the newest.  Otherwise the instance polls and keeps the value just read (read
 before that poll, so a commit racing with the poll changes it again next time).
+
+The instance's own commits change the value too (they come from its commit connection),
+so after one the value can't tell whether another commit followed.  The commit row
+can: the value is read first, then the last tid, and if that is the instance's own
+commit nothing else was committed up to the second read, and a commit after it changes
+the value kept.  The snapshot then moves to its own commit without a poll, whose rows
+would have named the commit's own objects (1,000 rows after a commit of 1,000 objects,
+0.8 ms).
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from zodbsql.backends.base.contract import ConnectionRole
+from zodbsql.backends.base.poller import LAST_TID
 from zodbsql.backends.base.wakeup import CommitWatch
 
 DATA_VERSION = "PRAGMA data_version"
@@ -33,3 +42,13 @@ class DataVersionWatch(CommitWatch):
         if seen is None or not isinstance(token, tuple):
             return False, seen
         return token[0] is seen[0] and token[1] == seen[1], seen
+
+    def quiet_after_own_commit(self, conn: Callable[[], ConnectionRole], tid: int,
+                               token: object) -> tuple[bool, object]:
+        load = conn()
+        row = load.fetchone(DATA_VERSION)
+        seen = (load, int(row[0])) if row else None
+        if seen is None:
+            return False, None
+        last = load.fetchone(LAST_TID)
+        return last is not None and int(last[0]) == tid, seen
