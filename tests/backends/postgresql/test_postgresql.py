@@ -5,7 +5,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import transaction
@@ -944,6 +944,62 @@ def test_a_small_commit_sends_its_states_inline_byte_for_byte(keep_history: bool
                 assert data["again"] == every_byte[::3]
         finally:
             fresh.close()
+    finally:
+        made.cleanup()
+
+
+def traced_votes(caplog: pytest.LogCaptureFixture, storage: Any,
+                 commit: Callable[[Any], None]) -> list[str]:
+    """The SQL trace's lines of the votes ``commit(storage)`` sends (``sql-trace``)."""
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="zodbsql.sql"):
+        commit(storage)
+    return [record.getMessage() for record in caplog.records
+            if record.name == "zodbsql.sql" and "zodbsql_stage_and_lock" in
+            record.getMessage()]
+
+
+def commit_state_of(size: int) -> Callable[[Any], None]:
+    """A commit of one new object whose stored state takes exactly ``size`` bytes."""
+    def commit(storage: Any) -> None:
+        length = size
+        while len(zodb_pickle(MinPO(b"x" * length))) > size:
+            length -= 1
+        data = zodb_pickle(MinPO(b"x" * length))
+        assert len(data) == size
+        txn = begin(storage)
+        storage.store(storage.new_oid(), z64, data, "", txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+    return commit
+
+
+@pytest.mark.parametrize("seconds, millis", [(2.0, 2000), (0.0004, 1)])
+def test_a_small_commits_lock_wait_is_its_setting_in_milliseconds(
+        caplog: pytest.LogCaptureFixture, seconds: float, millis: int) -> None:
+    """The inline vote's BEGIN bounds the row locks' wait at row-lock-timeout, in whole
+    milliseconds and never 0 (which would be no bound at all)."""
+    made = PostgreSQLFactory(Param("postgresql", True))
+    try:
+        storage = made.open(sql_trace=True, row_lock_timeout=seconds)
+        [vote] = traced_votes(caplog, storage, commit_state_of(100))
+        assert f": BEGIN; SET LOCAL lock_timeout = {millis}; SELECT" in vote, vote
+    finally:
+        made.cleanup()
+
+
+@pytest.mark.parametrize("size, inline", [(8192, True), (8193, False)])
+def test_states_up_to_inline_bytes_go_inline_with_begin(
+        caplog: pytest.LogCaptureFixture, size: int, inline: bool) -> None:
+    """INLINE_BYTES is the largest commit sent inline: its states as literals with BEGIN
+    in one query; one byte more and BEGIN goes first, the states in binary after it."""
+    from zodbsql.backends.postgresql.locker import INLINE_BYTES
+    assert INLINE_BYTES == 8192
+    made = PostgreSQLFactory(Param("postgresql", True))
+    try:
+        storage = made.open(sql_trace=True)
+        [vote] = traced_votes(caplog, storage, commit_state_of(size))
+        assert ("BEGIN; SET LOCAL lock_timeout" in vote) == inline, vote
     finally:
         made.cleanup()
 
