@@ -36,8 +36,9 @@ DATABASE_SIZE = (
     " WHERE n.nspname = current_schema() AND c.relkind = 'r'")
 
 
-#: Whether the server offers a compression method for oversized values (``toast-compression``):
-#: PostgreSQL 12 and 13 have no choice, and a build without lz4 lists only pglz.
+#: Whether the server offers a compression method for oversized values
+#: (``toast-compression``): PostgreSQL 12 and 13 have no choice, and a build without lz4
+#: lists only pglz.
 OFFERS_COMPRESSION = ("SELECT %s = ANY(enumvals) FROM pg_settings"
                       " WHERE name = 'default_toast_compression'")
 

@@ -104,9 +104,9 @@ class PostgreSQLConnection(DBConnection):
         return self.simple_query(sql, sql, 0, last=True)
 
     def session_identity(self, set_up: str) -> tuple[int, str]:
-        """Run ``set_up`` (statements whose results are dropped), then read this session's pid and
-        start from the server, in one round trip (counted as one statement).  The
-        server's pid, not libpq's: behind a pooler the two differ."""
+        """Run ``set_up`` (statements whose results are dropped), then read this
+        session's pid and start from the server, in one round trip (counted as one
+        statement).  The server's pid, not libpq's: behind a pooler the two differ."""
         sql = f"{set_up}; {SESSION_IDENTITY}"
         row = self.simple_query(sql, sql, 0, last=True)[0]
         return int(row[0]), str(row[1])

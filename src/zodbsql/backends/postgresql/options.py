@@ -52,7 +52,7 @@ class PostgreSQLOptions(BackendOptions):
                    " ~2 KB: a BTree's inner node, a large container): lz4 (where the server"
                    " has it; PostgreSQL 14 and newer), pglz, or server (its"
                    " default_toast_compression).  lz4 compresses several times faster,"
-                   " into ~10% more room.")
+                   " into 5 to 10% more room.")
 
     #: sslmode, connect_timeout, ... in a URL stay in the DSN, for libpq.
     keeps_other_query: ClassVar[bool] = True

@@ -34,21 +34,24 @@ class DataVersionWatch(CommitWatch):
 
     def quiet(self, conn: Callable[[], ConnectionRole], snapshot: int,
               token: object) -> tuple[bool, object]:
-        load = conn()
-        row = load.fetchone(DATA_VERSION)
+        seen = self._read(conn)
         # The value is the connection's own: a token from another connection (the load
         # connection was replaced) proves nothing.
-        seen = (load, int(row[0])) if row else None
         if seen is None or not isinstance(token, tuple):
             return False, seen
         return token[0] is seen[0] and token[1] == seen[1], seen
 
     def quiet_after_own_commit(self, conn: Callable[[], ConnectionRole], tid: int,
                                token: object) -> tuple[bool, object]:
-        load = conn()
-        row = load.fetchone(DATA_VERSION)
-        seen = (load, int(row[0])) if row else None
+        seen = self._read(conn)
         if seen is None:
             return False, None
-        last = load.fetchone(LAST_TID)
+        last = seen[0].fetchone(LAST_TID)
         return last is not None and int(last[0]) == tid, seen
+
+    @staticmethod
+    def _read(conn: Callable[[], ConnectionRole]) -> tuple[ConnectionRole, int] | None:
+        """The load connection and its data_version now (the token a check keeps)."""
+        load = conn()
+        row = load.fetchone(DATA_VERSION)
+        return (load, int(row[0])) if row else None
