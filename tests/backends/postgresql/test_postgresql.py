@@ -989,7 +989,7 @@ def test_a_small_commits_lock_wait_is_its_setting_in_milliseconds(
 
 
 @pytest.mark.parametrize("size, inline", [(8192, True), (8193, False)])
-def test_states_up_to_inline_bytes_go_inline_with_begin(
+def test_commits_up_to_inline_bytes_go_inline_with_begin(
         caplog: pytest.LogCaptureFixture, size: int, inline: bool) -> None:
     """INLINE_BYTES is the largest commit sent inline: its states as literals with BEGIN
     in one query; one byte more and BEGIN goes first, the states in binary after it."""
