@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 from typing import Any, Iterator
 
 import pytest
@@ -211,6 +212,52 @@ def test_large_state_below_the_limit(factory: MySQLFactory) -> None:
     storage.tpc_vote(txn)
     storage.tpc_finish(txn)
     assert storage.load(oid)[0] == data
+
+
+def test_a_commit_larger_than_a_packet_is_staged_in_several_statements(
+        factory: MySQLFactory, driver: str, caplog: pytest.LogCaptureFixture) -> None:
+    """mysqlclient stages the rows as multi-row INSERTs the mover builds, each below
+    max_allowed_packet: 320 states of 64 KB (every byte value, escaped up to twice
+    their size) take more than one 16 MB packet, and each comes back byte for byte."""
+    storage = factory.open(sql_trace=True)
+    cursor = mysql_admin().cursor()
+    cursor.execute("SELECT @@max_allowed_packet")
+    packet = int(cursor.fetchone()[0])
+    states = {storage.new_oid(): bytes([i % 256]) + bytes(range(256)) * 256
+              for i in range(320)}
+    assert sum(map(len, states.values())) > packet
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    for oid, data in states.items():
+        storage.store(oid, z64, data, "", txn)
+    with caplog.at_level(logging.DEBUG, logger="zodbsql.sql"):
+        storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    staged = [record.getMessage() for record in caplog.records
+              if record.name == "zodbsql.sql" and "INSERT INTO temp_store" in
+              record.getMessage()]
+    if driver == "mysqlclient":
+        counts = [int(re.search(r"\((\d+) rows\)", line).group(1)) for line in staged]
+        assert len(counts) > 1 and sum(counts) == len(states), staged
+        assert not [line for line in staged if "\\x" in line or "_binary" in line]
+    for oid, data in states.items():
+        assert storage.load(oid)[0] == data
+
+
+def test_staging_statements_stay_below_the_packet() -> None:
+    """The split itself: every statement under the packet, every row once, in order."""
+    from zodbsql.backends.mysql.mover import PACKET_MARGIN, STAGE_ROWS, staging_statements
+    rows = [(oid, 0, None if oid % 2 else 7, oid * 3, 10, b"s" * 10, "[1,2]" if oid % 3
+             else None) for oid in range(1, 101)]
+    packet = PACKET_MARGIN + len(STAGE_ROWS) + 500
+    made = list(staging_statements(rows, lambda value: b"'" + value + b"'", packet))
+    assert len(made) > 1 and sum(count for _, count in made) == len(rows)
+    assert all(len(statement) <= packet - PACKET_MARGIN for statement, _ in made)
+    values = b",".join(statement[len(STAGE_ROWS):] for statement, _ in made)
+    assert values.startswith(b"(1,0,NULL,3,10,'ssssssssss','[1,2]'),(2,0,7,6,10,")
+    assert values.count(b"(") == len(rows)
+    [(one, count)] = list(staging_statements(rows, lambda value: b"'" + value + b"'", 0))
+    assert count == len(rows) and one == STAGE_ROWS + values
 
 
 def test_parallel_commits_of_disjoint_objects(factory: MySQLFactory) -> None:

@@ -42,7 +42,9 @@ Design note.
   ``UPDATE ... LAST_INSERT_ID(last_oid + n)``.
 * Size limit.  A statement may not exceed the server's ``max_allowed_packet``; it is
   read at connect and a state that can't fit (escaped, up to twice its size) is refused
-  in vote before anything is sent, naming max_allowed_packet and the sizes.
+  in vote before anything is sent, naming max_allowed_packet and the sizes.  With
+  mysqlclient the mover builds the staging INSERTs itself, as many rows a statement as
+  fit in a packet (``mover.staging_statements``); PyMySQL stages with its executemany.
 
 * Galera (MariaDB Galera Cluster, any node writable).  Found by probing, not
   configured: the first connection reads ``wsrep_on`` and ``wsrep_provider``

@@ -8,9 +8,11 @@ table, so InnoDB visits (and locks) exactly the staged rows instead of scanning.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable, Iterator, Sequence
 
-from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.base.mover import REFERENCES_EACH, Mover
+from zodbsql.backends.base.contract import ConnectionRole, StagedState
+from zodbsql.backends.base.mover import REFERENCES_EACH, STAGE_STATE, Mover
+from zodbsql.backends.mysql.connections import MySQLConnection
 
 CREATE_TEMP_TABLES = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (zoid BIGINT NOT NULL PRIMARY KEY,"
@@ -43,6 +45,16 @@ HF_DELETE_OLD_BLOBS = (
 # it before its own begins (``clear_staged``'s contract).
 TRUNCATE_TEMP_STORE = "TRUNCATE TABLE temp_store"
 
+# Staging with mysqlclient: the rows as one multi-row INSERT per max_allowed_packet,
+# built here.  Its executemany builds the same statement but quotes every value through
+# Connection.literal in Python: 6.3 of the 12.4 ms that 1,000 states of 190 bytes took
+# to stage, where the server's part was 5.7.  Numbers go in as digits and the states and
+# references through the driver's own escaping (``string_literal``, libmysqlclient's
+# mysql_real_escape_string), as its executemany escapes them.
+STAGE_ROWS = b"INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size, state, refs) VALUES "
+#: Room kept in a packet for the statement's head and the protocol's header.
+PACKET_MARGIN = 1024
+
 
 class MySQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
@@ -57,8 +69,55 @@ class MySQLMover(Mover):
         Mover.HISTORY_FREE, move_states=HF_MOVE_STATES, delete_removed=HF_DELETE_REMOVED,
         delete_old_blobs=HF_DELETE_OLD_BLOBS)
 
+    def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:
+        quote = quoting(getattr(conn, "raw", None))
+        if not (states and isinstance(conn, MySQLConnection) and quote is not None):
+            super().stage(conn, states)     # PyMySQL: its executemany
+            return
+        for statement, count in staging_statements(states, quote, conn.max_allowed_packet):
+            conn.execute_built(statement, f"{STAGE_STATE} ({count} rows)")
+
     def clear_staged(self, conn: ConnectionRole) -> None:
         if conn.in_transaction:
             super().clear_staged(conn)     # never end a transaction someone began
             return
         conn.execute(TRUNCATE_TEMP_STORE)
+
+
+def staging_statements(states: Sequence[StagedState], quote: Callable[[bytes], bytes],
+                       max_packet: int) -> Iterator[tuple[bytes, int]]:
+    """Multi-row INSERTs of ``states`` into temp_store, each under ``max_packet`` bytes
+    (0: unknown, one statement), with the number of rows each carries."""
+    limit = max_packet - PACKET_MARGIN if max_packet > PACKET_MARGIN else 0
+    rows: list[bytes] = []
+    size = len(STAGE_ROWS)
+    for oid, prev_tid, data_tid, checksum, state_size, state, refs in states:
+        row = b"(%d,%d,%b,%b,%d,%b,%b)" % (
+            oid, prev_tid, number(data_tid), number(checksum), state_size,
+            b"NULL" if state is None else quote(state),
+            b"NULL" if refs is None else quote(refs.encode("ascii")))
+        if rows and limit and size + len(row) + 1 > limit:
+            yield STAGE_ROWS + b",".join(rows), len(rows)
+            rows, size = [], len(STAGE_ROWS)
+        rows.append(row)
+        size += len(row) + 1
+    if rows:
+        yield STAGE_ROWS + b",".join(rows), len(rows)
+
+
+def quoting(raw: Any) -> Callable[[bytes], bytes] | None:
+    """mysqlclient's quoting of a bytes value, as its ``literal`` quotes one (with the
+    ``_binary`` prefix when the connection asks for it); None for another driver."""
+    quote = getattr(raw, "string_literal", None)
+    if quote is None or not getattr(raw, "_binary_prefix", False):
+        return quote
+
+    def prefixed(value: bytes) -> bytes:
+        quoted: bytes = quote(value)
+        return b"_binary" + quoted
+    return prefixed
+
+
+def number(value: Any) -> bytes:
+    """An integer column's literal (NULL for None)."""
+    return b"NULL" if value is None else b"%d" % value
