@@ -214,7 +214,7 @@ def test_large_state_below_the_limit(factory: MySQLFactory) -> None:
     assert storage.load(oid)[0] == data
 
 
-def test_a_commit_larger_than_a_packet_is_staged_in_several_statements(
+def test_staging_of_a_commit_larger_than_a_packet_takes_several_statements(
         factory: MySQLFactory, driver: str, caplog: pytest.LogCaptureFixture) -> None:
     """mysqlclient stages the rows as multi-row INSERTs the mover builds, each below
     max_allowed_packet: 320 states of 64 KB (every byte value, escaped up to twice
