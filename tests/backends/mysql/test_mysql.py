@@ -245,19 +245,34 @@ def test_staging_of_a_commit_larger_than_a_packet_takes_several_statements(
 
 
 def test_staging_statements_stay_below_the_packet() -> None:
-    """The split itself: every statement under the packet, every row once, in order."""
+    """The split itself: each statement shorter than the packet less its margin, and as
+    full as that allows (one more row would not fit); every row once, in order; NULLs
+    (a deletion's state, no references) and numbers as written."""
     from zodbsql.backends.mysql.mover import PACKET_MARGIN, STAGE_ROWS, staging_statements
-    rows = [(oid, 0, None if oid % 2 else 7, oid * 3, 10, b"s" * 10, "[1,2]" if oid % 3
-             else None) for oid in range(1, 101)]
-    packet = PACKET_MARGIN + len(STAGE_ROWS) + 500
-    made = list(staging_statements(rows, lambda value: b"'" + value + b"'", packet))
-    assert len(made) > 1 and sum(count for _, count in made) == len(rows)
-    assert all(len(statement) <= packet - PACKET_MARGIN for statement, _ in made)
-    values = b",".join(statement[len(STAGE_ROWS):] for statement, _ in made)
-    assert values.startswith(b"(1,0,NULL,3,10,'ssssssssss','[1,2]'),(2,0,7,6,10,")
-    assert values.count(b"(") == len(rows)
-    [(one, count)] = list(staging_statements(rows, lambda value: b"'" + value + b"'", 0))
-    assert count == len(rows) and one == STAGE_ROWS + values
+
+    def quote(value: bytes) -> bytes:
+        return b"'" + value + b"'"
+    rows = [(oid, 0, None if oid % 2 else 7, -oid * 3, 10,
+             None if oid == 5 else b"s" * 10, "[1,2]" if oid % 3 else None)
+            for oid in range(1, 101)]
+    row_text = [b"(%d,0,%s,%d,10,%s,%s)" % (
+        oid, b"NULL" if oid % 2 else b"7", -oid * 3,
+        b"NULL" if oid == 5 else b"'ssssssssss'", b"'[1,2]'" if oid % 3 else b"NULL")
+        for oid in range(1, 101)]
+    for room in range(len(STAGE_ROWS) + 60, len(STAGE_ROWS) + 400, 7):
+        limit = room
+        made = list(staging_statements(rows, quote, PACKET_MARGIN + limit))
+        assert b",".join(statement[len(STAGE_ROWS):] for statement, _ in made) == \
+            b",".join(row_text)
+        assert sum(count for _, count in made) == len(rows)
+        taken = 0
+        for statement, count in made:
+            assert len(statement) < limit
+            taken += count
+            if taken < len(rows):
+                assert len(statement) + 1 + len(row_text[taken]) >= limit
+    [(one, count)] = list(staging_statements(rows, quote, 0))
+    assert count == len(rows) and one == STAGE_ROWS + b",".join(row_text)
 
 
 def test_parallel_commits_of_disjoint_objects(factory: MySQLFactory) -> None:

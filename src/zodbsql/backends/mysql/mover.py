@@ -70,7 +70,9 @@ class MySQLMover(Mover):
         delete_old_blobs=HF_DELETE_OLD_BLOBS)
 
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:
-        quote = quoting(getattr(conn, "raw", None))
+        # mysqlclient's quoting of bytes, as its literal() quotes them (zodbsql never
+        # asks for the _binary prefix); PyMySQL has none of that name.
+        quote = getattr(getattr(conn, "raw", None), "string_literal", None)
         if not (states and isinstance(conn, MySQLConnection) and quote is not None):
             super().stage(conn, states)     # PyMySQL: its executemany
             return
@@ -103,19 +105,6 @@ def staging_statements(states: Sequence[StagedState], quote: Callable[[bytes], b
         size += len(row) + 1
     if rows:
         yield STAGE_ROWS + b",".join(rows), len(rows)
-
-
-def quoting(raw: Any) -> Callable[[bytes], bytes] | None:
-    """mysqlclient's quoting of a bytes value, as its ``literal`` quotes one (with the
-    ``_binary`` prefix when the connection asks for it); None for another driver."""
-    quote = getattr(raw, "string_literal", None)
-    if quote is None or not getattr(raw, "_binary_prefix", False):
-        return quote
-
-    def prefixed(value: bytes) -> bytes:
-        quoted: bytes = quote(value)
-        return b"_binary" + quoted
-    return prefixed
 
 
 def number(value: Any) -> bytes:
