@@ -18,6 +18,7 @@ import glob
 import os
 import pathlib
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -33,11 +34,31 @@ from tests.databases import server_unavailable
 START_TIMEOUT = 60.0
 
 
+#: Where the private servers' ports are drawn from: below the kernel's range of ephemeral
+#: ports.  A port the kernel hands out (bind to port 0) comes from the range it also
+#: gives outgoing connections, so between the choice and a server's start, or its
+#: restart much later, a client's socket could hold it: a Galera node's IST listener
+#: once failed to start so ("Address already in use") and its cluster's tests errored.
+LISTEN_PORTS = (10000, 32768)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on (now)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 nobody listens on (now), outside the ephemeral range."""
+    low, high = LISTEN_PORTS
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = min(high, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(200):
+        port = random.randrange(low, high) if high > low else 0
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise RuntimeError(f"no free TCP port on 127.0.0.1 between {low} and {high}")
 
 
 def find_binary(name: str, patterns: tuple[str, ...] = ()) -> str | None:
