@@ -135,14 +135,17 @@ class DBConnection:
         self._traced(sql, params, started)
         return changed
 
-    def execute_script(self, sql: str) -> None:
-        """Run SQL text without parameters, as written (procedure definitions)."""
+    def execute_script(self, sql: str | bytes, shown: str | None = None) -> None:
+        """Run SQL text without parameters, as written (procedure definitions, or a
+        statement built with its values in it); traced and reported as ``shown`` when
+        given, which then must name no value."""
         self.statements += 1
+        label = shown if shown is not None else str(sql)
         try:
-            with self.tracing(sql):
+            with self.tracing(label):
                 self.raw.cursor().execute(sql)
         except Exception as exc:
-            raise self._fail(exc, sql) from exc
+            raise self._fail(exc, label) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.statements += 1

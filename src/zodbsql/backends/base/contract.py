@@ -243,8 +243,9 @@ class ConnectionRole(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; return the number of rows it changed (-1: unknown)."""
 
-    def execute_script(self, sql: str) -> None:
-        """Run SQL text as written, without parameters (procedure definitions)."""
+    def execute_script(self, sql: str | bytes, shown: str | None = None) -> None:
+        """Run SQL text as written, without parameters (procedure definitions, or a
+        statement built with its values in it, traced as ``shown``)."""
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run one statement for each row of parameters."""

@@ -165,16 +165,6 @@ class MySQLConnection(DBConnection):
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return super().fetchone(sql, params or None)  # type: ignore[arg-type]
 
-    def execute_built(self, statement: bytes, shown: str) -> None:
-        """Run a statement built with its values in it (``mover.staging_statements``),
-        as it is; traced and reported as ``shown``, which names no value."""
-        self.statements += 1
-        try:
-            with self.tracing(shown):
-                self.raw.cursor().execute(statement, None)
-        except Exception as exc:
-            raise self._fail(exc, shown) from exc
-
     def execute_insert_id(self, sql: str, params: Sequence[Any]) -> int:
         """Run one statement and return the LAST_INSERT_ID it set (from the OK packet)."""
         self.statements += 1

@@ -77,7 +77,7 @@ class MySQLMover(Mover):
             super().stage(conn, states)     # PyMySQL: its executemany
             return
         for statement, count in staging_statements(states, quote, conn.max_allowed_packet):
-            conn.execute_built(statement, f"{STAGE_STATE} ({count} rows)")
+            conn.execute_script(statement, f"{STAGE_STATE} ({count} rows)")
 
     def clear_staged(self, conn: ConnectionRole) -> None:
         if conn.in_transaction:
