@@ -159,7 +159,7 @@ def _run_test(spec: HostSpec, db: Any, units: list[Unit], barriers: dict[str, An
             if not kind.restart:
                 kind.prepare(unit, state)
             if barrier is not None:
-                barrier.wait(BARRIER_TIMEOUT)
+                barrier.wait(BARRIER_TIMEOUT + soak.fill_allowance(unit.params.soak_documents))
             profile = cProfile.Profile() if spec.profile_dir else None
             statements = _statements(unit.db)
             measured = _metrics(unit.db)

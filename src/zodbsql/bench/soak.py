@@ -28,6 +28,8 @@ TAGS_PER_DOCUMENT = 3
 TAGS = 50
 #: Documents a query reads (the newest of one tag).
 QUERY_SIZE = 20
+#: Documents a transaction of ``fill`` adds (before the timed run).
+FILL_BATCH = 1_000
 #: Time slots a run is divided into (fewer for runs under 30 s: one a second).
 SLOTS = 30
 
@@ -78,24 +80,50 @@ def load(tm: Any, catalog: Callable[[], Any], duration: float, worker: int,
     series = Series(duration)
     rng = random.Random(worker)
     start = time.perf_counter()
-    number = 0
-    while (elapsed := time.perf_counter() - start) < duration:
+    while time.perf_counter() - start < duration:
         tm.begin()
-        cat = catalog()
-        first = cat["count"]()
-        for number in range(first, first + DOCUMENTS_PER_TRANSACTION):
-            tags = [f"tag{rng.randrange(TAGS)}" for _ in range(TAGS_PER_DOCUMENT)]
-            cat["documents"][number] = Document(number, tags)
-            cat["by_title"][f"document {number}"] = number
-            for tag in tags:
-                members = cat["by_tag"].get(tag)
-                if members is None:
-                    members = cat["by_tag"][tag] = OOTreeSet()
-                members.add(f"{number:012d}")
-        cat["count"].change(DOCUMENTS_PER_TRANSACTION)
+        add_documents(catalog(), DOCUMENTS_PER_TRANSACTION, rng)
         tm.commit()
         series.record(time.perf_counter() - start, memory)
     return series
+
+
+def add_documents(cat: Any, count: int, rng: random.Random) -> None:
+    """Add ``count`` documents after the catalog's last, to every index and the Length."""
+    first = cat["count"]()
+    for number in range(first, first + count):
+        tags = [f"tag{rng.randrange(TAGS)}" for _ in range(TAGS_PER_DOCUMENT)]
+        cat["documents"][number] = Document(number, tags)
+        cat["by_title"][f"document {number}"] = number
+        for tag in tags:
+            members = cat["by_tag"].get(tag)
+            if members is None:
+                members = cat["by_tag"][tag] = OOTreeSet()
+            members.add(f"{number:012d}")
+    cat["count"].change(count)
+
+
+def fill_allowance(documents: int) -> float:
+    """Seconds the other workers wait at the barrier beyond the usual while worker 0
+    fills the catalog: at 100 documents a second (a tenth of this machine's slowest)."""
+    return documents / 100
+
+
+def fill(tm: Any, catalog: Callable[[], Any], documents: int,
+         batch: int = FILL_BATCH) -> None:
+    """Load ``documents`` before the timed run (``--soak-documents``), ``batch`` a
+    transaction, so that the run starts on a catalog of that size: the first tenth is
+    then not a catalog small enough for every node to fit in a few pages."""
+    rng = random.Random(-1)
+    while True:
+        tm.begin()
+        cat = catalog()
+        left = documents - cat["count"]()
+        if left <= 0:
+            tm.abort()
+            return
+        add_documents(cat, min(batch, left), rng)
+        tm.commit()
 
 
 def query(tm: Any, catalog: Callable[[], Any], duration: float, worker: int,

@@ -50,6 +50,7 @@ class Params:
     commits: int = 20          # transactions per worker in empty/conflicts/hotspot
     hotspot_keys: int = hotspot.KEYS_PER_TRANSACTION
     duration: float = 60.0         # seconds of the soak test
+    soak_documents: int = 0        # documents in the soak's catalog before it runs
     sparse_objects: int = 10_000   # children of the sparse test's mapping
     walk_objects: int = 100_000    # items of the btree-walk test's OOBTree
 
@@ -424,11 +425,15 @@ def soak_prepare(unit: Unit, state: dict[str, Any]) -> None:
             if unit.key not in unit.root():
                 unit.root()[unit.key] = soak.new_catalog()
             unit.tm.commit()
-            return
+            break
         except ConflictError:
             unit.tm.abort()
             time.sleep(0.01 * (attempt + 1))
-    raise RuntimeError("could not create the soak catalog: too many conflicts")
+    else:
+        raise RuntimeError("could not create the soak catalog: too many conflicts")
+    if unit.index == 0 and unit.params.soak_documents:
+        # The other workers wait at the barrier meanwhile: every run starts on it full.
+        soak.fill(unit.tm, unit.container, unit.params.soak_documents)
 
 
 def soak_run(unit: Unit, state: dict[str, Any]) -> Outcome:

@@ -156,6 +156,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keys each hotspot transaction inserts (default: %(default)s)")
     parser.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
                         help="how long the soak test runs (default: %(default)s)")
+    parser.add_argument("--soak-documents", type=int, default=0, metavar="N",
+                        help="documents the soak's catalog holds before its timed run"
+                        " (loaded 1,000 a transaction; default: %(default)s)")
     parser.add_argument("--sparse-objects", type=int, default=10_000, metavar="N",
                         help="children of the mapping the sparse test reads one in 100 of"
                         " (default: %(default)s)")
@@ -205,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
                       commits=args.commits, hotspot_keys=max(1, args.hotspot_keys),
                       sparse_objects=max(1, args.sparse_objects),
                       duration=max(1.0, args.duration),
+                      soak_documents=max(0, args.soak_documents),
                       walk_objects=max(1, args.walk_objects)),
         prepopulate=args.prepopulate, profile_dir=args.profile)
     if args.profile:
