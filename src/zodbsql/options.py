@@ -119,6 +119,11 @@ class Options:
     cache_size_mb: float = setting(
         64.0, doc="Size of the state cache shared by all connections of this storage in the "
                   "process, in MB (0 turns it off).")
+    heap_trim_interval: float = setting(
+        60.0, doc="Seconds between two returns of the memory the process freed to the "
+                  "system (glibc's malloc_trim, at a transaction start): glibc keeps freed "
+                  "memory, which then counts as resident.  0 turns it off; nothing happens "
+                  "where the C library has no malloc_trim.")
     cache_persistent_dir: str | None = setting(
         None, doc="A directory where the state cache is saved (at close and every "
                   "cache-persistent-interval seconds) and read back, in the background, after "
@@ -222,6 +227,10 @@ class Options:
     def __post_init__(self) -> None:
         if self.cache_size_mb < 0:
             raise ConfigurationError(f"cache-size-mb must be 0 or more, got {self.cache_size_mb}")
+        if self.heap_trim_interval < 0:
+            raise ConfigurationError(
+                f"heap-trim-interval must be 0 or more seconds, got {self.heap_trim_interval}"
+                " (0 turns it off)")
         if self.cache_persistent_interval <= 0:
             raise ConfigurationError(
                 "cache-persistent-interval must be a positive number of seconds, got"

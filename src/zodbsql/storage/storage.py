@@ -37,7 +37,7 @@ from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, Loa
                                             StateRow)
 from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
 from zodbsql.options import Options
-from zodbsql.storage import caches, history, identity, iteration, metrics, pack, records
+from zodbsql.storage import caches, heap, history, identity, iteration, metrics, pack, records
 from zodbsql.storage.blobs import BlobFiles
 from zodbsql.storage.commit import PendingCommit
 from zodbsql.storage.records import as_bytes, verified
@@ -169,6 +169,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         """Move this instance's snapshot to the newest commit; return the oids changed
         (None: everything, after a failover to a server that may lack what was seen)."""
         shared = self.shared
+        heap.maybe_trim(self._options.heap_trim_interval)
         with self._load_lock:
             end_first, self._end_due = self._end_due, False
             if not end_first:
