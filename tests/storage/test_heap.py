@@ -25,7 +25,6 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The trims asked for (the C library's function replaced by a recorder)."""
     made: list[int] = []
     monkeypatch.setattr(heap, "_trim", lambda pad: made.append(pad) or 1)
-    monkeypatch.setattr(heap, "_looked", True)
     return made
 
 
@@ -37,10 +36,16 @@ def test_one_trim_per_interval_and_none_when_off(calls: list[int],
     assert heap.maybe_trim(0) is None                     # 0: off
     thread = heap.maybe_trim(60)
     assert thread is not None
+    assert thread.name == "zodbsql-heap-trim" and thread.daemon   # never holds up exit
     thread.join()
     assert calls == [0]
     assert heap.maybe_trim(60) is None                    # the next one waits again
     assert calls == [0]
+    monkeypatch.setattr(heap, "_last", time.monotonic() - 1)
+    thread = heap.maybe_trim(0.5)                         # any positive interval
+    assert thread is not None
+    thread.join()
+    assert calls == [0, 0]
 
 
 def test_a_transaction_start_asks_with_the_storage_setting(
@@ -68,21 +73,19 @@ def test_a_negative_interval_is_refused_by_name() -> None:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
-def test_freed_memory_goes_back_to_the_system() -> None:
+def test_freed_memory_goes_back_to_the_system(monkeypatch: pytest.MonkeyPatch) -> None:
     """glibc's own function, for real: 190 MB of 16 KB blocks, three in four freed
     (free chunks between live ones, which glibc keeps resident), then one trim."""
-    assert heap.trimmer() is not None
+    found = heap._find_trim()
+    assert found is not None
+    monkeypatch.setattr(heap, "_trim", found)
     blocks = [bytes(16_000) + bytes([i % 256]) for i in range(12_000)]
     kept = blocks[::4]
     del blocks
     before = resident_mb()
-    saved = heap._last
-    heap._last = time.monotonic() - 10
-    try:
-        thread = heap.maybe_trim(5)
-        assert thread is not None
-        thread.join()
-    finally:
-        heap._last = saved
+    monkeypatch.setattr(heap, "_last", time.monotonic() - 10)
+    thread = heap.maybe_trim(5)
+    assert thread is not None
+    thread.join()
     assert before - resident_mb() > 100, (before, resident_mb())
     assert len(kept) == 3_000

@@ -17,25 +17,23 @@ import threading
 import time
 from typing import Callable
 
+
+def _find_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim``, or None (musl, macOS, Windows)."""
+    try:
+        found = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):     # no C library of the process to open
+        return None
+    if found is not None:
+        found.argtypes = [ctypes.c_size_t]
+        found.restype = ctypes.c_int
+    return found
+
+
 _lock = threading.Lock()
 _last = time.monotonic()
-_trim: Callable[[int], int] | None = None
-_looked = False
-
-
-def trimmer() -> Callable[[int], int] | None:
-    """The C library's ``malloc_trim``, or None (musl, macOS, Windows)."""
-    global _trim, _looked
-    if not _looked:
-        try:
-            found = getattr(ctypes.CDLL(None), "malloc_trim", None)
-        except OSError:
-            found = None
-        if found is not None:
-            found.argtypes = [ctypes.c_size_t]
-            found.restype = ctypes.c_int
-        _trim, _looked = found, True
-    return _trim
+#: Looked up once, at import (a dlsym).
+_trim = _find_trim()
 
 
 def maybe_trim(interval: float) -> threading.Thread | None:
@@ -54,9 +52,8 @@ def maybe_trim(interval: float) -> threading.Thread | None:
         if now - _last < interval:
             return None        # another thread just did
         _last = now
-    trim = trimmer()
-    if trim is None:
+    if _trim is None:
         return None
-    thread = threading.Thread(target=trim, args=(0,), name="zodbsql-heap-trim", daemon=True)
+    thread = threading.Thread(target=_trim, args=(0,), name="zodbsql-heap-trim", daemon=True)
     thread.start()
     return thread
