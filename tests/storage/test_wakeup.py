@@ -89,6 +89,15 @@ def db_root(db: Any, tm: Any) -> Any:
     return db.open(tm).root()
 
 
+def wait_until_heard(storage: SQLStorage, serial: bytes) -> None:
+    """PostgreSQL: wait for the announcement of another storage's commit (a start
+    before it arrives may keep its snapshot).  The other backends ask the database at
+    every start."""
+    watch = storage.shared.watch
+    if isinstance(watch, CommitListener) and watch.listening:
+        wait_until(notified(watch, int.from_bytes(serial, "big")))
+
+
 @contextlib.contextmanager
 def two_databases(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
     """A DB, and another on the same database (another process's storage)."""
@@ -158,7 +167,7 @@ def test_the_poll_after_an_own_commit_sees_a_later_one(storage_factory: Any) -> 
             instance.tpc_finish(txn)
             with other_db.transaction() as conn:
                 conn.root()["y"]["v"] = 1
-            time.sleep(0.5)     # its announcement has arrived (PostgreSQL: within 1 ms)
+            wait_until_heard(db.storage, other_db.storage.lastTransaction())
             assert y_oid in (instance.poll_invalidations() or [])
         finally:
             instance.release()
@@ -203,9 +212,10 @@ def test_a_start_after_an_own_commit_made_alone_reads_no_changes(
         else:
             assert polls
         other_tm = transaction.TransactionManager()
-        db_root(other_db, other_tm)["x"]["v"] = 10
+        other_x = db_root(other_db, other_tm)["x"]
+        other_x["v"] = 10
         other_tm.commit()
-        time.sleep(0.2)     # PostgreSQL: the announcement has arrived
+        wait_until_heard(db.storage, other_x._p_serial)
         tm.begin()
         assert root["x"]["v"] == 10
         tm.abort()
@@ -309,8 +319,11 @@ def test_commit_in_another_process_is_seen(pg: PostgreSQLFactory, site: Site) ->
         "db = ZODB.DB(open_storage(PostgreSQLOptions(dsn=sys.argv[1], schema=sys.argv[2])))\n"
         "with db.transaction() as conn:\n"
         "    conn.root()['x']['v'] = 7\n"
+        "print(int.from_bytes(db.storage.lastTransaction(), 'big'))\n"
         "db.close()\n")
-    subprocess.run([sys.executable, "-c", code, pg.dsn, pg.path], check=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, pg.dsn, pg.path], check=True,
+                          timeout=60, capture_output=True, text=True)
+    wait_until(notified(watch_of(site.storage), int(done.stdout)))
     value, sent = site.start()
     assert value == 7 and sent > 0          # polled: the notification had arrived
     assert site.start() == (7, 0)           # and nothing since
@@ -365,10 +378,13 @@ def test_lost_session_falls_back_to_polling(pg: PostgreSQLFactory, site: Site) -
     assert watch.session_pid != pid
     site.start()
     assert site.start() == (5, 0)
-    site.commit_elsewhere(6)
-    wait_until(notified(watch, 0))
+    # The new session hears the next commit: a start after its notification arrived
+    # polls and sees it.  (Wait for that notification: a start before it may keep
+    # its snapshot, as after any commit of another process.)
+    wait_until(notified(watch, site.commit_elsewhere(6)))
     value, sent = site.start()
-    assert value == 6
+    assert value == 6 and sent > 0
+    assert site.start() == (6, 0)
 
 
 def stop_heartbeats(watch: CommitListener) -> None:
