@@ -672,3 +672,55 @@ def test_checksums_of_encrypted_records_are_keyed(storage_factory: Any,
     assert verify(storage).clean
     check(db, count=5)
     db.close()
+
+
+def test_every_read_path_checks_keyed_checksums(storage_factory: Any,
+                                                tmp_path: pathlib.Path) -> None:
+    """Encrypted records carry keyed checksums: load, prefetch, loadSerial and
+    loadBefore accept them, and each reports a record whose checksum does not match,
+    naming its oid."""
+    from ZODB.utils import p64
+    keys = key_file(tmp_path, new_key())
+    db = ZODB.DB(storage_factory.open(key_file=keys))
+    fill(db, count=3)
+    with db.transaction() as conn:
+        conn.root()["item0"]["small"] = 100             # a second revision
+    with db.transaction() as conn:
+        root = conn.root()
+        oid, serial = root["item0"]._p_oid, root["item0"]._p_serial
+        others = [root[f"item{i}"]._p_oid for i in (1, 2)]
+    db.close()
+    storage = storage_factory.open(key_file=keys)
+    instance = storage.new_instance()
+    try:
+        instance.poll_invalidations()
+        instance.prefetch(others)
+        before = storage.statement_count()
+        for other in others:                             # prefetched: no statement
+            assert MARKER in str(instance.load(other)[0].decode("latin-1"))
+        assert storage.statement_count() == before
+        state, tid = instance.load(oid)
+        assert tid == serial
+        assert instance.loadSerial(oid, serial) == state
+        assert instance.loadBefore(oid, p64(u64(serial) + 1))[:2] == (state, serial)
+        conn = storage.backend.connect()
+        try:
+            rows = conn.fetchall("SELECT tid, checksum FROM object_state WHERE zoid = %s",
+                                 (u64(oid),))
+            conn.begin_write()
+            for row_tid, stored in rows:
+                conn.execute("UPDATE object_state SET checksum = %s"
+                             " WHERE zoid = %s AND tid = %s",
+                             (int(stored) ^ 1, u64(oid), int(row_tid)))
+            conn.commit()
+        finally:
+            conn.close()
+        instance.poll_invalidations()       # history-free: a new read transaction
+        damaged = f"corrupt record for oid 0x{u64(oid):016x}"
+        with pytest.raises(CorruptRecordError, match=damaged):
+            instance.loadSerial(oid, serial)
+        with pytest.raises(CorruptRecordError, match=damaged):
+            instance.loadBefore(oid, p64(u64(serial) + 1))
+    finally:
+        instance.release()
+        storage.close()

@@ -34,7 +34,9 @@ def test_load_before_the_current_serial(storage_factory: Any) -> None:
             assert storage.loadBefore(oid, current) == (first_state, first, current)
         else:
             assert storage.loadBefore(oid, current) is None
-        with pytest.raises(POSKeyError):
-            storage.loadBefore(p64(u64(oid) + 1000), after)
+        missing = p64(u64(oid) + 1000)
+        with pytest.raises(POSKeyError) as raised:
+            storage.loadBefore(missing, after)
+        assert raised.value.args == (missing,)      # the error names the object
     finally:
         db.close()

@@ -11,7 +11,7 @@ from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError, POSKeyError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
-from ZODB.utils import z64
+from ZODB.utils import p64, u64, z64
 
 
 def _commit(storage: Any, oid: bytes, serial: bytes, value: int) -> bytes:
@@ -34,8 +34,10 @@ def test_load_serial_gives_that_revision_or_none(storage_factory: Any) -> None:
     else:
         with pytest.raises(POSKeyError):
             storage.loadSerial(oid, first)       # gone: never the current one instead
-    with pytest.raises(POSKeyError):
-        storage.loadSerial(storage.new_oid(), second)
+    missing = storage.new_oid()
+    with pytest.raises(POSKeyError) as raised:
+        storage.loadSerial(missing, second)
+    assert raised.value.args == (missing,)          # the error names the object
 
 
 class TestWriteOverAnUndoneCreation:
@@ -50,9 +52,15 @@ class TestWriteOverAnUndoneCreation:
         storage.tpc_begin(txn)
         storage.undo(storage.undoLog(0, 1)[0]["id"], txn)
         storage.tpc_vote(txn)
-        storage.tpc_finish(txn)
+        undone = storage.tpc_finish(txn)
         with pytest.raises(POSKeyError):
             storage.load(oid)
+        # Every way of reading the current revision says which object is gone.
+        for read in (storage.getTid, lambda oid: storage.loadBefore(oid, p64(u64(undone) + 1)),
+                     lambda oid: storage.loadSerial(oid, undone)):
+            with pytest.raises(POSKeyError) as raised:
+                read(oid)
+            assert raised.value.args == (oid,)
         txn = TransactionMetaData()
         storage.tpc_begin(txn)
         storage.store(oid, created, zodb_pickle(MinPO(2)), "", txn)

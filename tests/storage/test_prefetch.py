@@ -358,10 +358,52 @@ def test_a_corrupt_state_is_not_prefetched(storage_and_db: Any, polled: Any) -> 
     storage.shared.cache.clear()
     instance = polled(storage)
     instance.prefetch(oids)
-    assert value_of(instance, oids[0]) == 0
+    before = storage.statement_count()
+    assert (value_of(instance, oids[0]), value_of(instance, oids[2])) == (0, 0)
+    assert storage.statement_count() == before      # the states around it came
     with pytest.raises(CorruptRecordError):
         instance.load(oids[1])
     instance.release()
+
+
+def test_an_instance_that_never_polled_prefetches_nothing(storage_and_db: Any) -> None:
+    """Without a snapshot there is nothing to read states as of: its loads go to the
+    database without the cache."""
+    storage, db = storage_and_db
+    oids = fill(db, 3)
+    instance = storage.new_instance()
+    try:
+        before = storage.statement_count()
+        instance.prefetch(oids)
+        assert storage.statement_count() == before
+        assert value_of(instance, oids[0]) == 0
+    finally:
+        instance.release()
+
+
+class TestAStateNewerThanTheSnapshot:
+    history_modes = (False,)
+    history_modes_reason = ("a history-preserving prefetch reads the revisions its"
+                            " snapshot sees, never a newer one")
+
+    def test_is_left_out_and_the_others_cached(self, storage_factory: Any,
+                                               storage_and_db: Any, polled: Any) -> None:
+        storage, db = storage_and_db
+        oids = fill(db, 3)
+        assert oids[0] == min(oids)          # the first row the prefetch reads
+        storage.shared.cache.clear()
+        instance = polled(storage)
+        instance.afterCompletion()           # the next read begins a new read transaction
+        other = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+        with other.transaction() as conn:
+            conn.root()["items"][0]["v"] = 1
+        other.close()
+        instance.prefetch(oids)
+        before = storage.statement_count()
+        assert [value_of(instance, oid) for oid in oids[1:]] == [0, 0]
+        assert storage.statement_count() == before
+        with pytest.raises(POSException.ReadConflictError):
+            instance.load(oids[0])
 
 
 def test_oid_lists_up_to_512_use_ten_statement_texts(storage_factory: Any) -> None:

@@ -161,3 +161,38 @@ def test_a_poll_names_each_changed_object_once_at_its_newest_revision(
     finally:
         writer_db.close()
         reader_db.close()
+
+
+def test_a_new_instance_starts_from_the_cache_it_shares(storage_factory: Any) -> None:
+    """A new instance (a new ZODB connection) polls from where the shared cache last
+    polled, not from nothing: the states the cache holds stay, so what another instance
+    loaded is served without a statement, and what another storage changed meanwhile
+    is read at its new revision."""
+    storage = storage_factory.open()
+    writer_db = ZODB.DB(storage_factory.open())     # another storage: no shared cache
+    first, second = storage.new_instance(), storage.new_instance()
+    try:
+        with writer_db.transaction() as conn:
+            conn.root()["kept"] = PersistentMapping(v=0)
+            conn.root()["changed"] = PersistentMapping(v=0)
+        with writer_db.transaction() as conn:
+            kept_oid = conn.root()["kept"]._p_oid
+            changed_oid = conn.root()["changed"]._p_oid
+        first.poll_invalidations()
+        kept = first.load(kept_oid)
+        first.load(changed_oid)
+        with writer_db.transaction() as conn:
+            conn.root()["changed"]["v"] = 1
+        changed = writer_db.storage.load(changed_oid)
+        second.poll_invalidations()
+        cache = storage.shared.cache
+        hits, misses, before = cache.hits, cache.misses, storage.statement_count()
+        assert second.load(kept_oid) == kept
+        assert (cache.hits - hits, cache.misses - misses) == (1, 0)
+        assert storage.statement_count() == before
+        assert second.load(changed_oid) == changed
+    finally:
+        for instance in (first, second):
+            instance.release()
+        writer_db.close()
+        storage.close()

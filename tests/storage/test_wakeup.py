@@ -110,19 +110,25 @@ def two_databases(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
         db.close()
 
 
+def x_and_y(db: Any, other_db: Any) -> tuple[Any, Any, Any, Any]:
+    """Two mappings x and y committed through ``db``; a transaction manager and the
+    root for each database."""
+    tm = transaction.TransactionManager()
+    root = db_root(db, tm)
+    root["x"] = PersistentMapping(v=0)
+    root["y"] = PersistentMapping(v=0)
+    tm.commit()
+    other_tm = transaction.TransactionManager()
+    return tm, root, other_tm, db_root(other_db, other_tm)
+
+
 def test_a_commit_after_anothers_still_sees_it(storage_factory: Any) -> None:
     """After its own commit a start may keep the commit as its snapshot without a poll
     (history-preserving PostgreSQL and SQLite: finish says which tid came before), but
     only when nothing else was committed since the snapshot: another storage's commit
     in between is seen, and so is one made after."""
     with two_databases(storage_factory) as (db, other_db):
-        tm = transaction.TransactionManager()
-        root = db_root(db, tm)
-        root["x"] = PersistentMapping(v=0)
-        root["y"] = PersistentMapping(v=0)
-        tm.commit()
-        other_tm = transaction.TransactionManager()
-        other_root = db_root(other_db, other_tm)
+        tm, root, other_tm, other_root = x_and_y(db, other_db)
         for value in (1, 2, 3):
             tm.begin()
             assert root["y"]["v"] == value - 1   # y in this connection's cache
@@ -174,6 +180,64 @@ def test_the_poll_after_an_own_commit_sees_a_later_one(storage_factory: Any) -> 
     finally:
         other_db.close()
         db.close()
+
+
+def test_a_watch_that_fails_to_answer_lets_the_start_poll(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit watch whose check failed (its statement, its session) can't vouch that
+    nothing was committed: the start polls, after an own commit too."""
+    from zodbsql.errors import ZodbsqlError
+    with two_databases(storage_factory) as (db, other_db):
+        tm, root, other_tm, other_root = x_and_y(db, other_db)
+
+        def failing(*args: Any) -> Any:
+            raise ZodbsqlError("the watch's check failed")
+        watch = db.storage.shared.watch
+        monkeypatch.setattr(watch, "quiet", failing)
+        monkeypatch.setattr(watch, "quiet_after_own_commit", failing)
+        for value in (1, 2):
+            tm.begin()
+            root["x"]["v"] = value             # an own commit, made alone ...
+            tm.commit()
+            other_tm.begin()
+            other_root["y"]["v"] = value       # ... then another storage's
+            other_tm.commit()
+            tm.begin()
+            assert (root["x"]["v"], root["y"]["v"]) == (value, value)
+            tm.abort()
+
+
+def test_the_first_poll_of_a_new_storage_reads_no_changes(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A storage that starts has nothing cached to invalidate: its first poll asks for
+    the newest tid, not for every change the database holds."""
+    made = ZODB.DB(storage_factory.open())
+    for value in range(3):
+        with made.transaction() as conn:
+            conn.root()[f"x{value}"] = PersistentMapping(v=value)
+    made.close()
+    storage = storage_factory.open()
+    try:
+        poller = storage.shared.backend.poller
+        seen: list[tuple[int | None, int]] = []
+        poll, begin_and_poll = poller.poll, poller.begin_and_poll
+
+        def recorded(polled: Any, since: int | None) -> Any:
+            seen.append((since, len(polled[1])))
+            return polled
+        monkeypatch.setattr(poller, "poll", lambda conn, since: recorded(
+            poll(conn, since), since))
+        monkeypatch.setattr(poller, "begin_and_poll", lambda conn, since, end_first=False:
+                            recorded(begin_and_poll(conn, since, end_first), since))
+        instance = storage.new_instance()
+        try:
+            assert instance.poll_invalidations() == []
+        finally:
+            instance.release()
+        # (MySQL's begin_and_poll is its poll after a BEGIN: both are recorded.)
+        assert seen and set(seen) == {(None, 0)}
+    finally:
+        storage.close()
 
 
 #: Cells whose start after an instance's own commit, made alone, keeps the commit as its

@@ -195,7 +195,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             elif self._polled is not None:
                 own = self._own_tids
                 invalidated = [p64(oid) for oid, tid in changes if tid not in own]
-            self._polled_to(since if since is not None else upto, upto, changes, token)
+            # After a reset the snapshot starts afresh at ``upto``: the cache, emptied
+            # by the first instance to see it, has nothing from before to cover.
+            self._polled_to(upto if reset or since is None else since, upto, changes, token)
             if shared.metrics is not None:
                 shared.metrics.polled(len(invalidated) if invalidated is not None
                                       else len(changes))
@@ -312,15 +314,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def _server_changed(self, since: int | None, upto: int) -> bool:
         """After a poll on the primary: has it changed (a failover) or gone back in
-        time since what this process saw?  Then the shared cache is emptied (once)
-        and this instance's ZODB connection must forget everything."""
+        time since what this process saw?  Then the shared cache is emptied (once:
+        by the first instance to see it, which leaves it polled at ``upto``) and this
+        instance's ZODB connection must forget everything."""
         shared = self.shared
         generation = shared.backend.server_generation
         rewound = since is not None and upto < since
         if not rewound and generation == self._generation:
             return False
         with shared.oid_lock:
-            if rewound or shared.generation != generation:
+            if shared.generation != generation or (rewound and shared.cache.polled != upto):
                 log.warning("%s: the primary changed or went back in time (last tid"
                             " 0x%016x, seen 0x%016x): every cached state is dropped",
                             self.__name__, upto, since or 0)
