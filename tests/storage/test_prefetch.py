@@ -393,17 +393,20 @@ class TestAStateNewerThanTheSnapshot:
         assert oids[0] == min(oids)          # the first row the prefetch reads
         storage.shared.cache.clear()
         instance = polled(storage)
+        snapshot = instance.lastTransaction()
         instance.afterCompletion()           # the next read begins a new read transaction
         other = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
         with other.transaction() as conn:
             conn.root()["items"][0]["v"] = 1
+        newer = other.storage.lastTransaction()
         other.close()
         instance.prefetch(oids)
         before = storage.statement_count()
         assert [value_of(instance, oid) for oid in oids[1:]] == [0, 0]
         assert storage.statement_count() == before
-        with pytest.raises(POSException.ReadConflictError):
+        with pytest.raises(POSException.ReadConflictError) as raised:
             instance.load(oids[0])
+        assert (raised.value.oid, raised.value.serials) == (oids[0], (newer, snapshot))
 
 
 def test_oid_lists_up_to_512_use_ten_statement_texts(storage_factory: Any) -> None:
