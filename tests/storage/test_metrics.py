@@ -117,3 +117,62 @@ def test_a_real_endpoint_serves_them(storage_factory: Any) -> None:
         db.close()
     assert f'zodbsql_commits_total{{storage="{name}"}} 2.0' in text  # root creation + ours
     assert f'zodbsql_cache_limit_bytes{{storage="{name}"}}' in text
+
+
+def test_polls_count_what_others_changed_and_loads_say_where_they_came_from(
+        storage_factory: Any) -> None:
+    """Exact figures: a poll counts the objects another storage changed, not the
+    instance's own commit; each load is counted once under its source, and a prefetch
+    adds the bytes it read."""
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.utils import z64
+
+    from tests.storage.test_wakeup import wait_until_heard
+    name = f"metrics-polls-{uuid.uuid4().hex[:8]}"
+    storage = storage_factory.open(metrics=True, name=name)
+    writer = ZODB.DB(storage_factory.open())             # another process
+    instance = storage.new_instance()
+    try:
+        with writer.transaction() as conn:
+            for key in "xyz":
+                conn.root()[key] = PersistentMapping(v=0)
+        with writer.transaction() as conn:
+            oids = [conn.root()[key]._p_oid for key in "xyz"]
+        instance.poll_invalidations()
+        polls, invalidations = (value("zodbsql_polls_total", name),
+                                value("zodbsql_invalidations_total", name))
+        with writer.transaction() as conn:
+            conn.root()["x"]["v"] = conn.root()["y"]["v"] = 1
+        wait_until_heard(storage, writer.storage.lastTransaction())
+        assert len(instance.poll_invalidations()) == 2
+        assert value("zodbsql_polls_total", name) == polls + 1
+        assert value("zodbsql_invalidations_total", name) == invalidations + 2
+        state, serial = instance.load(oids[2])
+        txn = TransactionMetaData()                      # the instance's own commit
+        instance.tpc_begin(txn)
+        instance.store(oids[2], serial, state, "", txn)
+        instance.tpc_vote(txn)
+        instance.tpc_finish(txn)
+        assert instance.poll_invalidations() == []
+        assert value("zodbsql_polls_total", name) == polls + 2
+        assert value("zodbsql_invalidations_total", name) == invalidations + 2
+        storage.shared.cache.clear()
+        instance.poll_invalidations()
+        read = value("zodbsql_read_bytes_total", name)
+        instance.prefetch(oids[:2])
+        prefetched = value("zodbsql_read_bytes_total", name) - read
+        assert prefetched == sum(len(instance.load(oid)[0]) for oid in oids[:2])
+        storage.shared.cache.clear()
+        instance.poll_invalidations()
+        loads = {source: value("zodbsql_loads_total", name, source=source)
+                 for source in ("database", "cache", "prefetch")}
+        instance.load(z64)              # the root, from the database: brings x, y, z
+        instance.load(oids[0])          # brought by the root's load
+        instance.load(oids[0])          # then simply cached
+        assert {source: value("zodbsql_loads_total", name, source=source) - count
+                for source, count in loads.items()} == {
+                    "database": 1, "cache": 1, "prefetch": 1}
+    finally:
+        instance.release()
+        writer.close()
+        storage.close()

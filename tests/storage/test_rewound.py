@@ -14,6 +14,7 @@ import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
+from ZODB.utils import u64, z64
 
 storage_backends = ("sqlite",)
 storage_backends_reason = ("a restore is a copy of the file here; the servers' case is"
@@ -26,8 +27,8 @@ def copy_database(source: str, target: str) -> None:
         src.backup(dst)
 
 
-def test_a_restored_backup_empties_the_cache_once(storage_factory: Any, tmp_path: pathlib.Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_restored_backup_is_heard_by_every_instance_and_empties_the_cache_once(
+        storage_factory: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
     storage = storage_factory.open()
     db = ZODB.DB(storage)
     tm = transaction.TransactionManager()
@@ -50,21 +51,35 @@ def test_a_restored_backup_empties_the_cache_once(storage_factory: Any, tmp_path
         copy_database(backup, storage_factory.path)      # the restore
         with caplog.at_level(logging.WARNING, logger="zodbsql"):
             assert first.poll_invalidations() is None    # invalidate everything
-        assert sum("went back in time" in r.getMessage() for r in caplog.records) == 1
+        said = [r.getMessage() for r in caplog.records if "back in time" in r.getMessage()]
+        assert said == [f"{storage.getName()}: the primary changed or went back in time"
+                        f" (last tid 0x{u64(backed_up):016x}, seen 0x{u64(newer):016x}):"
+                        " every cached state is dropped"]
         assert first.lastTransaction() == backed_up
         assert first.load(oid)[1] == backed_up           # not the state cached before
-        assert first.poll_invalidations() == []          # once
-        # Every instance hears it at its next poll; the cache is emptied once, and
-        # what was read since is served from it.
+        # Once: the next poll names what was committed since, as any poll does.
+        other = ZODB.DB(storage_factory.open())
+        with other.transaction() as conn:
+            conn.root()["y"] = PersistentMapping(v=0)
+        with other.transaction() as conn:
+            added, added_in = conn.root()["y"]._p_oid, conn.root()["y"]._p_serial
+        other.close()
+        assert sorted(first.poll_invalidations()) == sorted([z64, added])
+        # Every instance hears it at its next poll, though that commit's tid is past
+        # the one it last saw; the cache is emptied once, and what was read since is
+        # served from it.
+        assert u64(added_in) > u64(newer)
         assert second.poll_invalidations() is None
         hits = storage.shared.cache.hits
         assert second.load(oid)[1] == backed_up
         assert storage.shared.cache.hits == hits + 1
-        assert sum("went back in time" in r.getMessage() for r in caplog.records) == 1
-        # ZODB's connection drops what it held.
+        assert sum("back in time" in r.getMessage() for r in caplog.records) == 1
+        # ZODB's connection drops what it held; commits go on from the restored state.
         tm.begin()
         assert root["x"]["v"] == 1
-        tm.abort()
+        root["x"]["v"] = 3
+        tm.commit()
+        assert u64(root["x"]._p_serial) > u64(newer)
     finally:
         for instance in (first, second):
             instance.release()

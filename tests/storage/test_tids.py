@@ -36,3 +36,18 @@ def test_a_commit_after_one_ahead_of_the_clock_gets_a_later_tid(storage_factory:
     assert u64(following) > u64(future)
     assert TimeStamp(following).timeTime() > time.time() + 3000
     assert other.load(oid) == (zodb_pickle(MinPO(2)), following)
+
+
+def test_last_transaction_is_the_own_commit_before_any_poll(storage_factory: Any) -> None:
+    """An instance that polled, then committed, reports that commit as its last
+    transaction at once (ZODB's DB reads it for new connections), not its snapshot."""
+    storage = storage_factory.open()
+    instance = storage.new_instance()
+    try:
+        instance.poll_invalidations()
+        polled = instance.lastTransaction()
+        committed = _commit(instance, instance.new_oid(), z64, 1)
+        assert u64(committed) > u64(polled)
+        assert instance.lastTransaction() == committed
+    finally:
+        instance.release()

@@ -66,6 +66,9 @@ class Shared:
         #: The backend's server generation the cache was filled from (a failover
         #: empties it).
         self.generation = backend.server_generation
+        #: How many times the cache was emptied because the server changed or went
+        #: back in time: an instance that has not polled since must forget everything.
+        self.resets = 0
         #: The storage's metrics (``metrics``; None: off), made by the root storage.
         self.metrics: StorageMetrics | None = None
         #: The SQL trace every connection of this storage reports to (None: off).

@@ -94,7 +94,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._replica: ConnectionRole | None = None   # a standby session, if any
         self._on_replica = False             # this snapshot is read on _replica
         self._replica_retry = 0.0            # no standby was usable: ask again after this
-        self._generation = shared.generation
+        self._resets = shared.resets           # the cache resets this instance has heard of
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()
         self._pending: PendingCommit | None = None
@@ -225,8 +225,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         preserving: a history-free snapshot is the read transaction a poll begins.)"""
         shared = self.shared
         since = self._polled
-        if (since is None or not self._options.keep_history
-                or shared.backend.server_generation != self._generation):
+        if (since is None or not self._options.keep_history or self._resets != shared.resets
+                or shared.backend.server_generation != shared.generation):
             return False
         cache = shared.cache
         try:
@@ -314,15 +314,17 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def _server_changed(self, since: int | None, upto: int) -> bool:
         """After a poll on the primary: has it changed (a failover) or gone back in
-        time since what this process saw?  Then the shared cache is emptied (once:
-        by the first instance to see it, which leaves it polled at ``upto``) and this
-        instance's ZODB connection must forget everything."""
+        time (a restored backup) since what this process saw?  Then the shared cache is
+        emptied, once, by the first instance to see it, and every instance's ZODB
+        connection must forget everything at its next poll, also one that polls only
+        after new commits have passed the tid it last saw."""
         shared = self.shared
         generation = shared.backend.server_generation
         rewound = since is not None and upto < since
-        if not rewound and generation == self._generation:
+        if not rewound and generation == shared.generation and self._resets == shared.resets:
             return False
         with shared.oid_lock:
+            # (An instance that saw it first left the cache polled at its ``upto``.)
             if shared.generation != generation or (rewound and shared.cache.polled != upto):
                 log.warning("%s: the primary changed or went back in time (last tid"
                             " 0x%016x, seen 0x%016x): every cached state is dropped",
@@ -330,7 +332,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 shared.cache.clear()
                 shared.generation = generation
                 shared.last_commit = min(shared.last_commit, upto)
-        self._generation = generation
+                shared.resets += 1
+            self._resets = shared.resets
         return True
 
     def _end_read_txn(self) -> None:
