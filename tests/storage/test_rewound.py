@@ -33,8 +33,7 @@ def test_a_restored_backup_is_heard_by_every_instance_and_empties_the_cache_once
     db = ZODB.DB(storage)
     tm = transaction.TransactionManager()
     root = db.open(tm).root()
-    first = storage.new_instance()
-    second = storage.new_instance()
+    first, second, third = (storage.new_instance() for _ in range(3))
     try:
         root["x"] = PersistentMapping(v=1)
         tm.commit()
@@ -44,7 +43,7 @@ def test_a_restored_backup_is_heard_by_every_instance_and_empties_the_cache_once
         root["x"]["v"] = 2
         tm.commit()
         newer = root["x"]._p_serial
-        for instance in (first, second):
+        for instance in (first, second, third):
             instance.poll_invalidations()
             assert instance.load(oid)[1] == newer        # the newer state, cached
 
@@ -57,6 +56,11 @@ def test_a_restored_backup_is_heard_by_every_instance_and_empties_the_cache_once
                         " every cached state is dropped"]
         assert first.lastTransaction() == backed_up
         assert first.load(oid)[1] == backed_up           # not the state cached before
+        # Another instance that finds the database behind too: the cache stays.
+        assert third.poll_invalidations() is None
+        hits = storage.shared.cache.hits
+        assert third.load(oid)[1] == backed_up
+        assert storage.shared.cache.hits == hits + 1
         # Once: the next poll names what was committed since, as any poll does.
         other = ZODB.DB(storage_factory.open())
         with other.transaction() as conn:
@@ -80,7 +84,16 @@ def test_a_restored_backup_is_heard_by_every_instance_and_empties_the_cache_once
         root["x"]["v"] = 3
         tm.commit()
         assert u64(root["x"]._p_serial) > u64(newer)
+        # A second restore is heard as well (the resets are counted, not flagged).
+        copy_database(backup, storage_factory.path)
+        assert first.poll_invalidations() is None
+        other = ZODB.DB(storage_factory.open())
+        with other.transaction() as conn:
+            conn.root()["z"] = PersistentMapping(v=0)
+        other.close()
+        assert second.poll_invalidations() is None
+        assert sum("back in time" in r.getMessage() for r in caplog.records) == 2
     finally:
-        for instance in (first, second):
+        for instance in (first, second, third):
             instance.release()
         db.close()

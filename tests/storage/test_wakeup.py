@@ -205,6 +205,24 @@ def test_a_watch_that_fails_to_answer_lets_the_start_poll(
             tm.begin()
             assert (root["x"]["v"], root["y"]["v"]) == (value, value)
             tm.abort()
+        # The storage API's order: no poll between the own commit and the other's.
+        from ZODB.Connection import TransactionMetaData
+        x, y = root["x"]._p_oid, root["y"]._p_oid
+        instance = db.storage.new_instance()
+        try:
+            instance.poll_invalidations()
+            data, serial = instance.load(x)
+            txn = TransactionMetaData()
+            instance.tpc_begin(txn)
+            instance.store(x, serial, data, "", txn)
+            instance.tpc_vote(txn)
+            instance.tpc_finish(txn)
+            other_tm.begin()
+            other_root["y"]["v"] = 3
+            other_tm.commit()
+            assert y in (instance.poll_invalidations() or [])
+        finally:
+            instance.release()
 
 
 def test_the_first_poll_of_a_new_storage_reads_no_changes(
