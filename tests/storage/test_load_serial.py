@@ -56,7 +56,8 @@ class TestWriteOverAnUndoneCreation:
         with pytest.raises(POSKeyError):
             storage.load(oid)
         # Every way of reading the current revision says which object is gone.
-        for read in (storage.getTid, lambda oid: storage.loadBefore(oid, p64(u64(undone) + 1)),
+        for read in (storage.load, storage.getTid,
+                     lambda oid: storage.loadBefore(oid, p64(u64(undone) + 1)),
                      lambda oid: storage.loadSerial(oid, undone)):
             with pytest.raises(POSKeyError) as raised:
                 read(oid)
