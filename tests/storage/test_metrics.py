@@ -124,10 +124,9 @@ def test_polls_count_what_others_changed_and_loads_say_where_they_came_from(
     """Exact figures: a poll counts the objects another storage changed, not the
     instance's own commit; each load is counted once under its source, and a prefetch
     adds the bytes it read."""
-    from ZODB.Connection import TransactionMetaData
     from ZODB.utils import z64
 
-    from tests.storage.test_wakeup import wait_until_heard
+    from tests.storage.test_wakeup import commit_again, wait_until_heard
     name = f"metrics-polls-{uuid.uuid4().hex[:8]}"
     storage = storage_factory.open(metrics=True, name=name)
     writer = ZODB.DB(storage_factory.open())             # another process
@@ -147,12 +146,7 @@ def test_polls_count_what_others_changed_and_loads_say_where_they_came_from(
         assert len(instance.poll_invalidations()) == 2
         assert value("zodbsql_polls_total", name) == polls + 1
         assert value("zodbsql_invalidations_total", name) == invalidations + 2
-        state, serial = instance.load(oids[2])
-        txn = TransactionMetaData()                      # the instance's own commit
-        instance.tpc_begin(txn)
-        instance.store(oids[2], serial, state, "", txn)
-        instance.tpc_vote(txn)
-        instance.tpc_finish(txn)
+        commit_again(instance, oids[2])                  # the instance's own commit
         assert instance.poll_invalidations() == []
         assert value("zodbsql_polls_total", name) == polls + 2
         assert value("zodbsql_invalidations_total", name) == invalidations + 2

@@ -98,6 +98,19 @@ def wait_until_heard(storage: SQLStorage, serial: bytes) -> None:
         wait_until(notified(watch, int.from_bytes(serial, "big")))
 
 
+def commit_again(instance: Any, oid: bytes) -> bytes:
+    """The storage API's own commit: ``oid``'s state as ``instance`` loads it, stored
+    again in one transaction; its tid."""
+    from ZODB.Connection import TransactionMetaData
+    data, serial = instance.load(oid)
+    txn = TransactionMetaData()
+    instance.tpc_begin(txn)
+    instance.store(oid, serial, data, "", txn)
+    instance.tpc_vote(txn)
+    tid: bytes = instance.tpc_finish(txn)
+    return tid
+
+
 @contextlib.contextmanager
 def two_databases(storage_factory: Any) -> Iterator[tuple[Any, Any]]:
     """A DB, and another on the same database (another process's storage)."""
@@ -153,7 +166,6 @@ def test_the_poll_after_an_own_commit_sees_a_later_one(storage_factory: Any) -> 
     commits alone, another storage commits after it, then the instance polls.  The
     poll must name the other's object, though the own commit alone would have let it
     keep the commit as its snapshot."""
-    from ZODB.Connection import TransactionMetaData
     db = ZODB.DB(storage_factory.open())
     other_db = ZODB.DB(storage_factory.open())
     try:
@@ -165,12 +177,7 @@ def test_the_poll_after_an_own_commit_sees_a_later_one(storage_factory: Any) -> 
         instance = db.storage.new_instance()
         try:
             instance.poll_invalidations()
-            data, serial = instance.load(x_oid)
-            txn = TransactionMetaData()
-            instance.tpc_begin(txn)
-            instance.store(x_oid, serial, data, "", txn)
-            instance.tpc_vote(txn)
-            instance.tpc_finish(txn)
+            commit_again(instance, x_oid)
             with other_db.transaction() as conn:
                 conn.root()["y"]["v"] = 1
             wait_until_heard(db.storage, other_db.storage.lastTransaction())
@@ -206,17 +213,11 @@ def test_a_watch_that_fails_to_answer_lets_the_start_poll(
             assert (root["x"]["v"], root["y"]["v"]) == (value, value)
             tm.abort()
         # The storage API's order: no poll between the own commit and the other's.
-        from ZODB.Connection import TransactionMetaData
         x, y = root["x"]._p_oid, root["y"]._p_oid
         instance = db.storage.new_instance()
         try:
             instance.poll_invalidations()
-            data, serial = instance.load(x)
-            txn = TransactionMetaData()
-            instance.tpc_begin(txn)
-            instance.store(x, serial, data, "", txn)
-            instance.tpc_vote(txn)
-            instance.tpc_finish(txn)
+            commit_again(instance, x)
             other_tm.begin()
             other_root["y"]["v"] = 3
             other_tm.commit()
