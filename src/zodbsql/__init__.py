@@ -15,11 +15,11 @@ from zodbsql.backends.mysql.options import MySQLOptions
 from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, CorruptRecordError,
-                            DatabaseError, SchemaError, ZodbsqlError)
+                            DatabaseError, RowLockTimeout, SchemaError, ZodbsqlError)
 from zodbsql.options import Options
 from zodbsql.storage import SQLStorage
 
 __all__ = ["open_db", "open_storage", "Options", "SQLiteOptions",
            "PostgreSQLOptions", "MySQLOptions", "SQLStorage", "ZodbsqlError",
            "ConfigurationError", "SchemaError", "DatabaseError", "CommitLockTimeout",
-           "CorruptRecordError"]
+           "RowLockTimeout", "CorruptRecordError"]

@@ -16,6 +16,8 @@ commit to break a deadlock or  ``ConflictError``)
 a serialization failure
 a lock not granted within      ``CommitLockTimeout``       yes; the message names the
 commit-/row-lock-timeout                                   setting
+  of which, another commit      ``RowLockTimeout`` (also a  yes, like any conflict
+  holding an object's row       ``ConflictError``)
 the connection went away and   ``ConnectionLost``          yes
 nothing was committed
 the connection went away while ``CommitOutcomeUnknown``    no: find out first (the
@@ -92,6 +94,16 @@ class DeadlockError(DatabaseConflict):
 class CommitLockTimeout(POSException.StorageTransactionError,
                         transaction.interfaces.TransientError, ZodbsqlError):
     """The commit lock (or a row lock) was not granted within its configured timeout."""
+
+
+class RowLockTimeout(CommitLockTimeout, POSException.ConflictError):
+    """Another commit held the row lock of an object this one changes for longer than
+    row-lock-timeout.
+
+    That commit is changing the same object, so this one is in conflict with it: a
+    ``ConflictError`` too, which the code that handles conflicts (a retry loop that
+    catches ``ConflictError``, as RelStorage's row-lock timeout is one) retries.
+    """
 
 
 class CorruptRecordError(ZodbsqlError, POSException.StorageError):

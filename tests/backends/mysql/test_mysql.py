@@ -18,6 +18,7 @@ import ZODB.config
 from persistent.mapping import PersistentMapping
 from transaction.interfaces import TransientError
 from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError
 from ZODB.utils import z64
 
 import zodbsql
@@ -25,7 +26,7 @@ from zodbsql.api import parse_url
 from zodbsql.backends.mysql.options import MySQLOptions
 from zodbsql.backends.mysql.connections import DRIVERS, MySQLConnection, load_driver
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
-                            DriverNotFound)
+                            DriverNotFound, RowLockTimeout)
 from tests.databases import BACKENDS, MySQLFactory, Param, mysql_admin
 
 pytestmark = pytest.mark.skipif(
@@ -298,9 +299,10 @@ def test_overlapping_commit_times_out(factory: MySQLFactory) -> None:
     txn_a = _begin_store(a, {oids[0]: _state("a")})
     a.tpc_vote(txn_a)
     txn_b = _begin_store(b, {oids[0]: _state("b")})
-    with pytest.raises(CommitLockTimeout) as info:
+    with pytest.raises(RowLockTimeout) as info:
         b.tpc_vote(txn_b)
     b.tpc_abort(txn_b)
+    assert isinstance(info.value, ConflictError)     # a conflict with A, retried as one
     assert "commit-lock-timeout" in str(info.value)
     assert str(info.value).startswith(
         "another commit held the row lock of an object this one changes for longer"
@@ -330,6 +332,7 @@ def test_a_pack_batch_holding_the_gate_times_out_a_vote(factory: MySQLFactory) -
         with pytest.raises(CommitLockTimeout) as info:
             storage.tpc_vote(txn)
         storage.tpc_abort(txn)
+        assert not isinstance(info.value, ConflictError)   # a pack, not another commit
         assert str(info.value).startswith(
             "a pack batch held the pack gate for longer than row-lock-timeout (default:"
             " commit-lock-timeout); the transaction can be retried")

@@ -20,7 +20,7 @@ from tests.databases import BACKENDS, POSTGRESQL_DSN, Param, PostgreSQLFactory
 from zodbsql.api import open_storage, parse_url
 from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
-                            DatabaseError, SchemaError)
+                            DatabaseError, RowLockTimeout, SchemaError)
 
 pytestmark = pytest.mark.skipif(
     "postgresql" not in BACKENDS,
@@ -96,9 +96,12 @@ def test_conflicting_commit_waits_then_times_out(factory, size):
 
     txn_b = begin(b, "B")
     store(b, txn_b, oid, tid, b"2" * size)
-    with pytest.raises(CommitLockTimeout) as raised:
+    with pytest.raises(RowLockTimeout) as raised:
         b.tpc_vote(txn_b)
     b.tpc_abort(txn_b)
+    # A conflict with A (what code that retries conflicts catches) and a lock timeout.
+    assert isinstance(raised.value, ConflictError)
+    assert isinstance(raised.value, CommitLockTimeout)
     assert str(raised.value).startswith(
         "another commit held the row lock of an object this one changes for longer than"
         " row-lock-timeout (default: commit-lock-timeout; 0.3s); the transaction can be"

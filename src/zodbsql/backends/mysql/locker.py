@@ -42,7 +42,7 @@ from zodbsql.backends.base.contract import Conflict, ConnectionRole
 from zodbsql.backends.base.locker import Locker
 from zodbsql.backends.base.statements import in_list
 from zodbsql.backends.mysql.connections import MySQLConnection, prepare_for_writing
-from zodbsql.errors import CommitLockTimeout
+from zodbsql.errors import CommitLockTimeout, RowLockTimeout
 
 HP_LOCK_STAGED = (
     "SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t"
@@ -98,7 +98,7 @@ class MySQLLocker(Locker):
             # Causal on Galera: rows committed on other nodes are applied here first.
             rows = conn.fetchall(conn.causal + self.sql.find_conflicts)
         except CommitLockTimeout as exc:
-            raise CommitLockTimeout(
+            raise RowLockTimeout(
                 "another commit held the row lock of an object this one changes for"
                 " longer than row-lock-timeout (default: commit-lock-timeout;"
                 f" {conn.lock_timeout}s,"

@@ -46,7 +46,7 @@ from zodbsql.backends.base.contract import (Conflict, ConnectionRole, MoverRole,
 from zodbsql.backends.base.locker import Locker
 from zodbsql.backends.postgresql.mover import as_arrays, bigint_array, text_array
 from zodbsql.backends.postgresql.connections import PostgreSQLConnection, sqlstate
-from zodbsql.errors import CommitLockTimeout, DatabaseError
+from zodbsql.errors import CommitLockTimeout, DatabaseError, RowLockTimeout
 
 
 #: The integer arrays as text, the states in binary (mover.py says why).
@@ -104,7 +104,7 @@ class PostgreSQLLocker(Locker):
                     self.begin_commit(conn, begin)
                 rows = conn.fetchall(STAGE_AND_LOCK, params)
         except CommitLockTimeout as exc:
-            raise CommitLockTimeout(
+            raise RowLockTimeout(
                 "another commit held the row lock of an object this one changes for"
                 f" longer than row-lock-timeout (default: commit-lock-timeout;"
                 f" {self._row_wait:g}s); the transaction can be retried") from exc
