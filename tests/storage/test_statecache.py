@@ -659,3 +659,22 @@ def test_a_window_over_the_bound_gives_up_its_oldest_states() -> None:
     assert 1 not in cache._window and oid in cache._window
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
+
+
+def test_a_pass_of_hits_that_empties_probation_gives_its_table_back() -> None:
+    """A second pass over states that all fit moves each from probation to protected:
+    probation's table, sized for all of them, shrinks as it empties instead of staying
+    beside protected's (counted, and resident, twice)."""
+    cache = polled_cache(limit=64 << 20)
+    cache._window_limit = 0                        # every state straight to probation
+    states = 20_000
+    for oid in range(states):
+        cache.put_loaded(oid, 5, STATE, snapshot=10)
+    assert len(cache._probation) == states
+    full_table = cache._probation.table_bytes
+    for oid in range(states):
+        assert cache.get(oid, 10) == (STATE, 5)
+    assert not cache._probation and len(cache._protected) == states
+    assert cache._probation.table_bytes < full_table // 50
+    assert cache._tables() < 1.5 * cache._protected.table_bytes
+    assert_counts_add_up(cache)
