@@ -47,26 +47,57 @@ def test_a_state_costs_what_the_allocator_gives_its_bytes_object() -> None:
         assert state_cost(state) == allocated(sys.getsizeof(state)), length
 
 
-def test_a_hit_that_grows_a_table_keeps_the_cache_within_its_bound() -> None:
-    # A hit moves its state to the newest end of its segment: a dict appends it to its
-    # entry table and, once that is full of the slots hits left behind, resizes, maybe
-    # larger (to three slots per live entry).  The cache must fit its bound again.
+def test_hits_on_protected_move_nothing_and_keep_its_table() -> None:
+    # An LRU moves a hit to the newest end: a dict appends it to its entry table and,
+    # once that is full of the slots hits left behind, resizes to three slots per live
+    # entry.  Protected marks a hit instead (CLOCK): its order and its table stay, and
+    # the cache stays within its bound.
     cache = started(limit=600_000)
     states = [(oid, 5, STATE * 3) for oid in range(1, 5000)]
     cache.put_loaded_many(states, 10)
     kept = [oid for oid in range(1, 5000) if cache.has(oid, 10)]
     for oid in kept:
         cache.get(oid, 10)                        # to protected
-    protected = [oid for oid in kept if oid in cache._protected]
+    protected = list(cache._protected)
     assert len(protected) > 100
-    grown = False
+    table = cache._protected.table_bytes
     for round in range(20):
-        for oid in protected:
-            before = cache._protected.table_bytes
-            if cache.get(oid, 10) is not None and cache._protected.table_bytes > before:
-                grown = True
-            assert cache.bytes_used <= cache.limit
-    assert grown, "no hit resized protected's table: the test did not test it"
+        for oid in reversed(protected):
+            assert cache.get(oid, 10) == (STATE * 3, 5)
+        assert list(cache._protected) == protected
+        assert cache._protected.table_bytes == table
+        assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
+
+
+def test_a_hit_on_protected_is_a_second_chance_against_demotion() -> None:
+    """Protected over its share demotes its oldest state unless that one was asked for
+    since it came in: then it goes to protected's newest end, its mark taken, and the
+    next oldest goes (a state asked for once more is kept once more)."""
+    limit = 1_000_000
+    cache = started(limit=limit)
+    size = 190_000                   # four fit protected's 80%, a fifth does not
+    for oid in (1, 2, 3, 4, 5):
+        cache.put_loaded(oid, 9, bytes(size), snapshot=10)
+    for oid in (1, 2, 3, 4):
+        assert cache.get(oid, 10) is not None     # promoted: protected holds 1 to 4
+    assert list(cache._protected) == [1, 2, 3, 4]
+    assert cache.get(1, 10) is not None           # marked, not moved
+    assert list(cache._protected) == [1, 2, 3, 4]
+    assert cache.get(5, 10) is not None           # promoted: one must go
+    assert list(cache._protected) == [3, 4, 5, 1]
+    assert 2 in cache._probation                  # the oldest one not asked for again
+    assert cache.get(3, 10) is not None           # marked
+    assert cache.get(2, 10) is not None           # promoted again: 3 is kept, 4 goes
+    assert list(cache._protected) == [5, 1, 2, 3]
+    assert 4 in cache._probation
+    assert cache.get(4, 10) is not None           # 5 was not asked for in protected
+    assert list(cache._protected) == [1, 2, 3, 4]
+    assert cache.get(5, 10) is not None           # 1's mark was taken: it goes now
+    assert list(cache._protected) == [2, 3, 4, 5]
+    assert 1 in cache._probation
+    assert cache._protected_bytes <= 0.8 * limit
+    assert_counts_add_up(cache)
 
 
 def test_the_sketch_has_a_counter_per_entry_rounded_up_to_a_power_of_two() -> None:

@@ -42,7 +42,9 @@ besides the pickle; then an OrderedDict by oid took ~180.
 less than an ``OrderedDict``).  A new state enters the *window* (1% of the cache, in
 caches of 4 MB and more), an LRU with no admission; what leaves the window moves to
 *probation*; a hit there moves a state to *protected* (80% of the bytes), whose oldest
-fall back to probation; probation's oldest is the eviction victim.  Before a newcomer
+fall back to probation unless asked for since they came in (a hit on protected marks a
+state and moves nothing: a CLOCK's second chance, where an LRU's moves kept resizing its
+table); probation's oldest is the eviction victim.  Before a newcomer
 from the window may push the victim out, a count-min sketch of recent accesses (2 rows
 of 4-bit counters, halved every 10 x its width accesses, so it forgets; widened as the
 states come, ``SKETCH_START``) compares them:
@@ -136,12 +138,25 @@ class FrequencySketch:
         width = 1 << self.bits
         self._shift = 64 - self.bits
         self.rows = [bytearray(width), bytearray(width)]
+        #: Protected's second chances: a byte per counter of the first row, set by a hit
+        #: on a protected state (``mark``), taken when that state comes up for demotion.
+        self.marks = bytearray(width)
         self.samples = 0
         self.period = 10 * width
 
     @property
     def size_bytes(self) -> int:
-        return sum(sys.getsizeof(row) for row in self.rows)
+        return sum(sys.getsizeof(row) for row in self.rows) + sys.getsizeof(self.marks)
+
+    def mark(self, oid: int) -> None:
+        self.marks[((oid * self._FIRST) & self._MASK) >> self._shift] = 1
+
+    def take_mark(self, oid: int) -> bool:
+        """Was ``oid`` (or an oid sharing its byte) marked since its mark was last taken?"""
+        slot = ((oid * self._FIRST) & self._MASK) >> self._shift
+        marked = self.marks[slot]
+        self.marks[slot] = 0
+        return bool(marked)
 
     def add(self, oid: int) -> None:
         # Conservative update: only the smaller counter grows (both when equal), so an
@@ -171,12 +186,12 @@ class FrequencySketch:
         bits = max(self.bits, (max(entries, 1) - 1).bit_length())
         while self.bits < bits:
             rows = []
-            for row in self.rows:
+            for row in (*self.rows, self.marks):
                 wider = bytearray(2 * len(row))
                 wider[0::2] = row
                 wider[1::2] = row
                 rows.append(wider)
-            self.rows = rows
+            *self.rows, self.marks = rows
             self.bits += 1
         self._shift = 64 - self.bits
         self.period = 10 * (1 << self.bits)
@@ -412,14 +427,26 @@ class StateCache:
     def _touch(self, oid: int) -> bytes | None:
         """The current state of ``oid``, moved up as the policy says (a hit).  A move
         takes a slot of the entry table it moves to, and a dict out of free slots
-        resizes, maybe larger: then the bound is checked again."""
-        for segment in (self._protected, self._window):
-            if oid in segment:
-                before = segment.table_bytes
-                value = segment.touch(oid)          # to the newest end
-                if segment.table_bytes != before:
-                    self._shrink(None)
-                return value
+        resizes, maybe larger: then the bound is checked again.
+
+        A hit on protected moves nothing: it marks the state, which then gets a second
+        chance (to protected's newest end) instead of demotion (CLOCK).  Moving it on
+        every hit, as an LRU does, filled the entry table with the slots hits left
+        behind, and the dict resized to three slots per live entry: repeated hits on
+        states that filled a 64 MB cache took its tables from 10 to 20 MB, and 205,000
+        states down to 166,000 (``_promote``)."""
+        protected = self._protected
+        value = protected.get(oid)
+        if value is not None:
+            self._sketch.mark(oid)
+            return value
+        if oid in self._window:
+            window = self._window
+            before = window.table_bytes
+            value = window.touch(oid)               # to the newest end
+            if window.table_bytes != before:
+                self._shrink(None)
+            return value
         if oid not in self._probation:
             return None                             # a miss: nothing moved
         tables = self._tables()
@@ -446,8 +473,14 @@ class StateCache:
         self._protected.push(oid, value)
         self._protected_bytes += cost
         cap = self._protected_share * (self.limit - self._revision_bytes)
+        take_mark = self._sketch.take_mark
         while self._protected_bytes > cap and len(self._protected) > 1:
             old, demoted = self._protected.pop_oldest()
+            if old != oid and take_mark(old):
+                # Asked for since it came in (or since its last second chance): kept.
+                # Ends: each turn takes a mark, and none is set until the loop is over.
+                self._protected.push(old, demoted)
+                continue
             self._protected_bytes -= state_cost(demoted)
             self._probation.push(old, demoted)
         return value
