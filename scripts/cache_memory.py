@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -102,6 +101,17 @@ def database_exists(name: str) -> bool:
         conn.close()
 
 
+def peak_rss_mb() -> float:
+    """This process's peak RSS since its exec (``VmHWM``).  ``ru_maxrss`` is not: Linux
+    carries it over from the forked parent, so a size measured right after ``--rebuild``
+    (the parent then held the whole database build) reported the parent's peak."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def read_all(conn: Any) -> float:
     started = time.perf_counter()
     count = 0
@@ -124,7 +134,7 @@ def measure(args: argparse.Namespace, size_mb: float) -> dict[str, Any]:
     hits, misses = (cache.hits, cache.misses) if cache is not None else (0, 0)
     second = read_all(conn)
     row = {"size_mb": size_mb, "first": first, "second": second,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+           "peak_rss_mb": peak_rss_mb()}
     if cache is not None:
         row["cache_mb"] = cache.bytes_used / 2**20
         served = cache.hits - hits

@@ -347,6 +347,13 @@ def test_a_poll_that_grows_the_index_keeps_the_bound() -> None:
     assert cache.get(1_000_000, 2) is None        # named by the poll: not known
 
 
+def promote_asked(cache: StateCache) -> None:
+    """What an eviction does first (lazy promotion): probation's oldest states that were
+    asked for since they came in go to protected, up to the first that was not."""
+    with cache._lock:
+        cache._oldest_unmarked(None)
+
+
 def assert_counts_add_up(cache: StateCache) -> None:
     """The running byte counts behind ``bytes_used`` are what the states held take."""
     protected = sum(state_cost(v) for v in cache._protected.values())
@@ -615,17 +622,23 @@ def test_a_poll_that_fills_a_small_cache_drops_only_the_revisions_it_must() -> N
     assert_counts_add_up(cache)
 
 
-def test_a_hit_that_grows_a_table_keeps_the_bound() -> None:
-    """A hit moves its state to the protected segment, whose table may grow (the
-    first one in a full cache does): the bound is checked again then."""
+def test_a_promotion_that_grows_a_table_keeps_the_bound() -> None:
+    """An eviction first moves probation's oldest states that were asked for to
+    protected, whose table may grow (the first one in a full cache does): the bound is
+    checked again then."""
     cache = polled_cache(limit=26_000)
+    cache._window_limit = 0
     oid = 0
     while len(cache) == oid:                      # until the cache is full
         oid += 1
         cache.put_loaded(oid, 5, b"s" * 60, snapshot=10)
-    newest = list(cache._probation)[-1]
+    oldest = list(cache._probation)[:3]
+    for asked in oldest:
+        assert cache.get(asked, 10) is not None   # marked, not moved
+    assert not cache._protected
     tables = cache._tables()
-    assert cache.get(newest, 10) is not None
+    cache.put_loaded(oid + 1, 5, b"s" * 60, snapshot=10)   # an eviction
+    assert list(cache._protected) == oldest
     assert cache._tables() > tables               # the protected table was made
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
@@ -661,10 +674,10 @@ def test_a_window_over_the_bound_gives_up_its_oldest_states() -> None:
     assert_counts_add_up(cache)
 
 
-def test_a_pass_of_hits_that_empties_probation_gives_its_table_back() -> None:
-    """A second pass over states that all fit moves each from probation to protected:
-    probation's table, sized for all of them, shrinks as it empties instead of staying
-    beside protected's (counted, and resident, twice)."""
+def test_a_pass_of_hits_moves_nothing_and_promotions_give_probations_table_back() -> None:
+    """A second pass over states that all fit only marks them: no state moves, no second
+    table is made.  Promoted later (by evictions), they leave probation's table, which
+    shrinks as it empties instead of staying beside protected's."""
     cache = polled_cache(limit=64 << 20)
     cache._window_limit = 0                        # every state straight to probation
     states = 20_000
@@ -672,8 +685,11 @@ def test_a_pass_of_hits_that_empties_probation_gives_its_table_back() -> None:
         cache.put_loaded(oid, 5, STATE, snapshot=10)
     assert len(cache._probation) == states
     full_table = cache._probation.table_bytes
+    tables = cache._tables()
     for oid in range(states):
         assert cache.get(oid, 10) == (STATE, 5)
+    assert len(cache._probation) == states and cache._tables() == tables
+    promote_asked(cache)
     assert not cache._probation and len(cache._protected) == states
     assert cache._probation.table_bytes < full_table // 50
     assert cache._tables() < 1.5 * cache._protected.table_bytes

@@ -12,7 +12,7 @@ import tracemalloc
 from zodbsql.cache.statecache import (SKETCH_START, FrequencySketch, StateCache, allocated,
                                       state_cost)
 
-from .test_statecache import STATE, assert_counts_add_up
+from .test_statecache import STATE, assert_counts_add_up, promote_asked
 
 
 def started(limit: int = 100_000, at: int = 10) -> StateCache:
@@ -57,7 +57,8 @@ def test_hits_on_protected_move_nothing_and_keep_its_table() -> None:
     cache.put_loaded_many(states, 10)
     kept = [oid for oid in range(1, 5000) if cache.has(oid, 10)]
     for oid in kept:
-        cache.get(oid, 10)                        # to protected
+        cache.get(oid, 10)                        # marked
+    promote_asked(cache)                          # to protected
     protected = list(cache._protected)
     assert len(protected) > 100
     table = cache._protected.table_bytes
@@ -80,23 +81,54 @@ def test_a_hit_on_protected_is_a_second_chance_against_demotion() -> None:
     for oid in (1, 2, 3, 4, 5):
         cache.put_loaded(oid, 9, bytes(size), snapshot=10)
     for oid in (1, 2, 3, 4):
-        assert cache.get(oid, 10) is not None     # promoted: protected holds 1 to 4
+        assert cache.get(oid, 10) is not None
+    promote_asked(cache)                          # protected holds 1 to 4
     assert list(cache._protected) == [1, 2, 3, 4]
     assert cache.get(1, 10) is not None           # marked, not moved
     assert list(cache._protected) == [1, 2, 3, 4]
-    assert cache.get(5, 10) is not None           # promoted: one must go
+
+    def ask_and_promote(oid: int) -> None:
+        assert cache.get(oid, 10) is not None
+        promote_asked(cache)
+    ask_and_promote(5)                            # protected is over: one must go
     assert list(cache._protected) == [3, 4, 5, 1]
-    assert 2 in cache._probation                  # the oldest one not asked for again
+    assert list(cache._probation) == [2]          # the oldest one not asked for again
     assert cache.get(3, 10) is not None           # marked
-    assert cache.get(2, 10) is not None           # promoted again: 3 is kept, 4 goes
+    ask_and_promote(2)                            # 3 is kept, 4 goes
     assert list(cache._protected) == [5, 1, 2, 3]
-    assert 4 in cache._probation
-    assert cache.get(4, 10) is not None           # 5 was not asked for in protected
+    assert list(cache._probation) == [4]
+    ask_and_promote(4)                            # 5 was not asked for in protected
     assert list(cache._protected) == [1, 2, 3, 4]
-    assert cache.get(5, 10) is not None           # 1's mark was taken: it goes now
+    ask_and_promote(5)                            # 1's mark was taken: it goes now
     assert list(cache._protected) == [2, 3, 4, 5]
-    assert 1 in cache._probation
+    assert list(cache._probation) == [1]
     assert cache._protected_bytes <= 0.8 * limit
+    assert_counts_add_up(cache)
+
+
+def test_an_eviction_promotes_the_states_asked_for_before_the_victim() -> None:
+    """A hit on probation only marks: the state moves to protected when it comes up for
+    eviction, and the victim is the oldest state nobody asked for."""
+    cache = started(limit=100_000)
+    cache._admission = False                      # the victim goes, whatever its count
+    oid = 0
+    while len(cache) == oid:                      # until the cache is full
+        oid += 1
+        cache.put_loaded(oid, 5, STATE, snapshot=10)
+    order = list(cache._probation)
+    for asked in order[:2] + order[3:5]:
+        assert cache.get(asked, 10) is not None
+    assert list(cache._probation) == order and not cache._protected
+    asked = order[:2] + order[3:5]
+    cache.put_loaded(oid + 1, 5, STATE, snapshot=10)
+    # Promoted on the way to the victim (the protected table it made may take a second
+    # one, past the next two asked for).
+    assert list(cache._protected)[:2] == order[:2]
+    assert order[2] not in cache._probation       # evicted
+    assert all(cache.has(state, 10) for state in asked)
+    gone = set(order) - set(cache._probation) - set(cache._protected)
+    assert order[2] in gone and not gone & set(asked)
+    assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
 
 
@@ -159,7 +191,8 @@ def test_the_sketch_grows_with_the_states_of_every_segment() -> None:
     for oid in range(held):
         cache.put_loaded(oid, 9, state, snapshot=10)
     for oid in range(held):
-        assert cache.get(oid, 10) is not None                      # asked again: protected
+        assert cache.get(oid, 10) is not None                      # asked again
+    promote_asked(cache)                                           # to protected
     assert len(cache._protected) > 0.75 * held
     assert cache._sketch.bits == 16
     for oid in range(held, SKETCH_START + 1000):
@@ -426,7 +459,8 @@ def test_protected_keeps_its_share_of_what_revisions_leave_and_demotes_its_oldes
     cache.put_revision(101, 5, bytes(190_000))
     for oid, size in ((1, 249_000), (2, 248_000)):
         cache.put_loaded(oid, 9, bytes(size), snapshot=10)
-        assert cache.get(oid, 10) is not None     # promoted to protected
+        assert cache.get(oid, 10) is not None
+        promote_asked(cache)                      # promoted to protected
     assert list(cache._protected) == [2]
     assert list(cache._probation) == [1]
     assert cache._protected_bytes <= 0.8 * (limit - cache._revision_bytes)
@@ -443,6 +477,7 @@ def test_protected_may_fill_its_share_exactly() -> None:
     for oid in range(8):
         cache.put_loaded(oid, 9, state, snapshot=10)
         assert cache.get(oid, 10) is not None
+    promote_asked(cache)
     assert cache._protected_bytes == 16_000 == 0.8 * cache.limit
     assert len(cache._protected) == 8 and not cache._probation
 
@@ -478,7 +513,8 @@ def test_the_count_follows_what_each_table_and_entry_takes() -> None:
         return (sys.getsizeof(cache._probation) + sys.getsizeof(cache._protected)
                 + sys.getsizeof(cache._window))
     before, tables_before = cache.bytes_used, tables()
-    assert cache.get(1, 10) == (STATE, 9)         # probation -> protected
+    assert cache.get(1, 10) == (STATE, 9)
+    promote_asked(cache)                          # probation -> protected
     assert list(cache._protected) == [1]
     assert cache.bytes_used - before == tables() - tables_before
     before, index_before = cache.bytes_used, sys.getsizeof(cache._changed)
@@ -534,7 +570,7 @@ def test_revisions_make_room_when_no_current_state_is_left() -> None:
 
 
 def test_the_count_follows_both_segments_and_the_index_as_tracemalloc_does() -> None:
-    """As test_the_count_is_what_python_allocates, with half the states promoted to
+    """As test_the_count_is_what_python_allocates, with most states promoted to
     protected and an index of changed oids as large as its bound allows."""
     tracemalloc.start()
     try:
@@ -545,8 +581,9 @@ def test_the_count_follows_both_segments_and_the_index_as_tracemalloc_does() -> 
         for oid in range(15_000):
             key = oid + (1 << 40)
             cache.put_loaded(key, 1, bytes(190) + oid.to_bytes(4, "big"), 2)
-        for oid in range(1, 15_000, 2):           # asked again once out of the window
+        for oid in range(15_000):                 # asked again once out of the window
             cache.get(oid + (1 << 40), 2)
+        cache._oldest_unmarked(None)              # as an eviction: promoted up to 80%
         traced = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()

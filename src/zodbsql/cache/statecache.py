@@ -41,10 +41,12 @@ besides the pickle; then an OrderedDict by oid took ~180.
 (``Segment``: a plain dict that hands out its oldest keys in batches, ~55 bytes a state
 less than an ``OrderedDict``).  A new state enters the *window* (1% of the cache, in
 caches of 4 MB and more), an LRU with no admission; what leaves the window moves to
-*probation*; a hit there moves a state to *protected* (80% of the bytes), whose oldest
-fall back to probation unless asked for since they came in (a hit on protected marks a
-state and moves nothing: a CLOCK's second chance, where an LRU's moves kept resizing its
-table); probation's oldest is the eviction victim.  Before a newcomer
+*probation*; a state asked for there moves to *protected* (80% of the bytes), whose
+oldest fall back to probation unless asked for since they came in; probation's oldest
+state not asked for is the eviction victim.  A hit moves nothing but marks the state
+(a byte per sketch counter): a marked state of probation goes to protected when it
+comes up for eviction, one of protected gets a second chance when it comes up for
+demotion (CLOCK).  An LRU's moves at every hit kept resizing the segments' tables.  Before a newcomer
 from the window may push the victim out, a count-min sketch of recent accesses (2 rows
 of 4-bit counters, halved every 10 x its width accesses, so it forgets; widened as the
 states come, ``SKETCH_START``) compares them:
@@ -429,14 +431,19 @@ class StateCache:
         takes a slot of the entry table it moves to, and a dict out of free slots
         resizes, maybe larger: then the bound is checked again.
 
-        A hit on protected moves nothing: it marks the state, which then gets a second
-        chance (to protected's newest end) instead of demotion (CLOCK).  Moving it on
-        every hit, as an LRU does, filled the entry table with the slots hits left
-        behind, and the dict resized to three slots per live entry: repeated hits on
-        states that filled a 64 MB cache took its tables from 10 to 20 MB, and 205,000
-        states down to 166,000 (``_promote``)."""
-        protected = self._protected
-        value = protected.get(oid)
+        A hit on protected or probation moves nothing: it marks the state.  A marked
+        state in protected gets a second chance (to protected's newest end) instead of
+        demotion (CLOCK); one in probation moves to protected when it comes up for
+        eviction (``_oldest_unmarked``), not at the hit.  Moving it on every hit, as an
+        LRU does, filled the entry table with the slots hits left behind, and the dict
+        resized to three slots per live entry: repeated hits on states that filled a
+        64 MB cache took its tables from 10 to 20 MB, and 205,000 states down to
+        166,000.  And a pass that hit every state of a cache with room moved each from
+        probation's table to protected's, which grew by doubling while the other
+        emptied: 12 MB of peak RSS for 213,000 states, for an order nothing needed."""
+        value = self._protected.get(oid)
+        if value is None and self._protected_share > 0:
+            value = self._probation.get(oid)
         if value is not None:
             self._sketch.mark(oid)
             return value
@@ -449,25 +456,35 @@ class StateCache:
             return value
         if oid not in self._probation:
             return None                             # a miss: nothing moved
-        tables = self._tables()
-        value = self._promote(oid)
-        if self._tables() != tables:
-            self._shrink(None)
+        # One plain LRU (``_policy_for_comparison("lru")``): the hit moves.
+        value = self._probation.touch(oid)
+        self._shrink(None)
         return value
 
     def _tables(self) -> int:
         return (self._protected.table_bytes + self._probation.table_bytes
                 + self._window.table_bytes)
 
-    def _promote(self, oid: int) -> bytes:
-        """A hit on probation (``oid`` is there): to protected, whose oldest fall back
-        to probation beyond its share."""
-        if self._protected_share <= 0:
-            return self._probation.touch(oid)
+    def _oldest_unmarked(self, newcomer: int | None) -> int | None:
+        """Probation's oldest state that was not asked for since it came in (or the
+        newcomer, or None); the marked ones before it go to protected, their marks
+        taken (lazy promotion).  Ends: each promotion takes a mark, and none is set
+        until the caller is done."""
+        probation = self._probation
+        take_mark = self._sketch.take_mark
+        while True:
+            oid = probation.oldest()
+            if (oid is None or oid == newcomer or self._protected_share <= 0
+                    or not take_mark(oid)):
+                return oid
+            self._promote(oid)
+
+    def _promote(self, oid: int) -> None:
+        """A state of probation asked for since it came in: to protected, whose oldest
+        fall back to probation beyond its share, unless asked for since (CLOCK)."""
         value = self._probation.pop(oid)
-        # A pass that hits every state empties probation into protected: its table,
-        # sized for all of them, would stay beside protected's (10 MB each for 213,000
-        # states), also while protected's grows, which holds two tables for a moment.
+        # Promotions may empty probation: its table, sized for all of its states, would
+        # stay beside protected's growing one.
         self._probation.trim()
         cost = state_cost(value)
         self._protected.push(oid, value)
@@ -483,7 +500,6 @@ class StateCache:
                 continue
             self._protected_bytes -= state_cost(demoted)
             self._probation.push(old, demoted)
-        return value
 
     def has(self, oid: int, snapshot: int) -> bool:
         """Would ``get`` answer?  (Without counting a hit or a miss, or moving the entry.)"""
@@ -676,7 +692,10 @@ class StateCache:
                     return
                 excess -= self._pop_revision()
                 continue
+            tables = self._tables()
             source, victim = self._victim(newcomer)
+            # Promotions on the way (``_oldest_unmarked``) may have resized a table.
+            excess += self._tables() - tables
             value = source.pop(victim)
             cost = state_cost(value)
             self._current_bytes -= cost
@@ -692,7 +711,7 @@ class StateCache:
         """Probation's oldest (protected's, when probation holds only the newcomer), or
         the newcomer itself unless it was asked for clearly more often than that one."""
         source = self._probation
-        victim = source.oldest()
+        victim = self._oldest_unmarked(newcomer)
         if (victim is None or victim == newcomer) and self._protected:
             source = self._protected
             victim = source.oldest()
