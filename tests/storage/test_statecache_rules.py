@@ -591,3 +591,24 @@ def test_the_count_follows_both_segments_and_the_index_as_tracemalloc_does() -> 
     assert traced <= cache.bytes_used <= cache.limit
     assert traced > 0.85 * cache.bytes_used
     assert sys.getsizeof(cache._changed) < cache.bytes_used
+
+
+def test_a_marked_protected_state_stays_in_protected_while_probation_holds_others() -> None:
+    """The second chance keeps the state in protected (at its newest end), not on
+    probation behind the states waiting there."""
+    cache = started(limit=1_250_000)             # protected's cap: 1,000,000 bytes
+    for oid in range(1, 7):
+        cache.put_loaded(oid, 9, bytes(190_000), snapshot=10)
+    for oid in (7, 8):
+        cache.put_loaded(oid, 9, bytes(1000), snapshot=10)
+    for oid in range(1, 6):
+        assert cache.get(oid, 10) is not None
+    promote_asked(cache)
+    assert list(cache._protected) == [1, 2, 3, 4, 5]
+    assert list(cache._probation) == [6, 7, 8]
+    assert cache.get(1, 10) is not None           # marked in protected
+    assert cache.get(6, 10) is not None           # marked on probation's head
+    promote_asked(cache)                          # 6 in: one must leave protected
+    assert list(cache._protected) == [3, 4, 5, 6, 1]
+    assert list(cache._probation) == [7, 8, 2]
+    assert_counts_add_up(cache)
