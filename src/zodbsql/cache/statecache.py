@@ -46,8 +46,8 @@ oldest fall back to probation unless asked for since they came in; probation's o
 state not asked for is the eviction victim.  A hit moves nothing but marks the state
 (a byte per sketch counter): a marked state of probation goes to protected when it
 comes up for eviction, one of protected gets a second chance when it comes up for
-demotion (CLOCK).  An LRU's moves at every hit kept resizing the segments' tables.  Before a newcomer
-from the window may push the victim out, a count-min sketch of recent accesses (2 rows
+demotion (CLOCK).  An LRU's moves at every hit kept resizing the segments' tables.
+Before a newcomer from the window may push the victim out, a count-min sketch of recent accesses (2 rows
 of 4-bit counters, halved every 10 x its width accesses, so it forgets; widened as the
 states come, ``SKETCH_START``) compares them:
 the newcomer enters only if it was asked for at least two more times than the victim
@@ -140,8 +140,9 @@ class FrequencySketch:
         width = 1 << self.bits
         self._shift = 64 - self.bits
         self.rows = [bytearray(width), bytearray(width)]
-        #: Protected's second chances: a byte per counter of the first row, set by a hit
-        #: on a protected state (``mark``), taken when that state comes up for demotion.
+        #: Hits on probation and protected: a byte per counter of the first row, set by
+        #: a hit (``mark``), taken when the state comes up for eviction (probation: it is
+        #: promoted) or demotion (protected: it is kept).
         self.marks = bytearray(width)
         self.samples = 0
         self.period = 10 * width
@@ -448,17 +449,19 @@ class StateCache:
             self._sketch.mark(oid)
             return value
         if oid in self._window:
-            window = self._window
-            before = window.table_bytes
-            value = window.touch(oid)               # to the newest end
-            if window.table_bytes != before:
-                self._shrink(None)
-            return value
+            return self._move_to_newest(self._window, oid)
         if oid not in self._probation:
             return None                             # a miss: nothing moved
         # One plain LRU (``_policy_for_comparison("lru")``): the hit moves.
-        value = self._probation.touch(oid)
-        self._shrink(None)
+        return self._move_to_newest(self._probation, oid)
+
+    def _move_to_newest(self, segment: Segment, oid: int) -> bytes:
+        """An LRU's hit: ``oid`` (in ``segment``) to its newest end, the bound checked
+        again if that resized the segment's table."""
+        before = segment.table_bytes
+        value = segment.touch(oid)
+        if segment.table_bytes != before:
+            self._shrink(None)
         return value
 
     def _tables(self) -> int:
