@@ -3,7 +3,7 @@ a server session per client session?
 
 zodbsql keeps session state across transactions: the staging tables are TEMPORARY
 (created once per session), statements are prepared on the server after their second
-use (``PREPARE_THRESHOLD``), ``SET search_path``, ``SET jit = off`` and
+use (``PREPARE_THRESHOLD``), ``SET search_path``, ``SET jit = off``, ``SET plan_cache_mode`` and
 ``SET default_transaction_read_only`` are session settings, and a lost COMMIT is
 settled by the server's pid of the session.
 A pooler in session mode (pgbouncer ``pool_mode = session``) keeps all of that; in
