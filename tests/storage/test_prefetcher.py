@@ -191,6 +191,17 @@ def test_queued_references_come_along_in_the_order_found() -> None:
     assert prefetcher.plan(21) == (START, [])             # the last one queued
 
 
+
+def test_a_queued_oid_found_in_the_cache_leaves_the_queue() -> None:
+    """A hit on a queued oid takes its slot: no load will (a second pass over more than
+    the cache holds left 31,000 such slots, 3 MB), and a miss before it no longer
+    brings it along."""
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.loaded(1, [], [(1, 10), (1, 11), (1, 12)])
+    assert prefetcher.note_hit(11) is False               # not prefetched: only queued
+    assert 11 not in prefetcher._position
+    assert prefetcher.plan(10) == (START, [12])
+
 def test_references_are_queued_in_the_order_their_states_came() -> None:
     """The database lists a batch's references in any order; the queue takes the
     loaded state's first, then those of each prefetched state in the batch's order."""

@@ -100,6 +100,13 @@ class Prefetcher:
         """A load found ``oid`` in the cache: count it if it was prefetched, and say
         whether it was.  (Unlocked: a count lost to a race only nudges the bound.)"""
         self._touched(oid)
+        if oid in self._position:
+            # Queued, and found in the cache: no load will take it off the queue, and
+            # a second pass over more than the cache holds (10 MB, 200,000 objects)
+            # left 31,000 of them there, 3 MB of peak RSS.  Locked: ``_drop_loaded``
+            # rebuilds the dict.
+            with self._lock:
+                self._position.pop(oid, None)
         if self._fresh.pop(oid, False):
             self._window_used += 1
             self.used += 1
