@@ -522,6 +522,35 @@ def test_the_window_holds_a_prefetch_batch(megabytes: int, window: float) -> Non
     against 27,500 with the floor).  None below WINDOW_FROM."""
     assert StateCache(megabytes << 20)._window_limit == window
 
+
+def test_the_window_holds_exactly_its_limit() -> None:
+    """States fill the window up to its limit, not one fewer: 1,024 states of 256
+    bytes each (a 215-byte state, its 8-byte tid and the bytes header, in pymalloc's
+    blocks) are the 256 KB window of a 4 MB cache."""
+    cache = polled_cache(limit=4 << 20)
+    assert state_cost(bytes(8 + 215)) == 256
+    for oid in range(1024):
+        cache.put_loaded(oid, 9, bytes(215), snapshot=10)
+    assert len(cache._window) == 1024 and not cache._probation
+    cache.put_loaded(1024, 9, bytes(215), snapshot=10)
+    assert len(cache._window) == 1024 and list(cache._probation) == [0]
+
+
+def test_a_large_newcomer_pushes_out_of_the_window_all_it_must() -> None:
+    """A state larger than those in a full cache's window pushes several out; each is
+    turned away, and the window ends within its limit (not after the first)."""
+    cache = polled_cache(limit=4 << 20)
+    for _ in range(2):                                   # asked twice: they stay
+        for oid in range(1 << 30, (1 << 30) + 30_000):
+            if cache.get(oid, 10) is None:
+                cache.put_loaded(oid, 9, STATE, snapshot=10)
+    for oid in range(2000):                              # asked once: turned away
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    cache.put_loaded(5000, 9, bytes(4000), snapshot=10)  # ~28 small states' bytes
+    assert cache._window_bytes <= cache._window_limit
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
+
 def test_a_scan_turned_away_leaves_the_states_kept_in_place() -> None:
     """A scan through a full cache (each state asked for once, as the states already
     kept were): every newcomer loses admission and goes straight from the window, never
