@@ -704,8 +704,7 @@ class StateCache:
             victim = self._protected.oldest()
             if victim is None:
                 return False
-        sketch = self._sketch
-        return sketch.count(candidate) <= sketch.count(victim) + ADMISSION_MARGIN
+        return self._loses_admission(candidate, victim)
 
     def _shrink(self, newcomer: int | None) -> None:
         """Evict current states until the count fits (see :meth:`_victim`), exact
@@ -754,11 +753,16 @@ class StateCache:
             victim = source.oldest()
         assert victim is not None        # the caller checked that a segment holds one
         if (self._admission and newcomer is not None and victim != newcomer
-                and newcomer in self._probation):
-            sketch = self._sketch
-            if sketch.count(newcomer) <= sketch.count(victim) + ADMISSION_MARGIN:
-                return self._probation, newcomer
+                and newcomer in self._probation
+                and self._loses_admission(newcomer, victim)):
+            return self._probation, newcomer
         return source, victim
+
+    def _loses_admission(self, newcomer: int, victim: int) -> bool:
+        """The admission test: was ``newcomer`` asked for no more than
+        ``ADMISSION_MARGIN`` times above ``victim``, as the sketch counts?"""
+        sketch = self._sketch
+        return sketch.count(newcomer) <= sketch.count(victim) + ADMISSION_MARGIN
 
     def _bytes(self) -> int:
         # Run at every eviction step: the tables' sizes are read as kept by the segments
