@@ -87,6 +87,8 @@ class Prefetcher:
         #: The states loaded or found in the cache last, and the holders of the tails
         #: reached last (the newest at the end).
         self._recent: deque[int] = deque([NO_PARENT] * RECENT, maxlen=RECENT)
+        #: The parent found last for a miss (``note_parent``).
+        self._container = NO_PARENT
         self._lock = threading.Lock()
         #: Totals since the storage was opened.
         self.prefetched = 0
@@ -117,7 +119,15 @@ class Prefetcher:
         """At a miss that goes to the database (after ``plan``): ``RECENT`` oids among
         which its parent may be (padded with ``NO_PARENT``), the likeliest last."""
         with self._lock:
-            return list(self._recent)
+            if self._container == NO_PARENT or self._recent[-1] == self._container:
+                return list(self._recent)
+            return [*list(self._recent)[1:], self._container]
+
+    def note_parent(self, parent: int) -> None:
+        """A miss's parent was found among the cached states: a container whose
+        children a walk is reading, offered first at the next misses, whatever the
+        number of children touched since (``RECENT``)."""
+        self._container = parent
 
     def _touched(self, oid: int) -> None:
         """``oid`` was hit or missed: it, and the state whose tail it is, become the

@@ -515,18 +515,27 @@ class StateCache:
 
     def has(self, oid: int, snapshot: int) -> bool:
         """Would ``get`` answer?  (Without counting a hit or a miss, or moving the entry.)"""
+        return self.peek(oid, snapshot) is not None
+
+    def peek(self, oid: int, snapshot: int) -> bytes | None:
+        """The state ``get`` would answer, without counting a hit or a miss, marking or
+        moving the entry (a prefetch looking through cached states for what is not)."""
         if not self.enabled:
-            return False
+            return None
         with self._lock:
             if snapshot < self.base:
-                return False
+                return None
             changed = self._changed.get(oid)
             if changed is not None and changed > snapshot:
-                return False
+                return None
             value = self._current(oid)
             if value is not None:
-                return changed is None or int.from_bytes(value[:8], "big") == changed
-            return changed is not None and (oid << 64 | changed) in self._revisions
+                if changed is None or int.from_bytes(value[:8], "big") == changed:
+                    return value[8:]
+                return None
+            if changed is None:
+                return None
+            return self._revisions.get(oid << 64 | changed)
 
     def get_revision(self, oid: int, tid: int) -> bytes | None:
         """The state ``oid`` had at ``tid`` exactly, if cached (revisions never change)."""

@@ -16,12 +16,14 @@ from zodbsql.backends.base.connections import ConnectionPool, StatementTally
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.cache import StateCache
 from zodbsql.cache.persistent import PersistentCache
+from zodbsql.cache.lookahead import ReferenceMemo
 from zodbsql.cache.prefetch import Prefetcher
 from zodbsql.cache.secondlevel import RedisCache
 from zodbsql.backends.base.trace import Tracer
 from zodbsql.options import Options
 from zodbsql.storage.metrics import StorageMetrics
 from zodbsql.storage.blobs import BlobFiles
+from zodbsql.storage.records import references
 
 #: Committing connections one storage keeps open at most.
 COMMIT_POOL_SIZE = 8
@@ -40,6 +42,8 @@ class Shared:
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
         self.prefetcher = Prefetcher(options.prefetch_count, options.prefetch_bytes)
+        #: The references of cached states, for the client's lookahead (SQLite).
+        self.references_of = ReferenceMemo(references)
         self.statements = StatementTally()
         self.pool = ConnectionPool(
             lambda: self.counted(backend.connect_for_commit(options.commit_lock_timeout)),

@@ -32,6 +32,7 @@ from ZODB.utils import p64, u64
 
 from zodbsql.atrest.codec import RecordCodec
 from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
+from zodbsql.cache import lookahead
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
                                             StateRow)
@@ -448,7 +449,26 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         bound, queued = prefetcher.plan(oid)
         if bound == 0:
             return mover.load_at(conn, oid, snapshot)
-        also = [each for each in queued if not shared.cache.has(each, snapshot)]
+        cache = shared.cache
+        also = [each for each in queued if not cache.has(each, snapshot)]
+        if mover.LOOKS_AHEAD and len(also) < bound:
+            parent, missing = lookahead.uncached_after(
+                oid, prefetcher.parents(), bound - len(also),
+                lambda each: cache.peek(each, snapshot), self.shared.references_of)
+            if parent is not None:
+                prefetcher.note_parent(parent)
+                listed = set(also)
+                also += [each for each in missing if each not in listed]
+                fetched = mover.load_many_at(conn, [oid, *also], snapshot,
+                                             prefetcher.max_bytes)
+                own = next((each for each in fetched if each.oid == oid), None)
+                prefetcher.loaded(
+                    oid, self._cache_rows([each for each in fetched if each.oid != oid],
+                                          snapshot), ())
+                if own is None:
+                    # Missing, or a state that does not open: load_at says which.
+                    return mover.load_at(conn, oid, snapshot)
+                return StateRow(own.tid, own.checksum, own.state)
         row, states, references = mover.load_with_references(
             conn, oid, snapshot, also, bound, prefetcher.max_bytes,
             mover.REFERENCES_PER_STATE * bound, prefetcher.parents())

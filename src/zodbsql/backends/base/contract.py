@@ -371,6 +371,8 @@ class MoverRole(Protocol):
     #: References a prefetching load may return per state it may bring
     #: (``load_with_references``'s ``max_references`` over its ``limit``).
     REFERENCES_PER_STATE: int
+    #: Does a miss pick what comes along in the client (``Mover.LOOKS_AHEAD``)?
+    LOOKS_AHEAD: bool
 
     def prepare_connection(self, conn: ConnectionRole) -> None:
         """Create the temporary tables a committing connection stages into."""
@@ -392,8 +394,9 @@ class MoverRole(Protocol):
         (None: still current); None when there is no such revision."""
 
     def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
-                     snapshot_tid: int) -> list[LoadedState]:
-        """Those of ``oids`` that exist, each as ``load_at`` returns it (prefetch)."""
+                     snapshot_tid: int, max_bytes: int | None = None) -> list[LoadedState]:
+        """Those of ``oids`` that exist, each as ``load_at`` returns it (prefetch); with
+        ``max_bytes``, those that came before that many bytes did."""
 
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
                              also: Sequence[int], limit: int, max_bytes: int,

@@ -333,6 +333,12 @@ class Mover:
     #: References of prefetched states a load brings along, per state it may prefetch
     #: (they name what a later miss brings: the items of a BTree's next buckets).
     REFERENCES_PER_STATE = 4
+    #: A miss whose parent the cache holds reads it and picks the oids to bring along
+    #: in the client (``zodbsql.cache.lookahead``), then loads them by oid, instead of
+    #: ``load_with_refs``.  SQLite: a statement costs microseconds, and the prefetching
+    #: statement's choice (references read from JSON, running sizes) cost more than
+    #: the loads it saved.  A server's round trip makes its own choice worth it.
+    LOOKS_AHEAD = False
     #: How many times ``load_with_refs`` (history-preserving) takes the snapshot tid
     #: where it finds the chosen objects' revisions (``HP_REVISIONS_*``).
     HP_REVISION_SNAPSHOTS = 2
@@ -392,18 +398,31 @@ class Mover:
         return f"IN ({in_list(len(padded))})", padded
 
     def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
-                     snapshot_tid: int) -> list[LoadedState]:
+                     snapshot_tid: int, max_bytes: int | None = None) -> list[LoadedState]:
         """Those of ``oids`` that exist, each as ``load_at`` would return it, in one
-        statement per ``MAX_LISTED_OIDS``."""
+        statement per ``MAX_LISTED_OIDS``; with ``max_bytes``, until that many bytes of
+        states came: ``BYTES_STEP`` oids first, then as many as the bytes left hold at
+        the sizes seen."""
         rows: list[LoadedState] = []
-        step = self.MAX_LISTED_OIDS
-        for start in range(0, len(oids), step):
+        step = self.MAX_LISTED_OIDS if max_bytes is None else min(BYTES_STEP, len(oids))
+        size = start = 0
+        while start < len(oids):
             test, params = self.listed(oids[start:start + step])
+            start += step
             sql = self.sql.load_many.format(listed=test)
             found = conn.fetchall(sql, [*params, snapshot_tid] if self.keep_history else params,
                                   binary=True)
-            rows += [state for state in (loaded_state(row, self.backend.codec)
+            batch = [state for state in (loaded_state(row, self.backend.codec)
                                          for row in found) if state is not None]
+            rows += batch
+            if max_bytes is not None:
+                size += sum(len(state.state or b"") for state in batch)
+                if size >= max_bytes:
+                    break
+                # The next statement lists as many as the bytes left should hold, at
+                # the sizes seen so far.
+                each = max(1, size // max(1, len(rows)))
+                step = max(1, min(self.MAX_LISTED_OIDS, (max_bytes - size) // each))
         return rows
 
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
@@ -513,6 +532,10 @@ class Mover:
                 conn.execute(sql.move_blobs, (tid,))
         if blobs and not self.backend.features.staging_emptied_by_transaction_end:
             conn.execute(sql.clear_blob)
+
+
+#: Oids a statement of ``load_many_at`` lists when it counts bytes.
+BYTES_STEP = 256
 
 
 def padded_length(count: int) -> int:

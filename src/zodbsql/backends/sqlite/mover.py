@@ -47,6 +47,7 @@ class SQLiteMover(Mover):
     # Under the oldest default limit on a statement's variables (999), with room for
     # the other parameters of a prefetch.
     MAX_LISTED_OIDS = 990
+    LOOKS_AHEAD = True
     # json_each numbers an array's elements from 0 (``key``) and goes through them in
     # order, so the condition on the position needs no sort.
     FIRST_REFERENCES = ("SELECT k.zoid, j.value AS to_zoid FROM kept k, json_each(k.refs) j"

@@ -1,0 +1,177 @@
+"""The client's lookahead at a miss: the uncached oids after it, found through the cached
+states of its parent (``zodbsql.cache.lookahead``), without a database.
+
+A "cache" here is a dict of oid -> state, and a state is the tuple of the oids it refers
+to, turned into bytes only so that its length stands for the size of a pickle."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from zodbsql.cache import lookahead
+from zodbsql.cache.lookahead import MAX_LOOKED_INTO, ReferenceMemo, uncached_after
+from zodbsql.cache.prefetch import Prefetcher
+from zodbsql.backends.base.mover import NO_PARENT
+
+GRAPH: dict[int, tuple[int, ...]] = {}
+
+
+def state(*refs: int, size: int = 16) -> bytes:
+    """A state that refers to ``refs`` (looked up in ``GRAPH`` by its first byte)."""
+    key = len(GRAPH) + 1
+    GRAPH[key] = refs
+    return bytes([key % 256]) + key.to_bytes(4, "big") + b"." * max(0, size - 5)
+
+
+def refs_of(oid: int, value: bytes) -> list[int]:
+    return sorted(GRAPH[int.from_bytes(value[1:5], "big")])
+
+
+def run(oid: int, parents: Sequence[int], count: int, cache: dict[int, bytes],
+        references=refs_of) -> tuple[int | None, list[int]]:
+    return uncached_after(oid, parents, count, cache.get, references)
+
+
+def buckets(cached_items: set[int]) -> dict[int, bytes]:
+    """Three buckets 100, 200, 300 chained (each refers to its items and the next one),
+    items 101-105, 201-205, 301-305; the buckets are cached, and the items named."""
+    cache = {100: state(101, 102, 103, 104, 105, 200),
+             200: state(201, 202, 203, 204, 205, 300),
+             300: state(301, 302, 303, 304, 305)}
+    for item in cached_items:
+        cache[item] = state()
+    return cache
+
+
+def test_the_uncached_after_the_miss_in_its_parent_then_in_the_next_buckets() -> None:
+    cache = buckets({102, 104, 202, 203, 301})
+    parent, found = run(101, [NO_PARENT, 100], 100, cache)
+    assert parent == 100
+    # 102 and 104 are cached; 200 is cached and looked into, then 300.
+    assert found == [103, 105, 201, 204, 205, 302, 303, 304, 305]
+
+
+def test_at_most_count_oids() -> None:
+    cache = buckets(set())
+    assert run(101, [100], 3, cache) == (100, [102, 103, 104])
+
+
+def test_the_parent_is_the_newest_candidate_that_refers_to_the_miss() -> None:
+    cache = buckets(set())
+    cache[50] = state(101, 999)       # another cached state that refers to 101
+    assert run(101, [50, 100], 10, cache)[0] == 100
+    assert run(101, [100, 50], 10, cache) == (50, [999])
+
+
+def test_no_parent_when_none_is_cached_or_refers_to_the_miss() -> None:
+    cache = buckets(set())
+    assert run(101, [200, 300, NO_PARENT], 10, cache) == (None, [])
+    del cache[100]
+    assert run(101, [100], 10, cache) == (None, [])
+
+
+def test_nothing_wanted_brings_nothing() -> None:
+    assert run(101, [100], 0, buckets(set()))[1] == []
+
+
+def test_a_cycle_ends() -> None:
+    cache = {1: state(2, 3), 3: state(1, 4)}
+    assert run(2, [1], 10, cache) == (1, [4])
+
+
+def test_a_state_too_large_for_what_is_wanted_is_not_read() -> None:
+    wanted = 4
+    big = wanted * lookahead.BYTES_READ_PER_OID + 1
+    cache = {1: state(2, 3, 4, size=big)}
+    assert run(2, [1], wanted, cache) == (None, [])
+    cache = {1: state(2, 3, 4, size=big - 1)}
+    assert run(2, [1], wanted, cache) == (1, [3, 4])
+    # Nor a cached sibling that large.
+    cache = {1: state(2, 3, 5), 3: state(6, size=big), 5: state(7)}
+    assert run(2, [1], wanted, cache) == (1, [7])
+
+
+def test_no_state_larger_than_largest_read_is_read() -> None:
+    cache = {1: state(2, 3, 4, size=lookahead.LARGEST_READ + 1)}
+    assert run(2, [1], 10_000, cache) == (None, [])
+    cache = {1: state(2, 3, 4, size=lookahead.LARGEST_READ)}
+    assert run(2, [1], 10_000, cache) == (1, [3, 4])
+
+
+def test_at_most_max_looked_into_states_with_references_are_read() -> None:
+    # A chain of cached buckets, each with one uncached item, longer than the limit.
+    cache: dict[int, bytes] = {}
+    length = MAX_LOOKED_INTO + 5
+    for index in range(length):
+        bucket = 1000 + index
+        cache[bucket] = state(10_000 + index, bucket + 1)
+    cache[1] = state(2, 1000)
+    parent, found = run(2, [1], 10_000, cache)
+    assert parent == 1
+    # Bucket 1000 and the next MAX_LOOKED_INTO - 1 are read; the next ones are cached
+    # and not read: their items wait for a later miss.
+    assert found == [10_000 + index for index in range(MAX_LOOKED_INTO)]
+
+
+def test_leaves_do_not_count_against_the_limit() -> None:
+    cache = {1: state(*range(2, 2 + 2 * MAX_LOOKED_INTO), 500)}
+    for leaf in range(3, 2 + 2 * MAX_LOOKED_INTO):
+        cache[leaf] = state()
+    cache[500] = state(501)
+    assert run(2, [1], 10, cache) == (1, [501])
+
+
+def test_the_memo_reads_a_state_once_and_again_when_it_changed() -> None:
+    calls: list[int] = []
+
+    def counted(oid: int, value: bytes) -> set[int]:
+        calls.append(oid)
+        return set(refs_of(oid, value))
+
+    memo = ReferenceMemo(counted)
+    first = state(3, 2)
+    assert memo(1, first) == [2, 3]
+    assert memo(1, bytes(first)) == [2, 3]
+    assert calls == [1]
+    assert memo(1, state(4)) == [4]
+    assert calls == [1, 1]
+    # A leaf is not remembered (its reading costs a byte search).
+    leaf = state()
+    memo(9, leaf)
+    memo(9, leaf)
+    assert calls == [1, 1, 9, 9]
+
+
+def test_the_memo_keeps_the_newest_states() -> None:
+    calls: list[int] = []
+
+    def counted(oid: int, value: bytes) -> set[int]:
+        calls.append(oid)
+        return {oid + 1}
+
+    memo = ReferenceMemo(counted)
+    for oid in range(lookahead.MEMO_STATES + 1):
+        memo(oid, b"s")
+    memo(lookahead.MEMO_STATES, b"s")     # the newest: remembered
+    assert calls.count(lookahead.MEMO_STATES) == 1
+    memo(0, b"s")                          # the oldest went
+    assert calls.count(0) == 2
+
+
+def test_the_parent_found_last_is_offered_after_recent_states_push_it_out() -> None:
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.note_hit(100)
+    assert prefetcher.parents()[-1] == 100
+    prefetcher.note_parent(100)
+    for item in range(200, 240):
+        prefetcher.note_hit(item)
+    parents = prefetcher.parents()
+    assert 100 == parents[-1]
+    assert len(parents) == len(set(parents)) or NO_PARENT in parents
+    assert parents[:-1] == list(range(240 - len(parents) + 1, 240))
+
+
+def test_the_uncached_before_the_miss_come_after_those_after_it() -> None:
+    """A BTree's next bucket may have an older oid than the items of this one."""
+    cache = buckets({102})
+    cache[90] = state(101, 102, 103, 104, 105, 80)      # next bucket 80, older
+    assert run(103, [90], 4, cache) == (90, [104, 105, 80, 101])
