@@ -28,7 +28,11 @@ def refs_of(oid: int, value: bytes) -> list[int]:
 
 def run(oid: int, parents: Sequence[int], count: int, cache: dict[int, bytes],
         references=refs_of) -> tuple[int | None, list[int]]:
-    return uncached_after(oid, parents, count, cache.get, references)
+    return uncached_after(oid, parents, count, states_in(cache), references)
+
+
+def states_in(cache: dict[int, bytes]):  # type: ignore[no-untyped-def]
+    return lambda oids: [cache.get(each) for each in oids]
 
 
 def buckets(cached_items: set[int]) -> dict[int, bytes]:
@@ -91,10 +95,11 @@ def test_a_state_too_large_for_what_is_wanted_is_not_read() -> None:
 
 
 def test_no_state_larger_than_largest_read_is_read() -> None:
-    cache = {1: state(2, 3, 4, size=lookahead.LARGEST_READ + 1)}
-    assert run(2, [1], 10_000, cache) == (None, [])
-    cache = {1: state(2, 3, 4, size=lookahead.LARGEST_READ)}
-    assert run(2, [1], 10_000, cache) == (1, [3, 4])
+    cache = {1: state(2, 3, 4, size=4097)}
+    assert uncached_after(2, [1], 10_000, states_in(cache), refs_of, 4096) == (None, [])
+    assert uncached_after(2, [1], 10_000, states_in(cache), refs_of) == (1, [3, 4])
+    cache = {1: state(2, 3, 4, size=4096)}
+    assert uncached_after(2, [1], 10_000, states_in(cache), refs_of, 4096) == (1, [3, 4])
 
 
 def test_at_most_max_looked_into_states_with_references_are_read() -> None:
@@ -175,3 +180,19 @@ def test_the_uncached_before_the_miss_come_after_those_after_it() -> None:
     cache = buckets({102})
     cache[90] = state(101, 102, 103, 104, 105, 80)      # next bucket 80, older
     assert run(103, [90], 4, cache) == (90, [104, 105, 80, 101])
+
+
+def test_the_cache_is_asked_a_slice_at_a_time_until_the_batch_is_full() -> None:
+    children = list(range(1000, 3000))
+    cache = {1: state(*children)}
+    asked: list[int] = []
+
+    def states(oids: Sequence[int]) -> list[bytes | None]:
+        asked.extend(oids)
+        return [cache.get(each) for each in oids]
+    assert uncached_after(1000, [1], 3, states, refs_of, None) == (1, [1001, 1002, 1003])
+    assert len(asked) == 1 + lookahead.PEEKED_TOGETHER
+    asked.clear()
+    count = lookahead.PEEKED_TOGETHER + 5
+    assert uncached_after(1000, [1], count, states, refs_of, None)[1] == children[1:count + 1]
+    assert len(asked) == 1 + 2 * lookahead.PEEKED_TOGETHER

@@ -765,3 +765,68 @@ def test_a_pass_of_hits_moves_nothing_and_promotions_give_probations_table_back(
     assert cache._probation.table_bytes < full_table // 50
     assert cache._tables() < 1.5 * cache._protected.table_bytes
     assert_counts_add_up(cache)
+
+
+def test_a_batch_found_roomy_enters_as_it_would_state_by_state() -> None:
+    """``put_loaded_many`` skips admission for a batch that fits whatever the tables
+    do; what it keeps, and in which segment and order, is what the full path keeps,
+    and nothing is evicted while the cache fills."""
+    rng = random.Random(11)
+    roomy, checked = StateCache(8 << 20), StateCache(8 << 20)
+    for cache in (roomy, checked):
+        cache.after_poll(1, 1, [])
+    checked._fits_without_eviction = lambda rows: False     # type: ignore[method-assign]
+    taken = 0
+    oid = 0
+    while True:
+        batch = []
+        for _ in range(rng.randrange(1, 1200)):
+            oid += 1
+            batch.append((oid, 1, bytes(rng.randrange(1, 700))))
+        fits = roomy._fits_without_eviction(batch)
+        before = len(roomy)
+        roomy.put_loaded_many(batch, 1)
+        checked.put_loaded_many(batch, 1)
+        assert list(roomy._window.items()) == list(checked._window.items())
+        assert list(roomy._probation.items()) == list(checked._probation.items())
+        assert roomy.bytes_used == checked.bytes_used <= roomy.limit
+        if fits:
+            taken += 1
+            assert len(roomy) == before + len(batch)       # nothing went
+        else:
+            break
+    assert taken > 10
+
+
+def test_a_batch_is_roomy_only_while_it_fits() -> None:
+    cache = StateCache(8 << 20)
+    cache.after_poll(1, 1, [])
+    assert cache._fits_without_eviction([(1, 1, bytes(100))])
+    assert not cache._fits_without_eviction([(1, 1, bytes(8 << 20))])
+    # Filled to within a batch's room of the limit, the next one is not roomy.
+    oid = 0
+    while cache._fits_without_eviction([(0, 1, bytes(200))] * 1000):
+        cache.put_loaded_many([(oid + i, 1, bytes(200)) for i in range(1000)], 1)
+        oid += 1000
+    assert cache.bytes_used > cache.limit - 1000 * (200 + 300) - 4 * len(cache) \
+        - 2 * (cache._window.table_bytes + cache._probation.table_bytes)
+    assert cache._fits_without_eviction([(0, 1, bytes(200))])
+
+
+def test_peek_answers_as_get_without_counting_or_marking() -> None:
+    cache = polled_cache()
+    cache.put_loaded(1, 10, STATE, snapshot=10)
+    cache.after_poll(10, 12, [(2, 11), (3, 12)])
+    cache.put_revision(2, 11, b"two")
+    cache.put_revision(3, 12, b"three")
+    hits, misses = cache.hits, cache.misses
+    assert cache.peek_many([1, 2, 3, 4], 12) == [STATE, b"two", b"three", None]
+    assert cache.peek_many([1, 2, 3], 11) == [STATE, b"two", None]   # 3 changed after 11
+    assert cache.peek(2, 10) is None                                  # 2 changed after 10
+    assert cache.peek(1, 9) is None                                   # before the base
+    assert (cache.hits, cache.misses) == (hits, misses)
+    assert not cache._sketch.take_mark(1)
+    for oid in (1, 2, 3, 4):
+        assert cache.has(oid, 12) == (cache.get(oid, 12) is not None)
+    disabled = StateCache(0)
+    assert disabled.peek_many([1, 2], 12) == [None, None]

@@ -16,8 +16,8 @@ older oid than the items of this one: without it every bucket cost two statement
 and the cached ones among them are looked into in turn (the next bucket a walk will
 enter, whose items may be missing), breadth first, until
 ``count`` oids are found or ``MAX_LOOKED_INTO`` states with references were read.
-A state larger than ``BYTES_READ_PER_OID`` per oid wanted, or than ``LARGEST_READ``,
-is not read.  MVCC is untouched:
+A state larger than ``BYTES_READ_PER_OID`` per oid wanted, or than the caller's
+``largest_read``, is not read.  MVCC is untouched:
 a cached state is current at the snapshot, so its references are the snapshot's, and
 what this picks is only a list of oids, each read as of the snapshot.
 """
@@ -33,20 +33,24 @@ MAX_LOOKED_INTO = 64
 
 
 def uncached_after(oid: int, parents: Sequence[int], count: int,
-                   cached_state: Callable[[int], bytes | None],
+                   cached_states: Callable[[Sequence[int]], list[bytes | None]],
                    references: Callable[[int, bytes], Sequence[int]],
-                   ) -> tuple[int | None, list[int]]:
+                   largest_read: int | None = None) -> tuple[int | None, list[int]]:
     """The cached parent of ``oid`` among ``parents`` (the likeliest last), or None, and
     up to ``count`` oids after ``oid`` that the cache does not hold, found as the module
-    says.  ``cached_state(oid)``: the state the cache holds for the snapshot, or None;
-    ``references(oid, state)``: the oids a state refers to, ascending."""
+    says.  ``cached_states(oids)``: the state the cache holds for the snapshot of each
+    (None: none);
+    ``references(oid, state)``: the oids a state refers to, ascending; ``largest_read``:
+    the largest state read, whatever ``count`` (None: no such bound)."""
     parent: int | None = None
     after: Sequence[int] = ()
-    largest = min(count * BYTES_READ_PER_OID, LARGEST_READ)
+    largest = count * BYTES_READ_PER_OID
+    if largest_read is not None:
+        largest = min(largest, largest_read)
     for candidate in reversed(parents):
         if candidate < 0 or candidate == oid:
             continue
-        state = cached_state(candidate)
+        state = cached_states((candidate,))[0]
         if state is None or len(state) > largest:
             continue
         refs = references(candidate, state)
@@ -61,21 +65,29 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
     pending: deque[Sequence[int]] = deque([after])
     looked_into = 0
     while pending and len(found) < count:
-        for each in pending.popleft():
-            if each in seen:
-                continue
-            seen.add(each)
-            state = cached_state(each)
-            if state is None:
-                found.append(each)
-                if len(found) == count:
-                    break
-            elif looked_into < MAX_LOOKED_INTO and len(state) <= largest:
-                refs = references(each, state)
-                if refs:                # a leaf costs a byte search, and is not counted
-                    looked_into += 1
-                    pending.append(refs)
+        refs = pending.popleft()
+        # The cache is asked a slice at a time (one hold of its lock each), so a
+        # container of 10,000 children is not looked through past the batch.
+        for start in range(0, len(refs), PEEKED_TOGETHER):
+            if len(found) == count:
+                break
+            chunk = [each for each in refs[start:start + PEEKED_TOGETHER] if each not in seen]
+            seen.update(chunk)
+            for each, state in zip(chunk, cached_states(chunk)):
+                if state is None:
+                    found.append(each)
+                    if len(found) == count:
+                        break
+                elif looked_into < MAX_LOOKED_INTO and len(state) <= largest:
+                    more = references(each, state)
+                    if more:            # a leaf costs a byte search, and is not counted
+                        looked_into += 1
+                        pending.append(more)
     return parent, found
+
+
+#: Oids whose cached states ``uncached_after`` asks for at once.
+PEEKED_TOGETHER = 128
 
 
 #: The largest state read for its references, per oid wanted: reading them costs
@@ -84,11 +96,6 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
 #: sparse read of it), one that may bring 1,000 does (a walk over it, whose misses
 #: then find its references remembered, ``ReferenceMemo``).
 BYTES_READ_PER_OID = 256
-#: And no state larger than this is read: a large container's misses are left to the
-#: database's choice (its siblings), which read a mapping of 1,000 children warm in
-#: 5 statements at 31,000 objects/s, where reading it here took 14 at 27,000.  The
-#: lookahead pays in BTrees, whose buckets are small.
-LARGEST_READ = 4096
 #: Parsed states remembered by ``ReferenceMemo``.
 MEMO_STATES = 16
 

@@ -90,6 +90,9 @@ WINDOW_FROM = 4 << 20
 # turned away before its load, and the first pass over 200,000 objects ran at 7,700
 # objects/s (PostgreSQL) instead of 27,500.
 WINDOW_FLOOR = 512 << 10
+#: What one more state may add at most besides its pickle, counted high (its tid, the
+#: bytes header and block rounding, its oid's int, a share of a table slot).
+ROOM_PER_STATE = 8 + 33 + 16 + 32 + 100
 # A newcomer must have been asked for more than this many times above the victim.
 ADMISSION_MARGIN = 1
 
@@ -520,22 +523,29 @@ class StateCache:
     def peek(self, oid: int, snapshot: int) -> bytes | None:
         """The state ``get`` would answer, without counting a hit or a miss, marking or
         moving the entry (a prefetch looking through cached states for what is not)."""
+        return self.peek_many((oid,), snapshot)[0]
+
+    def peek_many(self, oids: Iterable[int], snapshot: int) -> list[bytes | None]:
+        """``peek`` of each of ``oids``, under one hold of the lock."""
         if not self.enabled:
-            return None
+            return [None for _ in oids]
         with self._lock:
             if snapshot < self.base:
-                return None
-            changed = self._changed.get(oid)
-            if changed is not None and changed > snapshot:
-                return None
-            value = self._current(oid)
-            if value is not None:
-                if changed is None or int.from_bytes(value[:8], "big") == changed:
-                    return value[8:]
-                return None
-            if changed is None:
-                return None
-            return self._revisions.get(oid << 64 | changed)
+                return [None for _ in oids]
+            return [self._peek(oid, snapshot) for oid in oids]
+
+    def _peek(self, oid: int, snapshot: int) -> bytes | None:
+        changed = self._changed.get(oid)
+        if changed is not None and changed > snapshot:
+            return None
+        value = self._current(oid)
+        if value is not None:
+            if changed is None or int.from_bytes(value[:8], "big") == changed:
+                return value[8:]
+            return None
+        if changed is None:
+            return None
+        return self._revisions.get(oid << 64 | changed)
 
     def get_revision(self, oid: int, tid: int) -> bytes | None:
         """The state ``oid`` had at ``tid`` exactly, if cached (revisions never change)."""
@@ -568,6 +578,8 @@ class StateCache:
                 return
             self._probation.trim()
             self._protected.trim()
+            rows = list(rows)
+            roomy = self._fits_without_eviction(rows)
             changed_at = self._changed.get
             largest = self.limit // 4
             for oid, tid, state in rows:
@@ -576,8 +588,22 @@ class StateCache:
                     continue            # an older revision, read by an older snapshot
                 if len(state) > largest or self._current(oid) is not None:
                     continue
-                self._enter(oid, tid.to_bytes(8, "big") + state)
+                self._enter(oid, tid.to_bytes(8, "big") + state, roomy)
             self._shrink(None)
+
+    def _fits_without_eviction(self, rows: list[tuple[int, int, bytes]]) -> bool:
+        """Would ``rows`` all fit, whatever the tables and the sketch grow to?  Then
+        none of them meets admission or evicts anything (``_enter``): a filling cache
+        spent half of each insertion measuring itself for a test that could not fail.
+        Counted high: each state with its tid, header and block rounding, an oid, a
+        table slot's share (``ROOM_PER_STATE``); the window's and probation's tables
+        doubled; a sketch of two rows of twice the states, whole."""
+        count = len(rows)
+        entries = len(self._probation) + len(self._protected) + len(self._window) + count
+        need = (sum(len(state) for _, _, state in rows) + count * ROOM_PER_STATE
+                + 2 * (self._window.table_bytes + self._probation.table_bytes)
+                + 4 * entries)
+        return self._bytes() + need <= self.limit
 
     def put_revision(self, oid: int, tid: int, state: bytes) -> None:
         """Remember an exact revision (a commit's own states)."""
@@ -679,11 +705,12 @@ class StateCache:
         self._enter(oid, value)
         self._shrink(None)
 
-    def _enter(self, oid: int, value: bytes) -> None:
+    def _enter(self, oid: int, value: bytes, roomy: bool = False) -> None:
         """A new current state enters the window; what the window no longer holds
         moves on to probation, where it must win admission once the cache is full
-        (``_shrink`` with it as the newcomer).  The caller fits the bound afterwards,
-        after one state or after many."""
+        (``_shrink`` with it as the newcomer), unless the caller found room for all it
+        enters (``roomy``: ``_fits_without_eviction``).  The caller fits the bound
+        afterwards, after one state or after many."""
         cost = state_cost(value)
         self._window.push(oid, value)
         self._window_bytes += cost
@@ -692,6 +719,9 @@ class StateCache:
             candidate, value = self._window.pop_oldest()
             cost = state_cost(value)
             self._window_bytes -= cost
+            if roomy:
+                self._probation.push(candidate, value)
+                continue
             if self._turned_away(candidate):
                 self._current_bytes -= cost
                 continue

@@ -454,7 +454,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if mover.LOOKS_AHEAD and len(also) < bound:
             parent, missing = lookahead.uncached_after(
                 oid, prefetcher.parents(), bound - len(also),
-                lambda each: cache.peek(each, snapshot), self.shared.references_of)
+                lambda oids: cache.peek_many(oids, snapshot), self.shared.references_of,
+                mover.LOOKAHEAD_LARGEST)
             if parent is not None:
                 prefetcher.note_parent(parent)
                 listed = set(also)

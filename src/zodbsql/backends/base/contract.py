@@ -371,8 +371,10 @@ class MoverRole(Protocol):
     #: References a prefetching load may return per state it may bring
     #: (``load_with_references``'s ``max_references`` over its ``limit``).
     REFERENCES_PER_STATE: int
-    #: Does a miss pick what comes along in the client (``Mover.LOOKS_AHEAD``)?
+    #: Does a miss pick what comes along in the client (``Mover.LOOKS_AHEAD``), and
+    #: within which bounds?
     LOOKS_AHEAD: bool
+    LOOKAHEAD_LARGEST: int | None
 
     def prepare_connection(self, conn: ConnectionRole) -> None:
         """Create the temporary tables a committing connection stages into."""

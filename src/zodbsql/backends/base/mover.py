@@ -339,6 +339,9 @@ class Mover:
     #: statement's choice (references read from JSON, running sizes) cost more than
     #: the loads it saved.  A server's round trip makes its own choice worth it.
     LOOKS_AHEAD = False
+    #: The largest cached state it reads for its references (None: only the bound of
+    #: ``lookahead.BYTES_READ_PER_OID`` per state wanted).
+    LOOKAHEAD_LARGEST: int | None = None
     #: How many times ``load_with_refs`` (history-preserving) takes the snapshot tid
     #: where it finds the chosen objects' revisions (``HP_REVISIONS_*``).
     HP_REVISION_SNAPSHOTS = 2
