@@ -146,19 +146,28 @@ def test_the_memo_reads_a_state_once_and_again_when_it_changed() -> None:
     assert calls == [1, 1, 9, 9]
 
 
-def test_the_memo_keeps_the_newest_states() -> None:
+def counting_memo() -> tuple[ReferenceMemo, list[int]]:
+    """A memo of states that each refer to the next oid, and the oids it read."""
     calls: list[int] = []
 
     def counted(oid: int, value: bytes) -> set[int]:
         calls.append(oid)
         return {oid + 1}
+    return ReferenceMemo(counted), calls
 
-    memo = ReferenceMemo(counted)
-    for oid in range(lookahead.MEMO_STATES + 1):
+
+def test_the_memo_keeps_exactly_the_newest_memo_states() -> None:
+    memo, calls = counting_memo()
+    for oid in range(lookahead.MEMO_STATES):
         memo(oid, b"s")
-    memo(lookahead.MEMO_STATES, b"s")     # the newest: remembered
+    memo(0, b"s")                          # the oldest of exactly MEMO_STATES: kept
+    assert calls.count(0) == 1
+    memo(lookahead.MEMO_STATES, b"s")      # one more: the first read (0) goes
+    memo(lookahead.MEMO_STATES, b"s")      # the newest: remembered
     assert calls.count(lookahead.MEMO_STATES) == 1
-    memo(0, b"s")                          # the oldest went
+    memo(1, b"s")
+    assert calls.count(1) == 1
+    memo(0, b"s")
     assert calls.count(0) == 2
 
 
@@ -196,3 +205,21 @@ def test_the_cache_is_asked_a_slice_at_a_time_until_the_batch_is_full() -> None:
     count = lookahead.PEEKED_TOGETHER + 5
     assert uncached_after(1000, [1], count, states, refs_of, None)[1] == children[1:count + 1]
     assert len(asked) == 1 + 2 * lookahead.PEEKED_TOGETHER
+
+
+def test_the_root_can_be_the_parent_and_an_uncached_candidate_is_passed_over() -> None:
+    cache = {0: state(5, 6, 7), 6: state()}
+    assert run(5, [0, 42], 10, cache) == (0, [7])          # 42 is not cached
+    cache[42] = state(5, 9, size=4096 * 100)               # too large for 10 wanted
+    assert run(5, [0, 42], 10, cache) == (0, [7])
+
+
+def test_a_single_state_wanted_is_found() -> None:
+    assert run(101, [100], 1, buckets(set())) == (100, [102])
+
+
+def test_a_cached_sibling_of_exactly_the_largest_size_is_looked_into() -> None:
+    wanted = 4
+    largest = wanted * lookahead.BYTES_READ_PER_OID
+    cache = {1: state(2, 3, size=largest), 3: state(8, size=largest)}
+    assert run(2, [1], wanted, cache) == (1, [8])

@@ -830,3 +830,42 @@ def test_peek_answers_as_get_without_counting_or_marking() -> None:
         assert cache.has(oid, 12) == (cache.get(oid, 12) is not None)
     disabled = StateCache(0)
     assert disabled.peek_many([1, 2], 12) == [None, None]
+
+
+def test_a_batch_is_roomy_up_to_exactly_its_counted_need() -> None:
+    """The estimate as documented: each state's pickle and ``ROOM_PER_STATE``, the
+    window's and probation's tables doubled, four bytes of sketch per state after the
+    batch; a batch fits when the count plus that is at most the limit."""
+    from zodbsql.cache.statecache import ROOM_PER_STATE
+    cache = StateCache(8 << 20)
+    cache.after_poll(1, 1, [])
+    cache.put_loaded_many([(oid, 1, bytes(300)) for oid in range(1, 20_000)], 1)
+    assert len(cache._window) and len(cache._probation)
+    rows = [(oid, 1, bytes(50 + oid % 7)) for oid in range(30_000, 30_500)]
+    entries = len(cache._probation) + len(cache._protected) + len(cache._window) + len(rows)
+    need = (sum(len(state) for _, _, state in rows) + len(rows) * ROOM_PER_STATE
+            + 2 * (cache._window.table_bytes + cache._probation.table_bytes) + 4 * entries)
+    cache.limit = cache._bytes() + need
+    assert cache._fits_without_eviction(rows)
+    cache.limit -= 1
+    assert not cache._fits_without_eviction(rows)
+
+
+def test_a_state_that_becomes_current_meets_admission_as_a_loaded_one() -> None:
+    """A revision a poll named becomes current through ``_insert`` (a get that finds
+    it, a commit's states read back): it waits in the window and must win admission
+    like a loaded state, so a full cache turns away a run of them asked for once."""
+    cache = polled_cache(limit=4 << 20)
+    for oid in range(1 << 30, (1 << 30) + 30_000):       # more than fit
+        cache.get(oid, 10)
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    kept = [oid for oid in range(1 << 30, (1 << 30) + 30_000)
+            if oid in cache._probation or oid in cache._protected]
+    run = range(30_000)
+    with cache._lock:
+        for oid in run:
+            cache._sketch.add(oid)
+            cache._insert(oid, (9).to_bytes(8, "big") + STATE)
+    assert sum(oid in cache._probation for oid in run) < 0.03 * len(run)
+    assert sum(cache.has(oid, 10) for oid in kept) > 0.97 * len(kept)
+    assert cache.bytes_used <= cache.limit

@@ -702,10 +702,10 @@ class StateCache:
         """A new current state enters the window (see ``_enter``), the bound fitted."""
         self._probation.trim()
         self._protected.trim()
-        self._enter(oid, value)
+        self._enter(oid, value, roomy=False)
         self._shrink(None)
 
-    def _enter(self, oid: int, value: bytes, roomy: bool = False) -> None:
+    def _enter(self, oid: int, value: bytes, roomy: bool) -> None:
         """A new current state enters the window; what the window no longer holds
         moves on to probation, where it must win admission once the cache is full
         (``_shrink`` with it as the newcomer), unless the caller found room for all it
