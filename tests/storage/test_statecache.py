@@ -813,21 +813,25 @@ def test_a_batch_is_roomy_only_while_it_fits() -> None:
     assert cache._fits_without_eviction([(0, 1, bytes(200))])
 
 
-def test_peek_answers_as_get_without_counting_or_marking() -> None:
+def test_peek_many_answers_as_get_without_counting_or_marking() -> None:
     cache = polled_cache()
     cache.put_loaded(1, 10, STATE, snapshot=10)
     cache.after_poll(10, 12, [(2, 11), (3, 12)])
     cache.put_revision(2, 11, b"two")
     cache.put_revision(3, 12, b"three")
+    cache.put_revision(5, 13, b"five")          # a commit's own, not yet polled
+    assert cache.peek_many([5], 12) == [None]
+    cache.after_poll(12, 13, [(5, 13)])         # named: an exact revision it serves
+    assert 5 not in cache._window and cache.peek_many([5], 13) == [b"five"]
     hits, misses = cache.hits, cache.misses
     assert cache.peek_many([1, 2, 3, 4], 12) == [STATE, b"two", b"three", None]
     assert cache.peek_many([1, 2, 3], 11) == [STATE, b"two", None]   # 3 changed after 11
-    assert cache.peek(2, 10) is None                                  # 2 changed after 10
-    assert cache.peek(1, 9) is None                                   # before the base
+    assert cache.peek_many([2], 10) == [None]                        # 2 changed after 10
+    assert cache.peek_many([1], 9) == [None]                         # before the base
     assert (cache.hits, cache.misses) == (hits, misses)
     assert not cache._sketch.take_mark(1)
-    for oid in (1, 2, 3, 4):
-        assert cache.has(oid, 12) == (cache.get(oid, 12) is not None)
+    for oid in (1, 2, 3, 4, 5):
+        assert cache.has(oid, 13) == (cache.get(oid, 13) is not None)
     disabled = StateCache(0)
     assert disabled.peek_many([1, 2], 12) == [None, None]
 

@@ -518,34 +518,43 @@ class StateCache:
 
     def has(self, oid: int, snapshot: int) -> bool:
         """Would ``get`` answer?  (Without counting a hit or a miss, or moving the entry.)"""
-        return self.peek(oid, snapshot) is not None
-
-    def peek(self, oid: int, snapshot: int) -> bytes | None:
-        """The state ``get`` would answer, without counting a hit or a miss, marking or
-        moving the entry (a prefetch looking through cached states for what is not)."""
-        return self.peek_many((oid,), snapshot)[0]
+        if not self.enabled:
+            return False
+        with self._lock:
+            return snapshot >= self.base and self._visible(oid, snapshot) is not None
 
     def peek_many(self, oids: Iterable[int], snapshot: int) -> list[bytes | None]:
-        """``peek`` of each of ``oids``, under one hold of the lock."""
+        """The state ``get`` would answer for each of ``oids``, under one hold of the
+        lock, without counting a hit or a miss, marking or moving an entry (a prefetch
+        looking through cached states for what is not)."""
         if not self.enabled:
             return [None for _ in oids]
         with self._lock:
             if snapshot < self.base:
                 return [None for _ in oids]
-            return [self._peek(oid, snapshot) for oid in oids]
+            found: list[bytes | None] = []
+            for oid in oids:
+                held = self._visible(oid, snapshot)
+                found.append(None if held is None else held[0][held[1]:])
+            return found
 
-    def _peek(self, oid: int, snapshot: int) -> bytes | None:
+    def _visible(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
+        """What the cache holds for ``oid`` as of ``snapshot`` (at or after ``base``),
+        as it holds it, and where its state starts: a current state after its tid (8),
+        an exact revision at 0.  Not copied: ``has`` asks it of every queued oid at a
+        miss."""
         changed = self._changed.get(oid)
         if changed is not None and changed > snapshot:
             return None
         value = self._current(oid)
         if value is not None:
             if changed is None or int.from_bytes(value[:8], "big") == changed:
-                return value[8:]
+                return value, 8
             return None
         if changed is None:
             return None
-        return self._revisions.get(oid << 64 | changed)
+        revision = self._revisions.get(oid << 64 | changed)
+        return None if revision is None else (revision, 0)
 
     def get_revision(self, oid: int, tid: int) -> bytes | None:
         """The state ``oid`` had at ``tid`` exactly, if cached (revisions never change)."""

@@ -454,18 +454,20 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if mover.LOOKS_AHEAD and len(also) < bound:
             parent, missing = lookahead.uncached_after(
                 oid, prefetcher.parents(), bound - len(also),
-                lambda oids: cache.peek_many(oids, snapshot), self.shared.references_of,
+                lambda oids: cache.peek_many(oids, snapshot), shared.references_of,
                 mover.LOOKAHEAD_LARGEST)
             if parent is not None:
                 prefetcher.note_parent(parent)
                 listed = set(also)
                 also += [each for each in missing if each not in listed]
-                fetched = mover.load_many_at(conn, [oid, *also], snapshot,
-                                             prefetcher.max_bytes)
-                own = next((each for each in fetched if each.oid == oid), None)
-                prefetcher.loaded(
-                    oid, self._cache_rows([each for each in fetched if each.oid != oid],
-                                          snapshot), ())
+                own, brought = None, []
+                for each in mover.load_many_at(conn, [oid, *also], snapshot,
+                                               prefetcher.max_bytes):
+                    if each.oid == oid:
+                        own = each
+                    else:
+                        brought.append(each)
+                prefetcher.loaded(oid, self._cache_rows(brought, snapshot), ())
                 if own is None:
                     # Missing, or a state that does not open: load_at says which.
                     return mover.load_at(conn, oid, snapshot)
