@@ -724,3 +724,24 @@ def test_every_read_path_checks_keyed_checksums(storage_factory: Any,
     finally:
         instance.release()
         storage.close()
+
+
+def test_prefetched_rows_open_as_one_by_one() -> None:
+    # loaded_states takes a row stored as it is without the codec, opens a sealed one
+    # with it, and leaves out one that does not open; the rows' order is kept.
+    from zodbsql.backends.base.mover import loaded_state, loaded_states
+    codec = RecordCodec(compress=True, threshold=16)
+    plain = b"\x80\x03plain state"
+    sealed_state = b"\x80\x03" + b"sealed " * 40
+    sealed = codec.encode(2, sealed_state)
+    assert sealed.startswith(codec.sealed_prefix) and not plain.startswith(MAGIC)
+    damaged = MAGIC + b"\xff\xff"
+    rows = [(1, 10, 5, plain), (2, 10, 6, sealed), (3, 10, None, None), (4, 10, 7, damaged),
+            (5, 10, 8, memoryview(plain)), (6, 10, 9, bytearray(plain))]
+    loaded = loaded_states(rows, codec)
+    assert [tuple(each) for each in loaded] == [
+        (1, 10, 5, plain), (2, 10, 6, sealed_state), (3, 10, None, None),
+        (5, 10, 8, plain), (6, 10, 9, plain)]
+    assert loaded == [each for each in (loaded_state(row, codec) for row in rows)
+                      if each is not None]
+    assert all(type(each.state) in (bytes, type(None)) for each in loaded)

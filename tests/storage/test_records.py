@@ -90,3 +90,28 @@ def test_the_class_name_is_not_taken_for_a_reference(monkeypatch: pytest.MonkeyP
     # With a child, its reference comes after the class: found.
     with_child, children = pickled(PersistentMapping(children=[Leaf(b"")]))
     assert references(1, with_child) == set(children) and unpickled == [with_child]
+
+
+def test_a_binary_record_without_the_reference_byte_refers_to_nothing() -> None:
+    from zodbsql.storage.records import refers_to_nothing
+    leaf, _ = pickled(Leaf(b"no references here"))
+    assert leaf[0] == 0x80 and refers_to_nothing(leaf)
+    assert refers_to_nothing(b"") and refers_to_nothing(None)
+    with_child, _ = pickled(PersistentMapping(children=[Leaf(b"")]))
+    assert not refers_to_nothing(with_child)
+    # The byte in data only says "maybe": the unpickler decides (no reference here).
+    quoted, _ = pickled(Leaf(b"Q"))
+    assert not refers_to_nothing(quoted) and references(1, quoted) == set()
+
+
+def test_a_protocol_1_record_is_always_read() -> None:
+    # Python 2's ZODB pickled with protocol 1: no PROTO opcode, references may be
+    # PERSID's text as well as BINPERSID; such a record is never taken for a leaf.
+    from zodbsql.storage.records import refers_to_nothing
+    leaf = pickle.dumps(("cls", None), 1) + pickle.dumps({"a": 1}, 1)
+    assert leaf[:1] != b"\x80" and not refers_to_nothing(leaf)
+    assert references(1, leaf) == set()
+    binary = (pickle.dumps(("cls", None), 1)
+              + b"U\x08\x00\x00\x00\x00\x00\x00\x00\x09Q.")
+    assert not refers_to_nothing(binary)
+    assert references(1, binary) == {9}

@@ -68,6 +68,9 @@ class RecordCodec:
         #: opened it; None: checksums are plain BLAKE2b digests.
         self.checksum_key: bytes | None = None
 
+    #: What every record the codec sealed starts with; any other is stored as it is.
+    sealed_prefix = MAGIC
+
     def __repr__(self) -> str:
         return (f"<RecordCodec compress={self.compress} level={self.level}"
                 f" threshold={self.threshold} dictionary={self._dict_id or None}"

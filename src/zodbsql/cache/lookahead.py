@@ -53,37 +53,42 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
         state = cached_states((candidate,))[0]
         if state is None or len(state) > largest:
             continue
-        refs = references(candidate, state)
-        at = bisect_left(refs, oid)
-        if at < len(refs) and refs[at] == oid:
-            parent, after = candidate, [*refs[at + 1:], *refs[:at]]
+        held = references(candidate, state)
+        at = bisect_left(held, oid)
+        if at < len(held) and held[at] == oid:
+            parent, after = candidate, [*held[at + 1:], *held[:at]]
             break
     if parent is None or count <= 0:
         return parent, []
     found: list[int] = []
     seen = {oid, parent}
-    pending: deque[Sequence[int]] = deque([after])
+    refs: Sequence[int] = after
+    # The cached states met, in order, whose references are read only once the lists
+    # before them are through (a batch found among the first is read no further).
+    cached: deque[bytes] = deque()
+    cached_oids: deque[int] = deque()
     looked_into = 0
-    while pending and len(found) < count:
-        refs = pending.popleft()
+    while True:
         # The cache is asked a slice at a time (one hold of its lock each), so a
         # container of 10,000 children is not looked through past the batch.
         for start in range(0, len(refs), PEEKED_TOGETHER):
-            if len(found) == count:
-                break
             chunk = [each for each in refs[start:start + PEEKED_TOGETHER] if each not in seen]
             seen.update(chunk)
             for each, state in zip(chunk, cached_states(chunk)):
                 if state is None:
                     found.append(each)
                     if len(found) == count:
-                        break
-                elif looked_into < MAX_LOOKED_INTO and len(state) <= largest:
-                    more = references(each, state)
-                    if more:            # a leaf costs a byte search, and is not counted
-                        looked_into += 1
-                        pending.append(more)
-    return parent, found
+                        return parent, found
+                elif len(state) <= largest:
+                    cached_oids.append(each)
+                    cached.append(state)
+        refs = ()
+        while not refs and cached and looked_into < MAX_LOOKED_INTO:
+            refs = references(cached_oids.popleft(), cached.popleft())
+            if refs:            # a leaf costs a byte search, and is not counted
+                looked_into += 1
+        if not refs:
+            return parent, found
 
 
 #: Oids whose cached states ``uncached_after`` asks for at once.

@@ -31,7 +31,7 @@ from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConfli
                             DatabaseError)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
 from zodbsql.storage.records import (checksum, checksummer, references, references_text,
-                                      verified)
+                                      refers_to_nothing, verified)
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -166,8 +166,10 @@ class PendingCommit:
                 continue
             # The checksum is of the state itself; what is stored may be sealed.
             stored = encode(oid, state) if encode is not None and state else state
-            add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored,
-                     references_text(references(oid, state))))
+            # Most states are leaves: told apart here without two calls per state.
+            refs = None if refers_to_nothing(state) else references_text(
+                references(oid, state))
+            add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored, refs))
         return rows
 
     def _stage_blobs(self, conn: ConnectionRole) -> None:

@@ -763,6 +763,9 @@ class BackendOptions(Protocol):
 class CodecRole(Protocol):
     """How a state is stored (``zodbsql.atrest.codec.RecordCodec``)."""
 
+    #: What every record the codec sealed starts with; any other is stored as it is.
+    sealed_prefix: bytes
+
     def encode(self, oid: int, state: bytes) -> bytes:
         """``state`` as it is stored (compressed, encrypted, or as it is)."""
         ...

@@ -20,7 +20,7 @@ states as ZODB wrote them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterable, Sequence
 
 from zodbsql.backends.base.contract import (BackendContract, CodecRole, ConnectionRole,
                                             LoadedState,
@@ -415,8 +415,7 @@ class Mover:
             sql = self.sql.load_many.format(listed=test)
             found = conn.fetchall(sql, [*params, snapshot_tid] if self.keep_history else params,
                                   binary=True)
-            batch = [state for state in (loaded_state(row, self.backend.codec)
-                                         for row in found) if state is not None]
+            batch = loaded_states(found, self.backend.codec)
             rows += batch
             if max_bytes is not None:
                 size += sum(len(state.state or b"") for state in batch)
@@ -453,19 +452,17 @@ class Mover:
             params = [oid, oid, own, *candidates, oid, oid, limit, *listed, oid, limit,
                       max_bytes, max_references]
         row: StateRow | None = None
-        states: list[LoadedState] = []
+        brought: list[tuple[Any, ...]] = []
         references: list[Revision] = []
         for kind, zoid, tid, stored_checksum, state in conn.fetchall(sql, params, binary=True,
                                                                       prepare=True):
             if kind == 0:
                 row = self._row((tid, stored_checksum, state), oid)
             elif kind == 1:
-                loaded = loaded_state((zoid, tid, stored_checksum, state), self.backend.codec)
-                if loaded is not None:
-                    states.append(loaded)
+                brought.append((zoid, tid, stored_checksum, state))
             else:
                 references.append((int(zoid), int(tid)))
-        return row, states, references
+        return row, loaded_states(brought, self.backend.codec), references
 
     def current_tid(self, conn: ConnectionRole, oid: int) -> int | None:
         row = conn.fetchone(self.sql.current_tid, (oid,))
@@ -544,6 +541,26 @@ BYTES_STEP = 256
 def padded_length(count: int) -> int:
     """The power of two at or above ``count`` (``count`` itself above 512)."""
     return count if count > 512 else 1 << max(0, count - 1).bit_length()
+
+
+def loaded_states(rows: Iterable[tuple[Any, ...]], codec: CodecRole) -> list[LoadedState]:
+    """Prefetched ``(oid, tid, checksum, state)`` rows as :class:`LoadedState`, without
+    those that do not open (``loaded_state``).  A row read as it is stored (integers,
+    and bytes the codec did not seal: most) is taken as it is, a step in C; the codec
+    opens the others."""
+    prefix = codec.sealed_prefix
+    make = LoadedState._make
+    states: list[LoadedState] = []
+    add = states.append
+    for row in rows:
+        oid, tid, _, state = row
+        if (oid.__class__ is int and tid.__class__ is int
+                and (state is None or (state.__class__ is bytes
+                                       and not state.startswith(prefix)))):
+            add(make(row))
+        elif (loaded := loaded_state(row, codec)) is not None:
+            add(loaded)
+    return states
 
 
 def loaded_state(row: tuple[Any, ...], codec: CodecRole) -> LoadedState | None:

@@ -34,6 +34,8 @@ class SQLiteConnection(DBConnection):
         super().__init__(raw)
         self.path = path
         self.lock_timeout = lock_timeout
+        #: The most ``?`` one statement may carry (999 in builds before 3.32).
+        self.max_variables = raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
 
     def convert_sql(self, sql: str) -> str:
         return sql.replace("%s", "?")
