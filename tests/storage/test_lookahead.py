@@ -223,3 +223,70 @@ def test_a_cached_sibling_of_exactly_the_largest_size_is_looked_into() -> None:
     largest = wanted * lookahead.BYTES_READ_PER_OID
     cache = {1: state(2, 3, size=largest), 3: state(8, size=largest)}
     assert run(2, [1], wanted, cache) == (1, [8])
+
+
+def test_it_stops_after_max_barren_slices_of_cached_references_in_a_row() -> None:
+    # The miss's parent names five cached containers, each of cached leaves (one slice
+    # of references each); the fifth also has an uncached child, which four barren
+    # slices in a row never reach.
+    from zodbsql.cache.lookahead import MAX_BARREN
+    cache: dict[int, bytes] = {}
+    containers = [100 * (index + 1) for index in range(MAX_BARREN + 1)]
+    for container in containers:
+        for leaf in range(container + 1, container + 11):
+            cache[leaf] = state()
+        cache[container] = state(*range(container + 1, container + 11))
+    last = containers[-1]
+    cache[last] = state(*range(last + 1, last + 11), last + 50)
+    cache[1] = state(2, *containers)
+    assert run(2, [1], 100, cache) == (1, [])
+    # One uncached oid among them and the count starts again: the fifth is reached.
+    del cache[containers[1] + 5]
+    assert run(2, [1], 100, cache) == (1, [containers[1] + 5, last + 50])
+
+
+def test_the_parents_own_references_are_never_barren() -> None:
+    # A parent of more cached children than MAX_BARREN slices, then an uncached one.
+    from zodbsql.cache.lookahead import MAX_BARREN, PEEKED_TOGETHER
+    children = list(range(10, 10 + (MAX_BARREN + 2) * PEEKED_TOGETHER))
+    cache = {child: state() for child in children}
+    cache[1] = state(2, *children, 9_000)
+    assert run(2, [1], 10, cache) == (1, [9_000])
+
+
+def test_it_asks_about_max_examined_oids_at_most() -> None:
+    from zodbsql.cache.lookahead import MAX_EXAMINED, PEEKED_TOGETHER
+    children = list(range(10, 10 + 2 * MAX_EXAMINED))
+    cache = {child: state() for child in children}
+    cache[1] = state(2, *children)
+    asked: list[int] = []
+
+    def counted(oids: Sequence[int]) -> list[bytes | None]:
+        asked.extend(oids)
+        return [cache.get(each) for each in oids]
+    far = children[MAX_EXAMINED + PEEKED_TOGETHER]
+    del cache[far]
+    assert uncached_after(2, [1], 10, counted, refs_of) == (1, [])
+    # (and the parent itself, asked for first)
+    assert MAX_EXAMINED - PEEKED_TOGETHER < len(asked) - 1 <= MAX_EXAMINED
+    near = children[MAX_EXAMINED - 2 * PEEKED_TOGETHER - 3]
+    del cache[near]
+    assert uncached_after(2, [1], 10, states_in(cache), refs_of) == (1, [near])
+
+
+def test_states_the_caller_calls_leaves_are_never_read() -> None:
+    cache = buckets({102, 104})
+    read: list[int] = []
+
+    def counted(oid: int, value: bytes) -> list[int]:
+        read.append(oid)
+        return refs_of(oid, value)
+    assert uncached_after(101, [100], 100, states_in(cache), counted) == (
+        100, [103, 105, 201, 202, 203, 204, 205, 301, 302, 303, 304, 305])
+    assert sorted(read) == [100, 102, 104, 200, 300]
+    read.clear()
+    leaves = {cache[102], cache[104]}
+    assert uncached_after(101, [100], 100, states_in(cache), counted,
+                          leaf=lambda value: value in leaves) == (
+        100, [103, 105, 201, 202, 203, 204, 205, 301, 302, 303, 304, 305])
+    assert sorted(read) == [100, 200, 300]

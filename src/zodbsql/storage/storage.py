@@ -455,7 +455,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             parent, missing = lookahead.uncached_after(
                 oid, prefetcher.parents(), bound - len(also),
                 lambda oids: cache.peek_many(oids, snapshot), shared.references_of,
-                mover.LOOKAHEAD_LARGEST)
+                mover.LOOKAHEAD_LARGEST, records.refers_to_nothing)
             if parent is not None:
                 prefetcher.note_parent(parent)
                 listed = set(also)
