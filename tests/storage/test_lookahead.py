@@ -290,3 +290,48 @@ def test_states_the_caller_calls_leaves_are_never_read() -> None:
                           leaf=lambda value: value in leaves) == (
         100, [103, 105, 201, 202, 203, 204, 205, 301, 302, 303, 304, 305])
     assert sorted(read) == [100, 200, 300]
+
+
+def barren_run(productive: list[bool]) -> list[int]:
+    """A parent of cached containers, each of ten cached leaves, one more uncached leaf
+    where ``productive`` says: what a miss of its first child finds."""
+    cache: dict[int, bytes] = {}
+    containers = [100 * (index + 1) for index in range(len(productive))]
+    for container, uncached in zip(containers, productive):
+        leaves = range(container + 1, container + 11)
+        for leaf in leaves:
+            cache[leaf] = state()
+        cache[container] = state(*leaves, *([container + 50] if uncached else []))
+    cache[1] = state(2, *containers)
+    parent, found = run(2, [1], 100, cache)
+    assert parent == 1
+    return found
+
+
+def test_max_barren_slices_exactly() -> None:
+    from zodbsql.cache.lookahead import MAX_BARREN
+    quiet = [False] * (MAX_BARREN - 1)
+    # One barren slice fewer than the limit, from the start and after a productive one:
+    # the next container is still looked into.
+    assert barren_run([*quiet, True]) == [100 * MAX_BARREN + 50]
+    assert barren_run([True, *quiet, True]) == [150, 100 * (MAX_BARREN + 1) + 50]
+    assert barren_run([True, *quiet, False, True]) == [150]
+
+
+def test_the_examined_oids_are_counted_to_the_limit_exactly() -> None:
+    # The parent's own references bring the count of oids asked about to MAX_EXAMINED
+    # exactly (with the miss and the parent): no cached state is looked into after.
+    from zodbsql.cache.lookahead import MAX_EXAMINED
+    children = list(range(10, 10 + MAX_EXAMINED - 2))
+    cache = {child: state() for child in children}
+    cache[children[0]] = state(99_999)
+    cache[1] = state(2, *children)
+    assert run(2, [1], 10, cache) == (1, [])
+    cache[1] = state(2, *children[:-2])
+    assert run(2, [1], 10, cache) == (1, [99_999])
+
+
+def test_a_count_of_zero_reads_no_parent() -> None:
+    # No state is read for a batch of nothing (256 bytes per oid wanted: 0).
+    cache = buckets(set())
+    assert run(101, [100], 0, cache) == (None, [])
