@@ -110,8 +110,10 @@ class SQLiteMover(Mover):
     # which read a mapping of 1,000 children warm in 5 statements at 31,000 objects/s,
     # where the lookahead took 14 at 27,000; it pays in BTrees, whose buckets are small.
     LOOKAHEAD_LARGEST = 4096
+
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:
-        variables = getattr(conn, "max_variables", 999)
+        """As the portable staging, in a few multi-row INSERTs (see ``staging_groups``)."""
+        variables: int = getattr(conn, "max_variables")    # an SQLiteConnection's
         for head, width, rows in staging_groups(states):
             largest = STAGED_PER_STATEMENT
             while largest * width > variables:
