@@ -115,3 +115,40 @@ def test_a_protocol_1_record_is_always_read() -> None:
               + b"U\x08\x00\x00\x00\x00\x00\x00\x00\x09Q.")
     assert not refers_to_nothing(binary)
     assert references(1, binary) == {9}
+
+
+class QuietHolder(Persistent):
+    """A class whose name holds BINPERSID's byte, "Q": its records are never taken for
+    leaves by the byte alone."""
+
+    def __init__(self, children: list[Leaf], data: str = "") -> None:
+        self.children = children
+        self.data = data
+
+
+def test_the_reference_byte_in_the_class_name_is_looked_past(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from zodbsql.storage import records
+    leaf, _ = pickled(QuietHolder([], "x" * 100))
+    assert pickle.BINPERSID in leaf and b"QuietHolder" in leaf
+    assert leaf.count(pickle.BINPERSID) == 1        # only in the class name
+    unpickled: list[bytes] = []
+    real = records.referencesf
+
+    def counted(data: bytes) -> list[bytes]:
+        unpickled.append(data)
+        return real(data)
+    monkeypatch.setattr(records, "referencesf", counted)
+    assert references(1, leaf) == set() and unpickled == []
+    holder, children = pickled(QuietHolder([Leaf(b""), Leaf(b"")]))
+    assert len(children) == 2 and references(1, holder) == set(children)
+    assert unpickled == [holder]
+
+
+def test_an_unreadable_record_is_logged_with_its_oid(caplog: pytest.LogCaptureFixture) -> None:
+    # BINPERSID's byte after the class, and no pickle ZODB can read past it.
+    broken = b"\x80\x03cmodule\nname\nq\x00.\x80\x03Q\xff\xff"
+    with caplog.at_level("WARNING", logger="zodbsql.storage.records"):
+        assert references(0x1234, broken) == set()
+    assert [record.getMessage().split(":")[0] for record in caplog.records] == [
+        "could not read the references of oid 0x0000000000001234"]
