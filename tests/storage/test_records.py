@@ -38,6 +38,20 @@ def pickled(obj: Persistent) -> tuple[bytes, list[int]]:
         db.close()
 
 
+@pytest.fixture
+def unpickled(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The states ZODB's unpickler is given by ``references`` from now on."""
+    from zodbsql.storage import records
+    given: list[bytes] = []
+    real = records.referencesf
+
+    def counted(data: bytes) -> list[bytes]:
+        given.append(data)
+        return real(data)
+    monkeypatch.setattr(records, "referencesf", counted)
+    return given
+
+
 class Holder(Persistent):
     """A container whose class pickle holds neither opcode's byte either."""
 
@@ -73,19 +87,11 @@ def test_states_without_references() -> None:
     assert references(1, None) == set() and references(1, b"") == set()
 
 
-def test_the_class_name_is_not_taken_for_a_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_class_name_is_not_taken_for_a_reference(unpickled: list[bytes]) -> None:
     # "PersistentMapping" holds PERSID's byte, "P": the record's class, pickled as
     # GLOBAL's text, is looked past, and a mapping without references is not unpickled.
-    from zodbsql.storage import records
     state, _ = pickled(PersistentMapping(v=5, s="x" * 100))
     assert pickle.PERSID in state and b"PersistentMapping" in state
-    unpickled: list[bytes] = []
-    real = records.referencesf
-
-    def counted(data: bytes) -> list[bytes]:
-        unpickled.append(data)
-        return real(data)
-    monkeypatch.setattr(records, "referencesf", counted)
     assert references(1, state) == set() and unpickled == []
     # With a child, its reference comes after the class: found.
     with_child, children = pickled(PersistentMapping(children=[Leaf(b"")]))
@@ -126,19 +132,10 @@ class QuietHolder(Persistent):
         self.data = data
 
 
-def test_the_reference_byte_in_the_class_name_is_looked_past(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from zodbsql.storage import records
+def test_the_reference_byte_in_the_class_name_is_looked_past(unpickled: list[bytes]) -> None:
     leaf, _ = pickled(QuietHolder([], "x" * 100))
     assert pickle.BINPERSID in leaf and b"QuietHolder" in leaf
     assert leaf.count(pickle.BINPERSID) == 1        # only in the class name
-    unpickled: list[bytes] = []
-    real = records.referencesf
-
-    def counted(data: bytes) -> list[bytes]:
-        unpickled.append(data)
-        return real(data)
-    monkeypatch.setattr(records, "referencesf", counted)
     assert references(1, leaf) == set() and unpickled == []
     holder, children = pickled(QuietHolder([Leaf(b""), Leaf(b"")]))
     assert len(children) == 2 and references(1, holder) == set(children)
@@ -152,3 +149,17 @@ def test_an_unreadable_record_is_logged_with_its_oid(caplog: pytest.LogCaptureFi
         assert references(0x1234, broken) == set()
     assert [record.getMessage().split(":")[0] for record in caplog.records] == [
         "could not read the references of oid 0x0000000000001234"]
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32])
+def test_matcher_answers_as_matches(key: bytes | None) -> None:
+    # As verified checks a record: its checksum with the key, or (a record written
+    # before the key was set) without one; anything else is refused.
+    from zodbsql.storage.records import checksum, matcher, matches
+    state = b"\x80\x03some state"
+    match = matcher(key)
+    for stored in (checksum(state, key), checksum(state), checksum(b"other", key),
+                   checksum(b"other"), 0):
+        assert match(state, stored) == matches(state, stored, key)
+    assert match(state, checksum(state, key)) and match(state, checksum(state))
+    assert not match(state, checksum(b"other", key)) and not match(state, 0)

@@ -69,10 +69,9 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
     found: list[int] = []
     seen = {oid, parent}
     refs: Sequence[int] = after
-    # The cached states met, in order, whose references are read only once the lists
-    # before them are through (a batch found among the first is read no further).
-    cached: deque[bytes] = deque()
-    cached_oids: deque[int] = deque()
+    # The cached states met, (oid, state) in order, whose references are read only once
+    # the lists before them are through (a batch found among the first is read no further).
+    cached: deque[tuple[int, bytes]] = deque()
     looked_into = 0
     # Slices in a row, past the parent's own references, without an uncached oid: the
     # cached subtrees around the miss were read already (a new container's siblings).
@@ -92,13 +91,12 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
                     if len(found) == count:
                         return parent, found
                 elif len(state) <= largest and (leaf is None or not leaf(state)):
-                    cached_oids.append(each)
-                    cached.append(state)
+                    cached.append((each, state))
             if refs is not after:
                 barren = barren + 1 if len(found) == had else 0
         refs = ()
         while not refs and cached and looked_into < MAX_LOOKED_INTO:
-            refs = references(cached_oids.popleft(), cached.popleft())
+            refs = references(*cached.popleft())
             if refs:            # a leaf costs a byte search, and is not counted
                 looked_into += 1
         if not refs:

@@ -64,6 +64,18 @@ def matches(state: bytes, stored_checksum: int, key: bytes | None) -> bool:
     return key is not None and checksum(state) == stored_checksum
 
 
+def matcher(key: bytes | None) -> Callable[[bytes, int], bool]:
+    """``matches`` with ``key`` fixed, for many states: its hashers made once
+    (``checksummer``), where ``matches`` makes one or two per state."""
+    keyed = checksummer(key)
+    unkeyed = checksummer() if key is not None else None
+
+    def match(state: bytes, stored_checksum: int) -> bool:
+        return keyed(state) == stored_checksum or (
+            unkeyed is not None and unkeyed(state) == stored_checksum)
+    return match
+
+
 def references(oid: int, state: bytes | None) -> set[int]:
     """The oids a state refers to (ZODB's own extraction); empty for a deletion.
 

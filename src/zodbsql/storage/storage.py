@@ -511,18 +511,15 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
     def _cache_rows(self, rows: Iterable[LoadedState], snapshot: int) -> list[int]:
         """Put loaded states that the snapshot sees into the shared cache, as ``load``
         does; return their oids.  A state that fails its checksum is left out (its own
-        ``load`` reports it, as ``verified`` checks it: with the key, else without)."""
-        key = self.shared.codec.checksum_key
-        digest = records.checksummer(key)   # a hasher copied: a third of making one
-        unkeyed = records.checksummer() if key is not None else None
+        ``load`` reports it)."""
+        matches = records.matcher(self.shared.codec.checksum_key)
         cached = []
         shared_rows = []
         for oid, tid, stored_checksum, state in rows:
             if state is None or tid > snapshot:
                 continue
-            if stored_checksum is not None and digest(state) != stored_checksum and (
-                    unkeyed is None or unkeyed(state) != stored_checksum):
-                continue
+            if stored_checksum is not None and not matches(state, stored_checksum):
+                continue                # as ``verified`` checks it
             cached.append(oid)
             shared_rows.append((oid, tid, state))
         self.shared.cache.put_loaded_many(shared_rows, snapshot)
