@@ -335,3 +335,58 @@ def test_a_count_of_zero_reads_no_parent() -> None:
     # No state is read for a batch of nothing (256 bytes per oid wanted: 0).
     cache = buckets(set())
     assert run(101, [100], 0, cache) == (None, [])
+
+
+def asked_of(graph: dict[int, list[int]], asked: list[int]):  # type: ignore[no-untyped-def]
+    """``following`` over ``graph`` (oid -> references), recording whom it was asked of."""
+    def following(parent: int, oid: int) -> list[int] | None:
+        asked.append(parent)
+        held = graph.get(parent, [])
+        return held[held.index(oid) + 1:] if oid in held else None
+    return following
+
+
+def test_a_parent_too_large_to_read_is_asked_about_instead() -> None:
+    """A cached container too large to read (a sparse read of 10,000 children) gives
+    the references after the miss through ``following``: the database cuts them from
+    its revision's references."""
+    wanted = 4
+    big = wanted * lookahead.BYTES_READ_PER_OID + 1
+    cache = {1: state(2, 3, 4, 5, 6, 7, size=big), 4: state()}
+    asked: list[int] = []
+    following = asked_of({1: [2, 3, 4, 5, 6, 7]}, asked)
+    assert uncached_after(3, [1], wanted, states_in(cache), refs_of,
+                          following=following) == (1, [5, 6, 7])     # 4 is cached
+    assert asked == [1]
+    # Not read as a state either way, and not the parent of what it does not hold.
+    assert uncached_after(9, [1], wanted, states_in(cache), refs_of,
+                          following=following) == (None, [])
+    assert asked == [1, 1]
+
+
+def test_a_large_candidate_is_asked_about_only_if_it_may_refer_to_something() -> None:
+    big = 4 * lookahead.BYTES_READ_PER_OID + 1
+    cache = {1: state(size=big)}
+    asked: list[int] = []
+    following = asked_of({1: [2, 3]}, asked)
+    leaf = lambda value: True   # noqa: E731  (every state is a leaf)
+    assert uncached_after(2, [1], 4, states_in(cache), refs_of, leaf=leaf,
+                          following=following) == (None, [])
+    assert asked == []
+
+
+def test_at_most_large_asked_large_candidates_are_asked_about() -> None:
+    big = 4 * lookahead.BYTES_READ_PER_OID + 1
+    candidates = list(range(10, 10 + lookahead.LARGE_ASKED + 2))
+    cache = {each: state(size=big) for each in candidates}
+    asked: list[int] = []
+    graph: dict[int, list[int]] = {each: [] for each in candidates}
+    graph[candidates[0]] = [2, 3]          # the oldest candidate: asked about last
+    following = asked_of(graph, asked)
+    assert uncached_after(2, candidates, 4, states_in(cache), refs_of,
+                          following=following) == (None, [])
+    assert asked == candidates[::-1][:lookahead.LARGE_ASKED]
+    # A smaller candidate is still read after the large ones were asked about.
+    cache[5] = state(2, 8)
+    assert uncached_after(2, [5, *candidates], 4, states_in(cache), refs_of,
+                          following=following) == (5, [8])

@@ -17,7 +17,7 @@ import ZODB
 from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 from ZODB import POSException
-from ZODB.utils import u64
+from ZODB.utils import p64, u64
 
 from tests.storage.test_verify import CORRUPT, run_sql
 from zodbsql.backends.base.mover import REFERENCES_EACH
@@ -139,7 +139,10 @@ def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any, polled: Any)
     instance = polled(storage)
     before = storage.statement_count()
     children = children_of(instance, container)
-    assert storage.statement_count() - before == 1
+    # A client that looks ahead (SQLite) reads the row with its first references, then
+    # the states not cached: two statements of microseconds.
+    assert storage.statement_count() - before == (
+        2 if storage.shared.backend.mover.LOOKS_AHEAD else 1)
     before = storage.statement_count()
     assert [value_of(instance, oid) for oid in children] == [0] * START
     assert storage.statement_count() - before == 0       # served from the cache
@@ -200,9 +203,10 @@ def test_a_cold_walk_of_a_thousand_children_is_a_few_statements(storage_factory:
                                                                 storage_and_db: Any) -> None:
     storage, db = storage_and_db
     fill(db, 1000)
-    # SQLite's lookahead reads a batch in statements bounded by bytes (two for a
-    # batch of more than BYTES_STEP): one more statement, of a few microseconds.
-    assert cold_walk(storage, db) <= (11 if storage_factory.param.backend == "sqlite" else 10)
+    # SQLite's lookahead asks for the container's references after each miss, then
+    # reads the batch in statements bounded by bytes (two for a batch of more than
+    # BYTES_STEP): two or three statements a miss, of a few microseconds each.
+    assert cold_walk(storage, db) <= (17 if storage.shared.backend.mover.LOOKS_AHEAD else 10)
 
 
 def test_a_cold_btree_walk_brings_the_next_buckets_with_their_items(
@@ -327,14 +331,17 @@ def test_a_sparse_walk_lowers_the_bound_and_a_full_walk_raises_it(storage_and_db
     # Most of what is prefetched is never read: far fewer states than a full batch
     # per child, and one statement per child read, as without prefetch.
     assert prefetcher.prefetched < 2 * start + 30 * prefetcher.bound + 100
-    assert sparse_statements <= 31
+    # (SQLite: a miss while the bound is above 0 asks for the container's references
+    # first, and the first load is the row with its references, then the others.)
+    looks_ahead = storage.shared.backend.mover.LOOKS_AHEAD
+    assert sparse_statements <= (32 if looks_ahead else 31)
     before, statements = prefetcher.bound, storage.statement_count()
     assert [items[i]["v"] for i in range(3000)] == [0] * 3000   # now every child
     assert prefetcher.bound > before
     # The walk turned sequential at once (its misses are at consecutive oids), though
     # the loads at bound 0 queued no references: a few statements, not one per
     # PROBE_EVERY-th miss.
-    assert storage.statement_count() - statements <= 15
+    assert storage.statement_count() - statements <= (21 if looks_ahead else 15)
     tm.abort()
     conn.close()
 
@@ -366,7 +373,9 @@ def test_a_cold_read_after_a_sparse_one_turns_sequential_though_nothing_was_queu
     tm.begin()
     before = storage.statement_count()
     assert [child["v"] for child in conn.root()["other"].values()] == [0] * 1000
-    assert storage.statement_count() - before <= 15
+    # SQLite: two or three statements a miss (the cold walk above).
+    assert storage.statement_count() - before <= (
+        16 if storage.shared.backend.mover.LOOKS_AHEAD else 15)
     tm.abort()
     conn.close()
 
@@ -469,3 +478,35 @@ def test_oid_lists_up_to_512_use_ten_statement_texts(storage_factory: Any) -> No
         oids = list(range(1000, 1000 + count))
         text, params = mover.listed(oids)
         assert params == (oids if text.startswith("IN") else [oids])
+
+
+def test_a_parents_references_after_a_child_and_a_load_with_its_first(
+        storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
+    """What a client that looks ahead asks the database (``references_after``,
+    ``load_and_references``) is answered from the revision its snapshot sees, on every
+    backend: the portable versions read ``object_ref``, SQLite cuts the revision's text."""
+    storage, db = storage_and_db
+    removed = u64(fill(db, 300)[0])
+    container = u64(container_oid(db))
+    old = polled(storage)
+    with db.transaction() as conn:               # a later revision, without child 0
+        del conn.root()["items"][0]
+    new = polled(storage)
+    mover = storage.shared.backend.mover
+    keep_history = storage_factory.param.keep_history
+    # (History-free, an instance reads the newest revisions: only the new one here.)
+    for instance, children in ([(old, 300)] if keep_history else []) + [(new, 299)]:
+        conn, snapshot = instance._snapshot_conn(), instance._snapshot
+        held = sorted(u64(oid) for oid in children_of(instance, p64(container)))
+        assert len(held) == children and (removed in held) == (children == 300)
+        row, first = mover.load_and_references(conn, container, snapshot, 5)
+        assert row is not None and row.tid == u64(instance.load(p64(container))[1])
+        assert first == held[:5]
+        for at in (0, 1, 150, children - 2, children - 1):
+            assert mover.references_after(conn, container, held[at], snapshot,
+                                          8) == held[at + 1:at + 9], at
+        assert mover.references_after(conn, container, container, snapshot, 8) is None
+        assert mover.load_and_references(conn, held[3], snapshot, 5)[1] == []
+        assert mover.load_and_references(conn, 10 ** 12, snapshot, 5) == (None, [])
+    conn, snapshot = new._snapshot_conn(), new._snapshot
+    assert mover.references_after(conn, container, removed, snapshot, 8) is None

@@ -19,7 +19,9 @@ enter, whose items may be missing), breadth first, until
 ``MAX_BARREN`` slices of their references in a row brought nothing or ``MAX_EXAMINED``
 oids were looked up.
 A state larger than ``BYTES_READ_PER_OID`` per oid wanted, or than the caller's
-``largest_read``, is not read.  MVCC is untouched:
+``largest_read``, is not read: the caller's ``following`` answers for it from the
+database, which keeps each revision's references (a sparse read of a container of
+10,000 children).  MVCC is untouched:
 a cached state is current at the snapshot, so its references are the snapshot's, and
 what this picks is only a list of oids, each read as of the snapshot.
 """
@@ -39,6 +41,7 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
                    references: Callable[[int, bytes], Sequence[int]],
                    largest_read: int | None = None,
                    leaf: Callable[[bytes], bool] | None = None,
+                   following: Callable[[int, int], Sequence[int] | None] | None = None,
                    ) -> tuple[int | None, list[int]]:
     """The cached parent of ``oid`` among ``parents`` (the likeliest last), or None, and
     up to ``count`` oids after ``oid`` that the cache does not hold, found as the module
@@ -47,17 +50,31 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
     ``references(oid, state)``: the oids a state refers to, ascending; ``largest_read``:
     the largest state read, whatever ``count`` (None: no such bound); ``leaf(state)``:
     True for a state that certainly refers to nothing (never looked into, at the cost of
-    a byte search instead of ``references``)."""
+    a byte search instead of ``references``); ``following(parent, oid)``: the oids
+    after ``oid`` in the references of a cached state too large to read, ``parent``,
+    None when it does not refer to ``oid`` (asked of ``LARGE_ASKED`` such states at
+    most: the database cuts them from the revision's references)."""
     parent: int | None = None
     after: Sequence[int] = ()
     largest = count * BYTES_READ_PER_OID
     if largest_read is not None:
         largest = min(largest, largest_read)
+    asked = 0
     for candidate in reversed(parents):
         if candidate < 0 or candidate == oid:
             continue
         state = cached_states((candidate,))[0]
-        if state is None or len(state) > largest:
+        if state is None:
+            continue
+        if len(state) > largest:
+            if (following is None or asked == LARGE_ASKED
+                    or (leaf is not None and leaf(state))):
+                continue
+            asked += 1
+            found_after = following(candidate, oid)
+            if found_after is not None:
+                parent, after = candidate, found_after
+                break
             continue
         held = references(candidate, state)
         at = bisect_left(held, oid)
@@ -103,6 +120,9 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
             return parent, found
 
 
+#: Cached states too large to read that ``uncached_after`` asks ``following`` about
+#: at most (each a statement).
+LARGE_ASKED = 2
 #: Oids whose cached states ``uncached_after`` asks for at once.
 PEEKED_TOGETHER = 128
 #: Slices of the references of cached states, one after the other, without an

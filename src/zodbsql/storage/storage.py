@@ -451,32 +451,57 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             return mover.load_at(conn, oid, snapshot)
         cache = shared.cache
         also = [each for each in queued if not cache.has(each, snapshot)]
-        if mover.LOOKS_AHEAD and len(also) < bound:
-            parent, missing = lookahead.uncached_after(
-                oid, prefetcher.parents(), bound - len(also),
-                lambda oids: cache.peek_many(oids, snapshot), shared.references_of,
-                mover.LOOKAHEAD_LARGEST, records.refers_to_nothing)
-            if parent is not None:
-                prefetcher.note_parent(parent)
-                listed = set(also)
-                also += [each for each in missing if each not in listed]
-                own, brought = None, []
-                for each in mover.load_many_at(conn, [oid, *also], snapshot,
-                                               prefetcher.max_bytes):
-                    if each.oid == oid:
-                        own = each
-                    else:
-                        brought.append(each)
-                prefetcher.loaded(oid, self._cache_rows(brought, snapshot), ())
-                if own is None:
-                    # Missing, or a state that does not open: load_at says which.
-                    return mover.load_at(conn, oid, snapshot)
-                return StateRow(own.tid, own.checksum, own.state)
+        if mover.LOOKS_AHEAD:
+            return self._load_looking_ahead(conn, oid, snapshot, bound, also)
         row, states, references = mover.load_with_references(
             conn, oid, snapshot, also, bound, prefetcher.max_bytes,
             mover.REFERENCES_PER_STATE * bound, prefetcher.parents())
         prefetcher.loaded(oid, self._cache_rows(states, snapshot), references)
         return row
+
+    def _load_looking_ahead(self, conn: ConnectionRole, oid: int, snapshot: int,
+                            bound: int, also: list[int]) -> StateRow | None:
+        """``_load_at`` where the client picks what comes along (``Mover.LOOKS_AHEAD``):
+        with a cached parent, its uncached references after ``oid``
+        (``lookahead.uncached_after``) come with it in one statement by oid; without
+        one, ``oid``'s row and its first references, then those of them not cached."""
+        shared = self.shared
+        mover = shared.backend.mover
+        prefetcher = shared.prefetcher
+        cache = shared.cache
+        parent: int | None = None
+        if len(also) < bound:
+            parent, missing = lookahead.uncached_after(
+                oid, prefetcher.parents(), bound - len(also),
+                lambda oids: cache.peek_many(oids, snapshot), shared.references_of,
+                mover.LOOKAHEAD_LARGEST, records.refers_to_nothing,
+                lambda held_by, child: mover.references_after(
+                    conn, held_by, child, snapshot, bound - len(also)))
+            if parent is not None:
+                prefetcher.note_parent(parent)
+                listed = set(also)
+                also += [each for each in missing if each not in listed]
+        if parent is None and len(also) < bound:
+            row, own = mover.load_and_references(conn, oid, snapshot, bound)
+            listed = set(also)
+            also += [each for each in own
+                     if each not in listed and not cache.has(each, snapshot)]
+            brought = mover.load_many_at(conn, also[:bound], snapshot,
+                                         prefetcher.max_bytes) if also else []
+            prefetcher.loaded(oid, self._cache_rows(brought, snapshot),
+                              [(oid, each) for each in own])
+            return row
+        own_row, brought = None, []
+        for each in mover.load_many_at(conn, [oid, *also], snapshot, prefetcher.max_bytes):
+            if each.oid == oid:
+                own_row = each
+            else:
+                brought.append(each)
+        prefetcher.loaded(oid, self._cache_rows(brought, snapshot), ())
+        if own_row is None:
+            # Missing, or a state that does not open: load_at says which.
+            return mover.load_at(conn, oid, snapshot)
+        return StateRow(own_row.tid, own_row.checksum, own_row.state)
 
     def _snapshot_conn(self) -> ConnectionRole:
         """The load connection, ready to read as of the snapshot."""

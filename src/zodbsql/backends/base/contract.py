@@ -411,6 +411,18 @@ class MoverRole(Protocol):
         one of ``parents`` that refers to it); and up to ``max_references`` of their
         references ``(from, to)``, with its own and its parent's that were looked at."""
 
+    def references_after(self, conn: ConnectionRole, parent: int, oid: int,
+                         snapshot_tid: int, count: int) -> list[int] | None:
+        """Up to ``count`` oids after ``oid`` among the references of ``parent``'s
+        revision at the snapshot (ascending); None when it does not refer to ``oid``
+        (a client that looks ahead asks it of a cached parent too large to read)."""
+
+    def load_and_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
+                            count: int) -> tuple[StateRow | None, list[int]]:
+        """``oid``'s row as ``load_at`` returns it, and the first ``count`` oids its
+        revision refers to (a client that looks ahead loads a miss without a parent
+        so)."""
+
     def exists(self, conn: ConnectionRole, oid: int) -> bool:
         """Does any revision of ``oid`` exist?"""
 

@@ -91,6 +91,16 @@ HP_LOAD_MANY_AT = (
     " AND s.tid = (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = s.zoid AND m.tid <= %s)")
 HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
 
+# -- a parent's references, for a miss the client looks ahead for (``LOOKS_AHEAD``) ----------
+# The references of a revision from ``at`` on (ascending; from 0: all), the revision
+# the snapshot sees.  Portable, through the ``object_ref`` view; a backend that can cut
+# its ``refs`` column gives its own.
+HF_REFERENCES_FROM = ("SELECT to_zoid FROM object_ref WHERE zoid = %s AND to_zoid >= %s"
+                      " ORDER BY to_zoid LIMIT %s")
+HP_REFERENCES_FROM = (
+    "SELECT to_zoid FROM object_ref WHERE zoid = %s AND tid = (SELECT MAX(tid) FROM"
+    " object_state WHERE zoid = %s AND tid <= %s) AND to_zoid >= %s ORDER BY to_zoid LIMIT %s")
+
 # The last clause of the prefetch statements below: the references of the states a
 # batch brought (kind 2), at most REFERENCES_EACH of each, taken from the state's own
 # row.  A revision's references are stored ascending, so its first ones are its lowest;
@@ -293,6 +303,8 @@ class MoverStatements:
     #: to (``{listed}``: the backend's test against a list of oids).
     load_many: str
     load_with_refs: str
+    #: A revision's references from an oid on (``HF_REFERENCES_FROM``).
+    references_from: str
     move_states: str
     move_blobs: str
     set_current: str = ""
@@ -311,6 +323,7 @@ class Mover:
         load_before=HP_LOAD_BEFORE, next_tid=HP_NEXT_TID, exists=HP_EXISTS,
         current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
         load_revisions=HP_LOAD_REVISIONS, load_many=HP_LOAD_MANY_AT,
+        references_from=HP_REFERENCES_FROM,
         load_with_refs=prefetching(HP_LOAD_WITH_REFS, own=HP_OWN, parent=HP_PARENT,
                                    siblings=HP_SIBLINGS, kept=HP_KEPT,
                                    revisions=HP_REVISIONS_PORTABLE),
@@ -319,7 +332,7 @@ class Mover:
         load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
         load_before=HF_LOAD_CURRENT, exists=HF_CURRENT_TID, current_tid=HF_CURRENT_TID,
         count_objects=HF_COUNT_OBJECTS, load_revisions=HF_LOAD_REVISIONS,
-        load_many=HF_LOAD_MANY,
+        load_many=HF_LOAD_MANY, references_from=HF_REFERENCES_FROM,
         load_with_refs=prefetching(HF_LOAD_WITH_REFS, own=HF_OWN, siblings=HF_SIBLINGS,
                                    kept=HF_KEPT),
         move_states=HF_MOVE_STATES, move_blobs=HF_MOVE_BLOBS,
@@ -333,14 +346,17 @@ class Mover:
     #: References of prefetched states a load brings along, per state it may prefetch
     #: (they name what a later miss brings: the items of a BTree's next buckets).
     REFERENCES_PER_STATE = 4
-    #: A miss whose parent the cache holds reads it and picks the oids to bring along
-    #: in the client (``zodbsql.cache.lookahead``), then loads them by oid, instead of
-    #: ``load_with_refs``.  SQLite: a statement costs microseconds, and the prefetching
-    #: statement's choice (references read from JSON, running sizes) cost more than
-    #: the loads it saved.  A server's round trip makes its own choice worth it.
+    #: The client picks what a miss brings along, instead of ``load_with_refs``: with a
+    #: parent in the cache, its references after the miss (``zodbsql.cache.lookahead``;
+    #: a parent too large to read is asked ``references_after``); without one, the
+    #: miss's first references (``load_and_references``); then it loads them by oid.
+    #: SQLite: a statement costs microseconds, and the prefetching statement's choice
+    #: (references read from JSON, running sizes) cost more than the loads it saved,
+    #: and its preparation 1 to 2 ms in every new connection.  A server's round trip
+    #: makes its own choice worth it.
     LOOKS_AHEAD = False
     #: The largest cached state it reads for its references (None: only the bound of
-    #: ``lookahead.BYTES_READ_PER_OID`` per state wanted).
+    #: ``lookahead.BYTES_READ_PER_OID`` per state wanted); a larger one is asked.
     LOOKAHEAD_LARGEST: int | None = None
     #: How many times ``load_with_refs`` (history-preserving) takes the snapshot tid
     #: where it finds the chosen objects' revisions (``HP_REVISIONS_*``).
@@ -463,6 +479,34 @@ class Mover:
             else:
                 references.append((int(zoid), int(tid)))
         return row, loaded_states(brought, self.backend.codec), references
+
+    def _references_from(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
+                         start: int, count: int) -> list[int]:
+        """Up to ``count`` references, from ``start`` on, of ``oid``'s revision at the
+        snapshot."""
+        if self.keep_history:
+            params: tuple[int, ...] = (oid, oid, snapshot_tid, start, count)
+        else:
+            params = (oid, start, count)
+        return [int(row[0]) for row in conn.fetchall(self.sql.references_from, params)]
+
+    def references_after(self, conn: ConnectionRole, parent: int, oid: int,
+                         snapshot_tid: int, count: int) -> list[int] | None:
+        """Up to ``count`` oids after ``oid`` among the references of ``parent``'s
+        revision at the snapshot (ascending); None when it does not refer to ``oid``."""
+        found = self._references_from(conn, parent, snapshot_tid, oid, count + 1)
+        if not found or found[0] != oid:
+            return None
+        return found[1:]
+
+    def load_and_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
+                            count: int) -> tuple[StateRow | None, list[int]]:
+        """``oid``'s row as ``load_at`` returns it, and the first ``count`` oids its
+        revision refers to."""
+        row = self.load_at(conn, oid, snapshot_tid)
+        if row is None or row.state is None or count <= 0:
+            return row, []
+        return row, self._references_from(conn, oid, snapshot_tid, 0, count)
 
     def current_tid(self, conn: ConnectionRole, oid: int) -> int | None:
         row = conn.fetchone(self.sql.current_tid, (oid,))
