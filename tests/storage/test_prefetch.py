@@ -506,6 +506,7 @@ def test_a_parents_references_after_a_child_and_a_load_with_its_first(
             assert mover.references_after(conn, container, held[at], snapshot,
                                           8) == held[at + 1:at + 9], at
         assert mover.references_after(conn, container, container, snapshot, 8) is None
+        assert mover.references_after(conn, 10 ** 12, held[0], snapshot, 8) is None
         assert mover.load_and_references(conn, held[3], snapshot, 5)[1] == []
         assert mover.load_and_references(conn, 10 ** 12, snapshot, 5) == (None, [])
     conn, snapshot = new._snapshot_conn(), new._snapshot
