@@ -332,9 +332,13 @@ def test_the_examined_oids_are_counted_to_the_limit_exactly() -> None:
 
 
 def test_a_count_of_zero_reads_no_parent() -> None:
-    # No state is read for a batch of nothing (256 bytes per oid wanted: 0).
+    # No state is read, and no large one asked about, for a batch of nothing.
     cache = buckets(set())
     assert run(101, [100], 0, cache) == (None, [])
+    asked: list[int] = []
+    assert uncached_after(101, [100], 0, states_in(cache), refs_of,
+                          following=asked_of({100: [101, 102]}, asked)) == (None, [])
+    assert asked == []
 
 
 def asked_of(graph: dict[int, list[int]], asked: list[int]):  # type: ignore[no-untyped-def]

@@ -54,6 +54,8 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
     after ``oid`` in the references of a cached state too large to read, ``parent``,
     None when it does not refer to ``oid`` (asked of ``LARGE_ASKED`` such states at
     most: the database cuts them from the revision's references)."""
+    if count <= 0:
+        return None, []         # a batch of nothing: no state read, nothing asked
     parent: int | None = None
     after: Sequence[int] = ()
     largest = count * BYTES_READ_PER_OID
@@ -81,8 +83,8 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
         if at < len(held) and held[at] == oid:
             parent, after = candidate, [*held[at + 1:], *held[:at]]
             break
-    if parent is None or count <= 0:
-        return parent, []
+    if parent is None:
+        return None, []
     found: list[int] = []
     seen = {oid, parent}
     refs: Sequence[int] = after
