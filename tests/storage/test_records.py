@@ -149,6 +149,8 @@ def test_an_unreadable_record_is_logged_with_its_oid(caplog: pytest.LogCaptureFi
         assert references(0x1234, broken) == set()
     assert [record.getMessage().split(":")[0] for record in caplog.records] == [
         "could not read the references of oid 0x0000000000001234"]
+    reason = caplog.records[0].getMessage().split(": ", 1)[1]
+    assert reason and reason != "None"          # what the unpickler said
 
 
 @pytest.mark.parametrize("key", [None, b"k" * 32])
@@ -163,3 +165,61 @@ def test_matcher_answers_as_matches(key: bytes | None) -> None:
         assert match(state, stored) == matches(state, stored, key)
     assert match(state, checksum(state, key)) and match(state, checksum(state))
     assert not match(state, checksum(b"other", key)) and not match(state, 0)
+
+
+class PlainQuiet(Persistent):
+    """A class whose name holds both opcodes' bytes, "P" and "Q"."""
+
+    def __init__(self, data: str = "") -> None:
+        self.data = data
+
+
+class HolderQ(Persistent):
+    """A class whose name ends with BINPERSID's byte, just before GLOBAL's newline."""
+
+    def __init__(self, data: str = "") -> None:
+        self.data = data
+
+
+def test_the_unpickler_reads_only_what_may_hold_a_reference(unpickled: list[bytes]) -> None:
+    """The pre-filter looks for the opcodes' bytes after the record's class only, from
+    the first byte after GLOBAL's text, and not at all without BINPERSID's byte; none of
+    these records refers to anything, and none reaches the unpickler."""
+    text_only, _ = pickled(Leaf(b"PPP"))              # PERSID's byte, no BINPERSID's
+    both_in_name, _ = pickled(PlainQuiet("x" * 50))
+    last_of_name, _ = pickled(HolderQ("x" * 50))
+    assert pickle.PERSID in text_only and pickle.BINPERSID not in text_only
+    assert both_in_name.count(pickle.PERSID) == 1 and both_in_name.count(pickle.BINPERSID) == 1
+    assert last_of_name.count(pickle.BINPERSID) == 1 and b"HolderQ\n" in last_of_name
+    for state in (text_only, both_in_name, last_of_name):
+        assert references(1, state) == set()
+    assert unpickled == []
+
+
+def test_a_reference_before_newlines_in_a_record_without_a_class_global() -> None:
+    # A binary record that does not open with GLOBAL (no class text to look past): its
+    # references are searched from the start, whatever newlines its data holds after.
+    class Refs(pickle.Pickler):
+        def persistent_id(self, obj: object) -> object:
+            return obj if isinstance(obj, bytes) and len(obj) == 8 else None
+    import io
+    out = io.BytesIO()
+    Refs(out, 3).dump(((b"\x00" * 7 + b"\x07"), "a\nb\nc\n"))
+    state = pickle.dumps("metadata", 3) + out.getvalue()    # the class, then the state
+    assert state[:1] == b"\x80" and state[2:3] != b"c"
+    assert pickle.BINPERSID in state and state.count(b"\n") == 3
+    assert state.index(pickle.BINPERSID) < state.index(b"\n")
+    assert references(1, state) == {7}
+
+
+def test_a_state_that_does_not_match_its_checksum_is_refused_by_name() -> None:
+    from zodbsql.errors import CorruptRecordError
+    from zodbsql.storage.records import checksum, verified
+    state = b"\x80\x03a state"
+    assert verified(5, 7, checksum(state), state) == state
+    assert verified(5, 7, None, state) == state          # written without a checksum
+    with pytest.raises(CorruptRecordError) as raised:
+        verified(5, 7, checksum(state) ^ 1, state)
+    assert str(raised.value) == (
+        "corrupt record for oid 0x0000000000000005 tid 0x0000000000000007:"
+        " the state does not match its checksum")
