@@ -219,7 +219,7 @@ def test_a_state_that_does_not_match_its_checksum_is_refused_by_name() -> None:
     assert verified(5, 7, checksum(state), state) == state
     assert verified(5, 7, None, state) == state          # written without a checksum
     with pytest.raises(CorruptRecordError) as raised:
-        verified(5, 7, checksum(state) ^ 1, state)
+        verified(5, 7, (checksum(state) or 0) ^ 1, state)
     assert str(raised.value) == (
         "corrupt record for oid 0x0000000000000005 tid 0x0000000000000007:"
         " the state does not match its checksum")
