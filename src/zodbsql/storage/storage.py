@@ -438,8 +438,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def _load_at(self, oid: int, snapshot: int) -> StateRow | None:
         """``oid``'s row as of the snapshot from the database; with prefetch on, the
-        states it refers to (and the queued oids found after it) come in the same
-        statement, into the shared cache."""
+        states it refers to (and the queued oids found after it) come along into the
+        shared cache: in the same statement, or as the client picks them where the
+        mover ``LOOKS_AHEAD`` (``_load_looking_ahead``)."""
         shared = self.shared
         mover = shared.backend.mover
         conn = self._snapshot_conn()
@@ -469,28 +470,26 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         mover = shared.backend.mover
         prefetcher = shared.prefetcher
         cache = shared.cache
-        parent: int | None = None
-        if len(also) < bound:
+        wanted = bound - len(also)
+        if wanted > 0:
             parent, missing = lookahead.uncached_after(
-                oid, prefetcher.parents(), bound - len(also),
+                oid, prefetcher.parents(), wanted,
                 lambda oids: cache.peek_many(oids, snapshot), shared.references_of,
                 mover.LOOKAHEAD_LARGEST, records.refers_to_nothing,
                 lambda held_by, child: mover.references_after(
-                    conn, held_by, child, snapshot, bound - len(also)))
-            if parent is not None:
-                prefetcher.note_parent(parent)
-                listed = set(also)
-                also += [each for each in missing if each not in listed]
-        if parent is None and len(also) < bound:
-            row, own = mover.load_and_references(conn, oid, snapshot, bound)
+                    conn, held_by, child, snapshot, wanted))
             listed = set(also)
-            also += [each for each in own
-                     if each not in listed and not cache.has(each, snapshot)]
-            brought = mover.load_many_at(conn, also[:bound], snapshot,
-                                         prefetcher.max_bytes) if also else []
-            prefetcher.loaded(oid, self._cache_rows(brought, snapshot),
-                              [(oid, each) for each in own])
-            return row
+            if parent is None:
+                row, own = mover.load_and_references(conn, oid, snapshot, bound)
+                also += [each for each in own
+                         if each not in listed and not cache.has(each, snapshot)]
+                brought = mover.load_many_at(conn, also[:bound], snapshot,
+                                             prefetcher.max_bytes) if also else []
+                prefetcher.loaded(oid, self._cache_rows(brought, snapshot),
+                                  [(oid, each) for each in own])
+                return row
+            prefetcher.note_parent(parent)
+            also += [each for each in missing if each not in listed]
         own_row, brought = None, []
         for each in mover.load_many_at(conn, [oid, *also], snapshot, prefetcher.max_bytes):
             if each.oid == oid:
