@@ -415,6 +415,22 @@ def test_a_corrupt_state_is_not_prefetched(storage_and_db: Any, polled: Any) -> 
     instance.release()
 
 
+def test_a_corrupt_state_missed_beside_its_cached_parent_is_reported(
+        storage_and_db: Any, polled: Any) -> None:
+    """A miss whose parent is cached comes with its siblings (on SQLite, the client's
+    batch by oid): its own state is checked against its checksum as a lone load's is."""
+    storage, db = storage_and_db
+    oids = fill(db, 20)
+    run_sql(storage, CORRUPT, (b"not what was stored", u64(oids[10])))
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    instance.load(container_oid(db))          # the parent, cached
+    assert value_of(instance, oids[9]) == 0
+    with pytest.raises(CorruptRecordError):
+        instance.load(oids[10])
+    instance.release()
+
+
 def test_an_instance_that_never_polled_prefetches_nothing(storage_and_db: Any) -> None:
     """Without a snapshot there is nothing to read states as of: its loads go to the
     database without the cache."""
