@@ -120,6 +120,13 @@ def test_prefetch_at_an_old_snapshot_reads_that_snapshot(storage_factory: Any,
 
 
 # -- reference-driven prefetch ----------------------------------------------------------------
+def always_picks(storage: Any) -> bool:
+    """Does the client pick every batch (SQLite), rather than only those it finds full
+    (PostgreSQL) or none (MySQL)?"""
+    mover = storage.shared.backend.mover
+    return mover.LOOKS_AHEAD and mover.LOOKAHEAD_AT_LEAST is None
+
+
 def children_of(instance: Any, container: bytes) -> list[bytes]:
     """The oids the container's state refers to (ZODB's own reading of the pickle)."""
     from ZODB.serialize import referencesf
@@ -142,7 +149,7 @@ def test_a_load_brings_the_states_it_refers_to(storage_and_db: Any, polled: Any)
     # A client that looks ahead (SQLite) reads the row with its first references, then
     # the states not cached: two statements of microseconds.
     assert storage.statement_count() - before == (
-        2 if storage.shared.backend.mover.LOOKS_AHEAD else 1)
+        2 if always_picks(storage) else 1)
     before = storage.statement_count()
     assert [value_of(instance, oid) for oid in children] == [0] * START
     assert storage.statement_count() - before == 0       # served from the cache
@@ -206,7 +213,7 @@ def test_a_cold_walk_of_a_thousand_children_is_a_few_statements(storage_factory:
     # SQLite's lookahead asks for the container's references after each miss, then
     # reads the batch in statements bounded by bytes (two for a batch of more than
     # BYTES_STEP): two or three statements a miss, of a few microseconds each.
-    assert cold_walk(storage, db) <= (17 if storage.shared.backend.mover.LOOKS_AHEAD else 10)
+    assert cold_walk(storage, db) <= (17 if always_picks(storage) else 10)
 
 
 def test_a_cold_btree_walk_brings_the_next_buckets_with_their_items(
@@ -253,7 +260,7 @@ def test_a_walk_among_cached_states_brings_only_the_uncached(
     cached = set(oids[::3])
     conn._storage.prefetch(sorted(cached))
     mover = storage.shared.backend.mover
-    assert mover.LOOKS_AHEAD == (storage_factory.param.backend == "sqlite")
+    assert always_picks(storage) == (storage_factory.param.backend == "sqlite")
     asked: list[int] = []
     load_many_at = mover.load_many_at
 
@@ -265,7 +272,7 @@ def test_a_walk_among_cached_states_brings_only_the_uncached(
     assert [item["v"] for item in conn.root()["tree"].values()] == list(range(600))
     statements = storage.statement_count() - before
     conn.close()
-    if mover.LOOKS_AHEAD:
+    if always_picks(storage):
         assert asked and not {u64(oid) for oid in cached} & set(asked)
         assert len(asked) == len(set(asked))
         assert statements <= 60
@@ -333,7 +340,7 @@ def test_a_sparse_walk_lowers_the_bound_and_a_full_walk_raises_it(storage_and_db
     assert prefetcher.prefetched < 2 * start + 30 * prefetcher.bound + 100
     # (SQLite: a miss while the bound is above 0 asks for the container's references
     # first, and the first load is the row with its references, then the others.)
-    looks_ahead = storage.shared.backend.mover.LOOKS_AHEAD
+    looks_ahead = always_picks(storage)
     assert sparse_statements <= (32 if looks_ahead else 31)
     before, statements = prefetcher.bound, storage.statement_count()
     assert [items[i]["v"] for i in range(3000)] == [0] * 3000   # now every child
@@ -374,8 +381,7 @@ def test_a_cold_read_after_a_sparse_one_turns_sequential_though_nothing_was_queu
     before = storage.statement_count()
     assert [child["v"] for child in conn.root()["other"].values()] == [0] * 1000
     # SQLite: two or three statements a miss (the cold walk above).
-    assert storage.statement_count() - before <= (
-        16 if storage.shared.backend.mover.LOOKS_AHEAD else 15)
+    assert storage.statement_count() - before <= (16 if always_picks(storage) else 15)
     tm.abort()
     conn.close()
 
@@ -496,22 +502,30 @@ def test_oid_lists_up_to_512_use_ten_statement_texts(storage_factory: Any) -> No
         assert params == (oids if text.startswith("IN") else [oids])
 
 
+def two_revisions(storage_factory: Any, storage_and_db: Any, polled: Any
+                  ) -> tuple[int, int, list[tuple[Any, int]]]:
+    """A container of 300 children, then a revision without child 0: child 0's oid, the
+    container's, and (instance, children) of the instances that read each revision
+    (history-free, an instance reads the newest revisions: only the new one)."""
+    storage, db = storage_and_db
+    removed = u64(fill(db, 300)[0])
+    container = u64(container_oid(db))
+    old = polled(storage)
+    with db.transaction() as conn:
+        del conn.root()["items"][0]
+    new = polled(storage)
+    keep_history = storage_factory.param.keep_history
+    return removed, container, ([(old, 300)] if keep_history else []) + [(new, 299)]
+
+
 def test_a_parents_references_after_a_child_and_a_load_with_its_first(
         storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
     """What a client that looks ahead asks the database (``references_after``,
     ``load_and_references``) is answered from the revision its snapshot sees, on every
     backend: the portable versions read ``object_ref``, SQLite cuts the revision's text."""
-    storage, db = storage_and_db
-    removed = u64(fill(db, 300)[0])
-    container = u64(container_oid(db))
-    old = polled(storage)
-    with db.transaction() as conn:               # a later revision, without child 0
-        del conn.root()["items"][0]
-    new = polled(storage)
-    mover = storage.shared.backend.mover
-    keep_history = storage_factory.param.keep_history
-    # (History-free, an instance reads the newest revisions: only the new one here.)
-    for instance, children in ([(old, 300)] if keep_history else []) + [(new, 299)]:
+    removed, container, cells = two_revisions(storage_factory, storage_and_db, polled)
+    mover = storage_and_db[0].shared.backend.mover
+    for instance, children in cells:
         conn, snapshot = instance._snapshot_conn(), instance._snapshot
         held = sorted(u64(oid) for oid in children_of(instance, p64(container)))
         assert len(held) == children and (removed in held) == (children == 300)
@@ -525,5 +539,69 @@ def test_a_parents_references_after_a_child_and_a_load_with_its_first(
         assert mover.references_after(conn, 10 ** 12, held[0], snapshot, 8) is None
         assert mover.load_and_references(conn, held[3], snapshot, 5)[1] == []
         assert mover.load_and_references(conn, 10 ** 12, snapshot, 5) == (None, [])
-    conn, snapshot = new._snapshot_conn(), new._snapshot
+    conn, snapshot = instance._snapshot_conn(), instance._snapshot     # the new one
     assert mover.references_after(conn, container, removed, snapshot, 8) is None
+
+
+def test_a_batch_with_the_first_references_of_each_of_its_states(
+        storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
+    """``load_many_with_references`` (what PostgreSQL's client asks when it picks a
+    container's children) answers as ``load_many_at`` and with the first references of
+    each revision the snapshot sees, on every backend: the portable version reads
+    ``object_ref``, PostgreSQL cuts each row's ``refs``."""
+    removed, container, cells = two_revisions(storage_factory, storage_and_db, polled)
+    mover = storage_and_db[0].shared.backend.mover
+    for instance, children in cells:
+        conn, snapshot = instance._snapshot_conn(), instance._snapshot
+        held = sorted(u64(oid) for oid in children_of(instance, p64(container)))
+        wanted = [container, *held[:40], 10 ** 12]        # the last one does not exist
+        states, references = mover.load_many_with_references(conn, wanted, snapshot,
+                                                             None, 7)
+        assert sorted(states) == sorted(mover.load_many_at(conn, wanted, snapshot))
+        assert sorted(each.oid for each in states) == sorted(wanted[:-1])
+        by_oid = {each.oid: each for each in states}
+        assert by_oid[container].tid == u64(instance.load(p64(container))[1])
+        # The container's first 7 (its children hold no persistent references).
+        assert sorted(references) == [(container, each) for each in held[:7]]
+        assert (container, removed) in references or children == 299
+        states, references = mover.load_many_with_references(conn, wanted, snapshot,
+                                                             None, 0)
+        assert len(states) == 41 and references == []
+        assert mover.load_many_with_references(conn, [], snapshot, None, 7) == ([], [])
+        # With a bound on bytes, those that came before it was reached: PostgreSQL
+        # counts them in its statement, in the order asked; the others a statement of
+        # 256 at a time.
+        small = mover.load_many_with_references(conn, held[:40], snapshot, 1, 7)[0]
+        if storage_factory.param.backend == "postgresql":
+            assert [each.oid for each in small] == held[:1]
+        else:
+            assert {each.oid for each in small} == set(held[:40])
+
+
+def test_where_the_client_picks_a_batch(storage_factory: Any, storage_and_db: Any,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's client picks every batch; PostgreSQL's only a container's children not
+    cached, at least ``LOOKAHEAD_AT_LEAST`` of them (one plain statement by oid instead
+    of the prefetching one, which finds them and walks on); MySQL's none."""
+    storage, db = storage_and_db
+    fill(db, 1000)
+    mover = storage.shared.backend.mover
+    picked: list[int] = []
+    load_many_with_references = mover.load_many_with_references
+
+    def recorded(conn: Any, oids: Any, *args: Any) -> Any:
+        picked.append(len(oids))
+        return load_many_with_references(conn, oids, *args)
+    monkeypatch.setattr(mover, "load_many_with_references", recorded)
+    storage.shared.prefetcher.bound = storage.shared.prefetcher.limit   # a warm process
+    statements = cold_walk(storage, db)
+    backend = storage_factory.param.backend
+    if backend == "postgresql":
+        assert mover.LOOKAHEAD_AT_LEAST is not None and mover.LOOKS_AHEAD
+        # The root with the container and its first children, by the statement; the
+        # other children in one pick.
+        assert picked and min(picked) >= mover.LOOKAHEAD_AT_LEAST
+        assert sum(picked) >= 900 and statements <= 4
+    else:
+        assert picked == []
+        assert always_picks(storage) == (backend == "sqlite")

@@ -42,6 +42,7 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
                    largest_read: int | None = None,
                    leaf: Callable[[bytes], bool] | None = None,
                    following: Callable[[int, int], Sequence[int] | None] | None = None,
+                   looked_into_at_most: int = MAX_LOOKED_INTO,
                    ) -> tuple[int | None, list[int]]:
     """The cached parent of ``oid`` among ``parents`` (the likeliest last), or None, and
     up to ``count`` oids after ``oid`` that the cache does not hold, found as the module
@@ -53,7 +54,9 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
     a byte search instead of ``references``); ``following(parent, oid)``: the oids
     after ``oid`` in the references of a cached state too large to read, ``parent``,
     None when it does not refer to ``oid`` (asked of ``LARGE_ASKED`` such states at
-    most: the database cuts them from the revision's references)."""
+    most: the database cuts them from the revision's references);
+    ``looked_into_at_most``: cached states whose references are read after the
+    parent's (0: the parent's own references only)."""
     if count <= 0:
         return None, []         # a batch of nothing: no state read, nothing asked
     parent: int | None = None
@@ -114,7 +117,7 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
             if refs is not after:
                 barren = barren + 1 if len(found) == had else 0
         refs = ()
-        while not refs and cached and looked_into < MAX_LOOKED_INTO:
+        while not refs and cached and looked_into < looked_into_at_most:
             refs = references(*cached.popleft())
             if refs:            # a leaf costs a byte search, and is not counted
                 looked_into += 1

@@ -36,6 +36,7 @@ from zodbsql.cache import lookahead
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
                                             StateRow)
+from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import caches, heap, history, identity, iteration, metrics, pack, records
@@ -51,6 +52,14 @@ BLOB_LAYOUT = "blob_layout"
 
 #: Seconds an instance that found no usable standby waits before looking again.
 REPLICA_RETRY = 1.0
+
+
+class _NotPicked:
+    """``_load_looking_ahead`` left the choice to the mover's prefetching statement."""
+
+
+NOT_PICKED = _NotPicked()
+
 
 @zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
                             IStorageCurrentRecordIteration, IExternalGC)
@@ -452,8 +461,13 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             return mover.load_at(conn, oid, snapshot)
         cache = shared.cache
         also = [each for each in queued if not cache.has(each, snapshot)]
-        if mover.LOOKS_AHEAD:
+        at_least = mover.LOOKAHEAD_AT_LEAST
+        if mover.LOOKS_AHEAD and at_least is None:
             return self._load_looking_ahead(conn, oid, snapshot, bound, also)
+        if mover.LOOKS_AHEAD and at_least is not None:
+            picked = self._load_among_siblings(conn, oid, snapshot, bound, at_least)
+            if not isinstance(picked, _NotPicked):
+                return picked
         row, states, references = mover.load_with_references(
             conn, oid, snapshot, also, bound, prefetcher.max_bytes,
             mover.REFERENCES_PER_STATE * bound, prefetcher.parents())
@@ -490,13 +504,51 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 return row
             prefetcher.note_parent(parent)
             also += [each for each in missing if each not in listed]
+        return self._load_batch(conn, oid, snapshot, also, False)
+
+    def _load_among_siblings(self, conn: ConnectionRole, oid: int, snapshot: int,
+                             bound: int, at_least: int) -> StateRow | None | _NotPicked:
+        """``_load_at`` where the mover has its prefetching statement but the client
+        picks a container's children (``Mover.LOOKAHEAD_AT_LEAST``): a miss whose cached
+        parent has at least ``at_least`` references after it not cached comes with
+        them in one plain statement by oid, their own references queued as the
+        statement's are.  Anything else (no cached parent, fewer such siblings: a
+        BTree's bucket) is left to the statement, which walks on from what it finds
+        (the next buckets and their items)."""
+        shared = self.shared
+        prefetcher = shared.prefetcher
+        cache = shared.cache
+        # The parent's own references only: the statement looks further.
+        parent, missing = lookahead.uncached_after(
+            oid, prefetcher.parents(), bound,
+            lambda oids: cache.peek_many(oids, snapshot), shared.references_of,
+            shared.backend.mover.LOOKAHEAD_LARGEST, records.refers_to_nothing,
+            looked_into_at_most=0)
+        if parent is None or len(missing) < at_least:
+            return NOT_PICKED
+        prefetcher.note_parent(parent)
+        return self._load_batch(conn, oid, snapshot, missing, True)
+
+    def _load_batch(self, conn: ConnectionRole, oid: int, snapshot: int, also: list[int],
+                    queue_references: bool) -> StateRow | None:
+        """``oid``'s row, and ``also`` into the shared cache, by oid in one statement
+        (bounded in bytes); with ``queue_references``, the first references of what
+        came are queued (a server's round trip: the items of the buckets it brought)."""
+        mover = self.shared.backend.mover
+        prefetcher = self.shared.prefetcher
+        references: list[tuple[int, int]] = []
+        if queue_references:
+            loaded, references = mover.load_many_with_references(
+                conn, [oid, *also], snapshot, prefetcher.max_bytes, REFERENCES_EACH)
+        else:
+            loaded = mover.load_many_at(conn, [oid, *also], snapshot, prefetcher.max_bytes)
         own_row, brought = None, []
-        for each in mover.load_many_at(conn, [oid, *also], snapshot, prefetcher.max_bytes):
+        for each in loaded:
             if each.oid == oid:
                 own_row = each
             else:
                 brought.append(each)
-        prefetcher.loaded(oid, self._cache_rows(brought, snapshot), ())
+        prefetcher.loaded(oid, self._cache_rows(brought, snapshot), references)
         if own_row is None:
             # Missing, or a state that does not open: load_at says which.
             return mover.load_at(conn, oid, snapshot)

@@ -375,6 +375,7 @@ class MoverRole(Protocol):
     #: within which bounds?
     LOOKS_AHEAD: bool
     LOOKAHEAD_LARGEST: int | None
+    LOOKAHEAD_AT_LEAST: int | None
 
     def prepare_connection(self, conn: ConnectionRole) -> None:
         """Create the temporary tables a committing connection stages into."""
@@ -399,6 +400,14 @@ class MoverRole(Protocol):
                      snapshot_tid: int, max_bytes: int | None = None) -> list[LoadedState]:
         """Those of ``oids`` that exist, each as ``load_at`` returns it (prefetch); with
         ``max_bytes``, those that came before that many bytes did."""
+
+    def load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
+                                  snapshot_tid: int, max_bytes: int | None,
+                                  references_each: int,
+                                  ) -> tuple[list[LoadedState], list[Revision]]:
+        """``load_many_at``'s states and the first ``references_each`` references
+        ``(from, to)`` (ascending) of each of their revisions (a client that picks a
+        batch queues the items of a BTree's buckets so)."""
 
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
                              also: Sequence[int], limit: int, max_bytes: int,

@@ -91,6 +91,12 @@ HP_LOAD_MANY_AT = (
     " AND s.tid = (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = s.zoid AND m.tid <= %s)")
 HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
 
+# The references of the revisions a batch brought, all of those of its oids (portable:
+# through the ``object_ref`` view; history-preserving, the caller keeps the revisions
+# it loaded).
+HF_REFERENCES_OF_MANY = "SELECT zoid, NULL, to_zoid FROM object_ref WHERE zoid {listed}"
+HP_REFERENCES_OF_MANY = "SELECT zoid, tid, to_zoid FROM object_ref WHERE zoid {listed}"
+
 # -- a parent's references, for a miss the client looks ahead for (``LOOKS_AHEAD``) ----------
 # The references of a revision from ``at`` on (ascending; from 0: all), the revision
 # the snapshot sees.  Portable, through the ``object_ref`` view; a backend that can cut
@@ -302,6 +308,7 @@ class MoverStatements:
     #: Prefetch: several objects as of a snapshot, and a load with the states it refers
     #: to (``{listed}``: the backend's test against a list of oids).
     load_many: str
+    references_of_many: str
     load_with_refs: str
     #: A revision's references from an oid on (``HF_REFERENCES_FROM``).
     references_from: str
@@ -323,6 +330,7 @@ class Mover:
         load_before=HP_LOAD_BEFORE, next_tid=HP_NEXT_TID, exists=HP_EXISTS,
         current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
         load_revisions=HP_LOAD_REVISIONS, load_many=HP_LOAD_MANY_AT,
+        references_of_many=HP_REFERENCES_OF_MANY,
         references_from=HP_REFERENCES_FROM,
         load_with_refs=prefetching(HP_LOAD_WITH_REFS, own=HP_OWN, parent=HP_PARENT,
                                    siblings=HP_SIBLINGS, kept=HP_KEPT,
@@ -332,7 +340,8 @@ class Mover:
         load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
         load_before=HF_LOAD_CURRENT, exists=HF_CURRENT_TID, current_tid=HF_CURRENT_TID,
         count_objects=HF_COUNT_OBJECTS, load_revisions=HF_LOAD_REVISIONS,
-        load_many=HF_LOAD_MANY, references_from=HF_REFERENCES_FROM,
+        load_many=HF_LOAD_MANY, references_of_many=HF_REFERENCES_OF_MANY,
+        references_from=HF_REFERENCES_FROM,
         load_with_refs=prefetching(HF_LOAD_WITH_REFS, own=HF_OWN, siblings=HF_SIBLINGS,
                                    kept=HF_KEPT),
         move_states=HF_MOVE_STATES, move_blobs=HF_MOVE_BLOBS,
@@ -353,11 +362,16 @@ class Mover:
     #: SQLite: a statement costs microseconds, and the prefetching statement's choice
     #: (references read from JSON, running sizes) cost more than the loads it saved,
     #: and its preparation 1 to 2 ms in every new connection.  A server's round trip
-    #: makes its own choice worth it.
+    #: makes its own choice worth it, except for a container's children
+    #: (``LOOKAHEAD_AT_LEAST``).
     LOOKS_AHEAD = False
     #: The largest cached state it reads for its references (None: only the bound of
     #: ``lookahead.BYTES_READ_PER_OID`` per state wanted); a larger one is asked.
     LOOKAHEAD_LARGEST: int | None = None
+    #: With LOOKS_AHEAD, where the mover has its prefetching statement: the fewest
+    #: states the client's pick must find for it to be taken (None: always taken).
+    #: A miss without a cached parent, or with fewer, goes to ``load_with_references``.
+    LOOKAHEAD_AT_LEAST: int | None = None
     #: How many times ``load_with_refs`` (history-preserving) takes the snapshot tid
     #: where it finds the chosen objects' revisions (``HP_REVISIONS_*``).
     HP_REVISION_SNAPSHOTS = 2
@@ -442,6 +456,29 @@ class Mover:
                 each = max(1, size // max(1, len(rows)))
                 step = max(1, min(self.MAX_LISTED_OIDS, (max_bytes - size) // each))
         return rows
+
+    def load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
+                                  snapshot_tid: int, max_bytes: int | None,
+                                  references_each: int,
+                                  ) -> tuple[list[LoadedState], list[Revision]]:
+        """``load_many_at``'s states and the first ``references_each`` references of
+        each of their revisions: portable, a second statement through ``object_ref``
+        (a backend that keeps the references in the state's row reads them with it)."""
+        states = self.load_many_at(conn, oids, snapshot_tid, max_bytes)
+        loaded = {(each.oid, each.tid) for each in states if each.state is not None}
+        if not loaded or references_each <= 0:
+            return states, []
+        found: dict[int, list[int]] = {}
+        oids_loaded = sorted({oid for oid, _ in loaded})
+        for start in range(0, len(oids_loaded), self.MAX_LISTED_OIDS):
+            test, params = self.listed(oids_loaded[start:start + self.MAX_LISTED_OIDS])
+            for zoid, tid, to_zoid in conn.fetchall(
+                    self.sql.references_of_many.format(listed=test), params):
+                zoid = int(zoid)
+                if not self.keep_history or (zoid, int(tid)) in loaded:
+                    found.setdefault(zoid, []).append(int(to_zoid))
+        return states, [(zoid, to_zoid) for zoid in oids_loaded
+                        for to_zoid in sorted(set(found.get(zoid, ())))[:references_each]]
 
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
                              also: Sequence[int], limit: int, max_bytes: int,

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from zodbsql.backends.base.contract import ConnectionRole, ResolvedState
+from zodbsql.backends.base.contract import (ConnectionRole, LoadedState, ResolvedState,
+                                            Revision)
 from zodbsql.backends.base.mover import (HF_LOAD_WITH_REFS, HF_WALK_STEP, HP_LOAD_WITH_REFS,
-                                        HP_WALK_STEP,
-                                        REFERENCES_EACH, Mover, prefetching, walking)
+                                        HP_WALK_STEP, REFERENCES_EACH, Mover, loaded_states,
+                                        prefetching, walking)
 
 
 # ON COMMIT DELETE ROWS: every commit or rollback empties them, so a commit never
@@ -90,6 +91,30 @@ HP_SIBLINGS = (" siblings AS (SELECT p.zoid AS parent, u.zoid FROM (SELECT zoid,
                " AND tid <= %s)) p" + AFTER_IN_PARENT)
 
 
+# A load of many states that stops once ``max_bytes`` came, in one statement: each
+# listed oid's state with the size of those listed before it (``unnest WITH
+# ORDINALITY`` keeps the list's order), kept while that is under the bound.  (The base
+# mover's loop asks 256 oids first, then as many as the bytes left hold: two round
+# trips for a container's 1,000 children.)
+# With each state its first references (a slice of its ``refs``, ascending).
+HF_LOAD_MANY_BYTES = (
+    "SELECT zoid, tid, checksum, state, refs FROM (SELECT o.zoid, o.tid, o.checksum,"
+    " o.state, o.refs[1:%s::INT] AS refs,"
+    " SUM(o.state_size) OVER (ORDER BY w.n) - o.state_size AS before"
+    " FROM unnest(%b::BIGINT[]) WITH ORDINALITY AS w (zoid, n)"
+    " JOIN object_state o ON o.zoid = w.zoid) s WHERE before < %s")
+HP_LOAD_MANY_BYTES = (
+    "SELECT zoid, tid, checksum, state, refs FROM (SELECT o.zoid, o.tid, o.checksum,"
+    " o.state, o.refs[1:%s::INT] AS refs,"
+    " SUM(o.state_size) OVER (ORDER BY w.n) - o.state_size AS before"
+    " FROM unnest(%b::BIGINT[]) WITH ORDINALITY AS w (zoid, n)"
+    " CROSS JOIN LATERAL (SELECT m.zoid, m.tid, m.checksum, m.state, m.state_size, m.refs"
+    " FROM object_state m WHERE m.zoid = w.zoid AND m.tid <= %s"
+    " ORDER BY m.tid DESC LIMIT 1) o) s WHERE before < %s")
+#: ``max_bytes`` None: no bound.
+NO_BYTE_BOUND = 1 << 62
+
+
 class PostgreSQLMover(Mover):
     CREATE_TEMP_TABLES = CREATE_TEMP_TABLES
     FIRST_REFERENCES = FIRST_REFERENCES
@@ -101,6 +126,15 @@ class PostgreSQLMover(Mover):
         prefetching(HF_LOAD_WITH_REFS, own=HF_OWN, siblings=HF_SIBLINGS, kept=HF_KEPT),
         HF_WALK_STEP))
     HP_REVISION_SNAPSHOTS = 1
+    # A miss among a cached container's children brings the others not cached by oid
+    # (``load_many_with_references``: one plain statement), where the prefetching
+    # statement found them, walked on from each, sorted and summed them, and sent the
+    # container's references back: 8.2 ms for 999 children against 3.9 here, and a
+    # cold read of 1,000 children took 31 ms instead of 25 (the median of 15, read
+    # in turn in one process).  Anything else stays the statement's: a BTree's bucket
+    # holds 15 to 30 items, and the statement walks on to the next buckets.
+    LOOKS_AHEAD = True
+    LOOKAHEAD_AT_LEAST = 128
     REFERENCES_PER_STATE = 16
     # One array parameter whatever the number: the statement's text never changes, so
     # it stays prepared.
@@ -108,6 +142,31 @@ class PostgreSQLMover(Mover):
 
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
         return any_of(oids)
+
+    def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
+                     snapshot_tid: int, max_bytes: int | None = None) -> list[LoadedState]:
+        """As the base mover's, in one statement also when it counts bytes."""
+        if max_bytes is None or not oids:
+            return super().load_many_at(conn, oids, snapshot_tid, max_bytes)
+        return self.load_many_with_references(conn, oids, snapshot_tid, max_bytes, 0)[0]
+
+    def load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
+                                  snapshot_tid: int, max_bytes: int | None,
+                                  references_each: int,
+                                  ) -> tuple[list[LoadedState], list[Revision]]:
+        """In one statement: the states, with their references cut from their rows."""
+        if not oids:
+            return [], []
+        bound = NO_BYTE_BOUND if max_bytes is None else max_bytes
+        if self.keep_history:
+            sql, params = HP_LOAD_MANY_BYTES, [references_each, list(oids), snapshot_tid,
+                                               bound]
+        else:
+            sql, params = HF_LOAD_MANY_BYTES, [references_each, list(oids), bound]
+        rows = conn.fetchall(sql, params, binary=True, prepare=True)
+        references = [(int(zoid), int(to_zoid)) for zoid, _, _, _, refs in rows if refs
+                      for to_zoid in refs]
+        return loaded_states([row[:4] for row in rows], self.backend.codec), references
 
     def restage_many(self, conn: ConnectionRole, rows: list[ResolvedState]) -> None:
         conn.execute(RESTAGE_ALL, as_arrays(rows, 6))
