@@ -23,6 +23,8 @@ from tests.storage.test_verify import CORRUPT, run_sql
 from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.cache.prefetch import START
 from zodbsql.errors import CorruptRecordError
+from zodbsql.backends.base.contract import StateRow
+from zodbsql.storage.records import verified
 
 CHILDREN = 500
 
@@ -605,3 +607,104 @@ def test_where_the_client_picks_a_batch(storage_factory: Any, storage_and_db: An
     else:
         assert picked == []
         assert always_picks(storage) == (backend == "sqlite")
+
+
+def test_a_pick_among_a_cached_containers_children(storage_and_db: Any,
+                                                   polled: Any) -> None:
+    """``_load_among_siblings``, PostgreSQL's client pick: the miss's uncached siblings
+    after it, at least as many as asked, come in one statement bounded in bytes, their
+    first references queued; fewer, and the statement chooses; the miss's row is
+    checked, and missing, as a lone load's."""
+    from zodbsql.storage.storage import _NotPicked
+    storage, db = storage_and_db
+    if storage.shared.backend.mover.LOOKAHEAD_AT_LEAST is None:
+        pytest.skip("only a mover with its prefetching statement picks among siblings")
+    with db.transaction() as conn:
+        conn.root()["items"] = items = PersistentMapping()
+        for i in range(300):
+            items[i] = PersistentMapping(v=0, sub=PersistentMapping())
+    with db.transaction() as conn:
+        subs = {u64(child["sub"]._p_oid) for child in conn.root()["items"].values()}
+    container = u64(container_oid(db))
+    instance = polled(storage)
+    held = sorted(u64(oid) for oid in children_of(instance, p64(container)))
+    run_sql(storage, CORRUPT, (b"not what was stored", held[5]))
+    run_sql(storage, CORRUPT, (b"\x00\x5a" + b"not a sealed record", held[7]))
+    prefetcher, cache = storage.shared.prefetcher, storage.shared.cache
+    instance = polled(storage)
+    conn, snapshot = instance._snapshot_conn(), instance._snapshot
+    state, tid = instance.load(p64(container))
+
+    def only_the_parent_cached() -> None:
+        cache.clear()
+        cache.after_poll(snapshot, snapshot, [])       # as a first poll there
+        cache.put_loaded(container, u64(tid), state, snapshot)
+        prefetcher.note_parent(container)
+
+    only_the_parent_cached()
+    prefetcher.loaded(held[0], [], [(held[0], held[1])])      # held[1] queued
+    assert held[1] in prefetcher._position
+    # 299 other children (after held[1], then before it), none cached: a pick needs
+    # at least as many as asked for.
+    before = storage.statement_count()
+    assert isinstance(instance._load_among_siblings(conn, held[1], snapshot, 1000, 300),
+                      _NotPicked)
+    assert storage.statement_count() == before
+    row = instance._load_among_siblings(conn, held[1], snapshot, 1000, 299)
+    assert storage.statement_count() == before + 1             # one statement
+    assert isinstance(row, StateRow) and row.checksum is not None
+    assert subs <= set(prefetcher._position)                   # their references queued
+    assert held[1] not in prefetcher._position                 # loaded: off the queue
+    assert (row.tid, row.state) == (u64(instance.load(p64(held[1]))[1]),
+                                    instance.load(p64(held[1]))[0])
+    others = set(held) - {held[1]}
+    assert {oid for oid in others if cache.has(oid, snapshot)} == (
+        others - {held[5], held[7]})                           # those that check and open
+
+    # A corrupt state comes with its stored checksum, which its load checks.
+    row = instance._load_among_siblings(conn, held[5], snapshot, 1000, 1)
+    assert isinstance(row, StateRow) and row.state == b"not what was stored"
+    with pytest.raises(CorruptRecordError):
+        verified(held[5], row.tid, row.checksum, row.state)
+    # One that does not open is not in the batch: its own load says why.
+    with pytest.raises(CorruptRecordError):
+        instance._load_among_siblings(conn, held[7], snapshot, 1000, 1)
+    # The batch stops at prefetch-bytes.
+    only_the_parent_cached()
+    prefetcher.max_bytes = 3 * len(instance.load(p64(held[20]))[0])
+    only_the_parent_cached()
+    instance._load_among_siblings(conn, held[20], snapshot, 1000, 10)
+    assert 0 < sum(cache.has(oid, snapshot) for oid in held[21:]) <= 3
+
+
+def test_a_pick_takes_the_parents_own_references_only(storage_and_db: Any,
+                                                      polled: Any) -> None:
+    """PostgreSQL's client picks among the parent's own references: the uncached
+    children of cached siblings (a BTree's next buckets' items) are the statement's to
+    find, which walks on past them."""
+    from zodbsql.storage.storage import _NotPicked
+    storage, db = storage_and_db
+    if storage.shared.backend.mover.LOOKAHEAD_AT_LEAST is None:
+        pytest.skip("only a mover with its prefetching statement picks among siblings")
+    with db.transaction() as conn:
+        conn.root()["items"] = items = PersistentMapping()
+        items["miss"] = PersistentMapping(v=0)
+        for name in ("a", "b"):
+            items[name] = PersistentMapping({i: PersistentMapping(v=i) for i in range(100)})
+    with db.transaction() as conn:
+        items = conn.root()["items"]
+        miss, siblings = u64(items["miss"]._p_oid), [items[n]._p_oid for n in "ab"]
+    container = u64(container_oid(db))
+    instance = polled(storage)
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    conn, snapshot = instance._snapshot_conn(), instance._snapshot
+    prefetcher, cache = storage.shared.prefetcher, storage.shared.cache
+    loaded = {u64(oid): instance.load(oid) for oid in (p64(container), *siblings)}
+    cache.clear()
+    cache.after_poll(snapshot, snapshot, [])           # as a first poll there
+    for oid, (state, tid) in loaded.items():           # only these three cached
+        cache.put_loaded(oid, u64(tid), state, snapshot)
+    prefetcher.note_parent(container)
+    assert isinstance(instance._load_among_siblings(conn, miss, snapshot, 1000, 50),
+                      _NotPicked)
