@@ -708,3 +708,24 @@ def test_a_pick_takes_the_parents_own_references_only(storage_and_db: Any,
     prefetcher.note_parent(container)
     assert isinstance(instance._load_among_siblings(conn, miss, snapshot, 1000, 50),
                       _NotPicked)
+
+
+def test_a_batch_stops_at_prefetch_bytes(storage_factory: Any) -> None:
+    """However a backend picks a batch (SQLite's client, PostgreSQL's client or its
+    statement, MySQL's statement), it stops once ``prefetch-bytes`` came: SQLite after
+    the statement that reached it (256 oids), the servers within it."""
+    storage = storage_factory.open(prefetch_bytes=2000)
+    db = ZODB.DB(storage)
+    try:
+        fill(db, 1000)
+        prefetcher = storage.shared.prefetcher
+        prefetcher.bound = prefetcher.limit                 # a warm process's bound
+        storage.shared.cache.clear()
+        db.cacheMinimize()
+        before = prefetcher.prefetched
+        with db.transaction() as conn:
+            items = conn.root()["items"]
+            assert [items[i]["v"] for i in range(3)] == [0, 0, 0]
+        assert 0 < prefetcher.prefetched - before <= 600
+    finally:
+        db.close()
