@@ -143,13 +143,6 @@ class PostgreSQLMover(Mover):
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
         return any_of(oids)
 
-    def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
-                     snapshot_tid: int, max_bytes: int | None = None) -> list[LoadedState]:
-        """As the base mover's, in one statement also when it counts bytes."""
-        if max_bytes is None or not oids:
-            return super().load_many_at(conn, oids, snapshot_tid, max_bytes)
-        return self.load_many_with_references(conn, oids, snapshot_tid, max_bytes, 0)[0]
-
     def load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
                                   snapshot_tid: int, max_bytes: int | None,
                                   references_each: int,
