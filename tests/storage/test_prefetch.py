@@ -609,13 +609,21 @@ def test_where_the_client_picks_a_batch(storage_factory: Any, storage_and_db: An
         assert always_picks(storage) == (backend == "sqlite")
 
 
+def picked(instance: Any, conn: Any, oid: int, snapshot: int, at_least: int) -> Any:
+    """The row of ``oid`` as PostgreSQL's client pick loads it (``_load_at``'s steps),
+    with a bound of 1,000; the pick must be taken."""
+    siblings = instance._siblings_to_pick(oid, snapshot, 1000, at_least)
+    assert siblings is not None
+    return instance._load_batch(conn, oid, snapshot, siblings, True)
+
+
 def test_a_pick_among_a_cached_containers_children(storage_and_db: Any,
                                                    polled: Any) -> None:
-    """``_load_among_siblings``, PostgreSQL's client pick: the miss's uncached siblings
+    """``_siblings_to_pick`` and ``_load_batch``, PostgreSQL's client pick: the miss's
+    uncached siblings
     after it, at least as many as asked, come in one statement bounded in bytes, their
     first references queued; fewer, and the statement chooses; the miss's row is
     checked, and missing, as a lone load's."""
-    from zodbsql.storage.storage import _NotPicked
     storage, db = storage_and_db
     if storage.shared.backend.mover.LOOKAHEAD_AT_LEAST is None:
         pytest.skip("only a mover with its prefetching statement picks among siblings")
@@ -647,10 +655,9 @@ def test_a_pick_among_a_cached_containers_children(storage_and_db: Any,
     # 299 other children (after held[1], then before it), none cached: a pick needs
     # at least as many as asked for.
     before = storage.statement_count()
-    assert isinstance(instance._load_among_siblings(conn, held[1], snapshot, 1000, 300),
-                      _NotPicked)
+    assert instance._siblings_to_pick(held[1], snapshot, 1000, 300) is None
     assert storage.statement_count() == before
-    row = instance._load_among_siblings(conn, held[1], snapshot, 1000, 299)
+    row = picked(instance, conn, held[1], snapshot, 299)
     assert storage.statement_count() == before + 1             # one statement
     assert isinstance(row, StateRow) and row.checksum is not None
     assert subs <= set(prefetcher._position)                   # their references queued
@@ -662,18 +669,18 @@ def test_a_pick_among_a_cached_containers_children(storage_and_db: Any,
         others - {held[5], held[7]})                           # those that check and open
 
     # A corrupt state comes with its stored checksum, which its load checks.
-    row = instance._load_among_siblings(conn, held[5], snapshot, 1000, 1)
+    row = picked(instance, conn, held[5], snapshot, 1)
     assert isinstance(row, StateRow) and row.state == b"not what was stored"
     with pytest.raises(CorruptRecordError):
         verified(held[5], row.tid, row.checksum, row.state)
     # One that does not open is not in the batch: its own load says why.
     with pytest.raises(CorruptRecordError):
-        instance._load_among_siblings(conn, held[7], snapshot, 1000, 1)
+        picked(instance, conn, held[7], snapshot, 1)
     # The batch stops at prefetch-bytes.
     only_the_parent_cached()
     prefetcher.max_bytes = 3 * len(instance.load(p64(held[20]))[0])
     only_the_parent_cached()
-    instance._load_among_siblings(conn, held[20], snapshot, 1000, 10)
+    picked(instance, conn, held[20], snapshot, 10)
     assert 0 < sum(cache.has(oid, snapshot) for oid in held[21:]) <= 3
 
 
@@ -682,7 +689,6 @@ def test_a_pick_takes_the_parents_own_references_only(storage_and_db: Any,
     """PostgreSQL's client picks among the parent's own references: the uncached
     children of cached siblings (a BTree's next buckets' items) are the statement's to
     find, which walks on past them."""
-    from zodbsql.storage.storage import _NotPicked
     storage, db = storage_and_db
     if storage.shared.backend.mover.LOOKAHEAD_AT_LEAST is None:
         pytest.skip("only a mover with its prefetching statement picks among siblings")
@@ -706,8 +712,7 @@ def test_a_pick_takes_the_parents_own_references_only(storage_and_db: Any,
     for oid, (state, tid) in loaded.items():           # only these three cached
         cache.put_loaded(oid, u64(tid), state, snapshot)
     prefetcher.note_parent(container)
-    assert isinstance(instance._load_among_siblings(conn, miss, snapshot, 1000, 50),
-                      _NotPicked)
+    assert instance._siblings_to_pick(miss, snapshot, 1000, 50) is None
 
 
 def test_a_batch_stops_at_prefetch_bytes(storage_factory: Any) -> None:

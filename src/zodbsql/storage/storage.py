@@ -54,13 +54,6 @@ BLOB_LAYOUT = "blob_layout"
 REPLICA_RETRY = 1.0
 
 
-class _NotPicked:
-    """``_load_looking_ahead`` left the choice to the mover's prefetching statement."""
-
-
-NOT_PICKED = _NotPicked()
-
-
 @zope.interface.implementer(IMVCCStorage, IStorage, IStorageRestoreable, IStorageIteration,
                             IStorageCurrentRecordIteration, IExternalGC)
 class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is untyped
@@ -465,9 +458,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if mover.LOOKS_AHEAD and at_least is None:
             return self._load_looking_ahead(conn, oid, snapshot, bound, also)
         if mover.LOOKS_AHEAD and at_least is not None:
-            picked = self._load_among_siblings(conn, oid, snapshot, bound, at_least)
-            if not isinstance(picked, _NotPicked):
-                return picked
+            siblings = self._siblings_to_pick(oid, snapshot, bound, at_least)
+            if siblings is not None:
+                return self._load_batch(conn, oid, snapshot, siblings, True)
         row, states, references = mover.load_with_references(
             conn, oid, snapshot, also, bound, prefetcher.max_bytes,
             mover.REFERENCES_PER_STATE * bound, prefetcher.parents())
@@ -506,15 +499,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             also += [each for each in missing if each not in listed]
         return self._load_batch(conn, oid, snapshot, also, False)
 
-    def _load_among_siblings(self, conn: ConnectionRole, oid: int, snapshot: int,
-                             bound: int, at_least: int) -> StateRow | None | _NotPicked:
-        """``_load_at`` where the mover has its prefetching statement but the client
-        picks a container's children (``Mover.LOOKAHEAD_AT_LEAST``): a miss whose cached
-        parent has at least ``at_least`` references after it not cached comes with
-        them in one plain statement by oid, their own references queued as the
-        statement's are.  Anything else (no cached parent, fewer such siblings: a
-        BTree's bucket) is left to the statement, which walks on from what it finds
-        (the next buckets and their items)."""
+    def _siblings_to_pick(self, oid: int, snapshot: int, bound: int,
+                          at_least: int) -> list[int] | None:
+        """Where the mover has its prefetching statement but the client picks a
+        container's children (``Mover.LOOKAHEAD_AT_LEAST``): the references of the
+        miss's cached parent after it (then before it) not cached, when there are at
+        least ``at_least``; they come with it in one plain statement by oid, their own
+        references queued as the statement's are (``_load_batch``).  None for anything
+        else (no cached parent, fewer such siblings: a BTree's bucket), left to the
+        statement, which walks on from what it finds (the next buckets and their
+        items)."""
         shared = self.shared
         prefetcher = shared.prefetcher
         cache = shared.cache
@@ -525,9 +519,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             shared.backend.mover.LOOKAHEAD_LARGEST, records.refers_to_nothing,
             looked_into_at_most=0)
         if parent is None or len(missing) < at_least:
-            return NOT_PICKED
+            return None
         prefetcher.note_parent(parent)
-        return self._load_batch(conn, oid, snapshot, missing, True)
+        return missing
 
     def _load_batch(self, conn: ConnectionRole, oid: int, snapshot: int, also: list[int],
                     queue_references: bool) -> StateRow | None:
