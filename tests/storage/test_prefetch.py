@@ -734,3 +734,47 @@ def test_a_batch_stops_at_prefetch_bytes(storage_factory: Any) -> None:
         assert 0 < prefetcher.prefetched - before <= 600
     finally:
         db.close()
+
+
+def bucket_chain(db: Any, key: str) -> list[tuple[int, list[int]]]:
+    """The buckets of the OOBTree under ``key``, in order: (oid, its items' oids)."""
+    with db.transaction() as conn:
+        found, bucket = [], conn.root()[key]._firstbucket
+        while bucket is not None:
+            found.append((u64(bucket._p_oid), [u64(v._p_oid) for v in bucket.values()]))
+            bucket = bucket._next
+    return found
+
+
+def test_a_miss_brings_the_next_bucket_listed_before_its_items(storage_and_db: Any,
+                                                               polled: Any) -> None:
+    """PostgreSQL's statement: a bucket whose next bucket has a lower oid than its items
+    (a tree made in one commit: its node's pickle names every bucket first) lists it
+    first among its references.  A miss on an item takes the parent's first references
+    too, after those after the item: the next bucket comes and the walk goes on into
+    its items and the buckets after it.  (Before, the walk stalled into two statements a
+    bucket.)  Those first references only fill the room the ones after leave."""
+    storage, db = storage_and_db
+    if storage.shared.backend.name != "postgresql":
+        pytest.skip("only PostgreSQL's statement walks on from what it finds")
+    with db.transaction() as conn:
+        conn.root()["tree"] = tree = OOBTree()
+        for i in range(600):
+            tree[i] = PersistentMapping(v=0)
+    chain = bucket_chain(db, "tree")
+    index = next(i for i, (_, items) in enumerate(chain[:-2]) if chain[i + 1][0] < min(items))
+    (bucket, items), (following, following_items) = chain[index], chain[index + 1]
+    instance = polled(storage)
+    conn, snapshot = instance._snapshot_conn(), instance._snapshot
+    mover = storage.shared.backend.mover
+    row, states, _ = mover.load_with_references(conn, items[1], snapshot, [], 1000, 10 ** 8,
+                                                10 ** 6, [bucket])
+    assert row is not None
+    brought = {state.oid for state in states}
+    assert set(items[2:]) <= brought                      # its siblings after it, first
+    assert following in brought and set(following_items) <= brought
+    assert chain[index + 2][0] in brought                 # and on
+    # In a batch the siblings after fill, none before comes.
+    row, states, _ = mover.load_with_references(conn, items[1], snapshot, [], 3, 10 ** 8,
+                                                10 ** 6, [bucket])
+    assert [state.oid for state in states] == items[2:5]
