@@ -77,9 +77,10 @@ HF_OWN = (" own AS (SELECT s.zoid AS parent, u.zoid FROM (SELECT zoid, refs FROM
 # parent's first ones before it (step 3, at most FIRST_OF_PARENT, in the room left).  A
 # BTree bucket whose next bucket has a lower oid than its items (oids come in the order
 # a commit finds its new objects) has it first among its references, never after an
-# item: without them the walk stalled there, a statement for the bucket (its items, not
-# walked on) and one for its items' misses, 402 for a cold walk of 399 buckets, 23 now.
-# (SQLite's client takes a parent's references before the miss too, ``lookahead``.)
+# item: without them a walk that lost the buckets went on at a statement a bucket or
+# two (the bucket's own references, not walked on from); a second pass over twice what
+# a 32 MB cache holds took 963 statements, 194 now.  (SQLite's client takes a parent's
+# references before the miss too, ``lookahead``.)
 FIRST_OF_PARENT = 16
 AFTER_IN_PARENT = (" CROSS JOIN LATERAL (SELECT array_position(p.refs, %s::BIGINT) AS at,"
                    " %s::INT AS n) b CROSS JOIN LATERAL (SELECT a.zoid, 2 AS step"
