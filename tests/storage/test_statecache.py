@@ -873,3 +873,16 @@ def test_a_state_that_becomes_current_meets_admission_as_a_loaded_one() -> None:
     assert sum(oid in cache._probation for oid in run) < 0.03 * len(run)
     assert sum(cache.has(oid, 10) for oid in kept) > 0.97 * len(kept)
     assert cache.bytes_used <= cache.limit
+
+
+def test_a_hit_in_the_window_moves_nothing() -> None:
+    """The window is first in, first out: a prefetch's batch waits there for its loads,
+    and a state a load took leaves before those still waiting (an LRU put it behind
+    them); what leaves meets admission by its count, which the hit raised."""
+    cache = polled_cache(limit=4 << 20)
+    for oid in range(3):
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    assert cache.get(0, 10) == (STATE, 9)
+    assert list(cache._window) == [0, 1, 2]
+    assert cache._sketch.count(0) > cache._sketch.count(1)
+    assert_counts_add_up(cache)
