@@ -614,3 +614,26 @@ def test_a_marked_protected_state_stays_in_protected_while_probation_holds_other
     assert list(cache._protected) == [3, 4, 5, 6, 1]
     assert list(cache._probation) == [7, 8, 2]
     assert_counts_add_up(cache)
+
+
+def test_the_lru_comparison_policy_moves_a_hit_and_keeps_the_bound() -> None:
+    """``_policy_for_comparison("lru")`` (``scripts/cache_memory.py --admission lru``,
+    the policy before issue 24): one plain LRU, whose hit moves the state to the newest
+    end; a move that resizes the segment's table is measured against the bound at
+    once (2,000 states fill 886 KB of this 920 KB cache, and the first resize of
+    probation's table adds 74 KB)."""
+    cache = started(limit=920_000)
+    cache._policy_for_comparison("lru")
+    cache.put_loaded_many([(oid, 5, STATE) for oid in (1, 2, 3)], 10)
+    assert list(cache._probation) == [1, 2, 3]
+    assert cache.get(1, 10) == (STATE, 5)
+    assert list(cache._probation) == [2, 3, 1]
+    cache.put_loaded_many([(oid, 5, STATE * 3) for oid in range(4, 2004)], 10)
+    resized = 0
+    for oid in list(cache._probation) * 2:
+        table = cache._probation.table_bytes
+        cache.get(oid, 10)
+        resized += cache._probation.table_bytes != table
+        assert cache.bytes_used <= cache.limit
+    assert resized
+    assert_counts_add_up(cache)
