@@ -208,6 +208,16 @@ def cold_walk(storage: Any, db: Any, key: str = "items") -> int:
     return statements
 
 
+def bucket_chain(db: Any, key: str) -> list[tuple[int, list[int]]]:
+    """The buckets of the OOBTree under ``key``, in order: (oid, its items' oids)."""
+    with db.transaction() as conn:
+        found, bucket = [], conn.root()[key]._firstbucket
+        while bucket is not None:
+            found.append((u64(bucket._p_oid), [u64(v._p_oid) for v in bucket.values()]))
+            bucket = bucket._next
+    return found
+
+
 def test_a_cold_walk_of_a_thousand_children_is_a_few_statements(storage_factory: Any,
                                                                 storage_and_db: Any) -> None:
     storage, db = storage_and_db
@@ -229,10 +239,7 @@ def test_a_cold_btree_walk_brings_the_next_buckets_with_their_items(
             conn.root()["tree"] = tree = OOBTree()
             for i in range(6000):
                 tree[i] = PersistentMapping(v=0)
-        with db.transaction() as conn:
-            buckets, bucket = 0, conn.root()["tree"]._firstbucket
-            while bucket is not None:
-                buckets, bucket = buckets + 1, bucket._next
+        buckets = len(bucket_chain(db, "tree"))
         statements = cold_walk(storage, db, "tree")
     finally:
         db.close()
@@ -620,10 +627,9 @@ def picked(instance: Any, conn: Any, oid: int, snapshot: int, at_least: int) -> 
 def test_a_pick_among_a_cached_containers_children(storage_and_db: Any,
                                                    polled: Any) -> None:
     """``_siblings_to_pick`` and ``_load_batch``, PostgreSQL's client pick: the miss's
-    uncached siblings
-    after it, at least as many as asked, come in one statement bounded in bytes, their
-    first references queued; fewer, and the statement chooses; the miss's row is
-    checked, and missing, as a lone load's."""
+    uncached siblings after it, at least as many as asked, come in one statement
+    bounded in bytes, their first references queued; fewer, and the statement chooses;
+    the miss's row is checked, and missing, as a lone load's."""
     storage, db = storage_and_db
     if storage.shared.backend.mover.LOOKAHEAD_AT_LEAST is None:
         pytest.skip("only a mover with its prefetching statement picks among siblings")
@@ -734,16 +740,6 @@ def test_a_batch_stops_at_prefetch_bytes(storage_factory: Any) -> None:
         assert 0 < prefetcher.prefetched - before <= 600
     finally:
         db.close()
-
-
-def bucket_chain(db: Any, key: str) -> list[tuple[int, list[int]]]:
-    """The buckets of the OOBTree under ``key``, in order: (oid, its items' oids)."""
-    with db.transaction() as conn:
-        found, bucket = [], conn.root()[key]._firstbucket
-        while bucket is not None:
-            found.append((u64(bucket._p_oid), [u64(v._p_oid) for v in bucket.values()]))
-            bucket = bucket._next
-    return found
 
 
 def test_a_miss_brings_the_next_bucket_listed_before_its_items(storage_and_db: Any,
