@@ -108,7 +108,8 @@ def statements_for(rows: list[tuple[Any, ...]], variables: int, most_bytes: int)
 
 
 @pytest.mark.parametrize("count", [1, 5, 1024, 2500])
-@pytest.mark.parametrize("variables", [999, 640, None])
+# 641: 128 rows of 5 values and the blob, exactly.
+@pytest.mark.parametrize("variables", [999, 641, 640, None])
 @pytest.mark.parametrize("most_bytes", [16 << 20, 20_000])
 def test_staged_as_the_portable_staging_stages(storage_factory: Any, count: int,
                                                variables: int | None, most_bytes: int,

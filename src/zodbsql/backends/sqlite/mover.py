@@ -148,8 +148,7 @@ def statement_spans(sizes: Sequence[int], largest: int, most_bytes: int,
             spans.append((start, at))
             start, total = at, 0
         total += size
-    if start < len(sizes):
-        spans.append((start, len(sizes)))
+    spans.append((start, len(sizes)))     # not empty: its sizes passed most_bytes
     return spans
 
 
