@@ -715,16 +715,21 @@ def test_a_promotion_that_grows_a_table_keeps_the_bound() -> None:
     assert_counts_add_up(cache)
 
 
-def test_a_batch_goes_on_past_a_state_it_does_not_keep() -> None:
+@pytest.mark.parametrize("roomy", [True, False])
+def test_a_batch_goes_on_past_a_state_it_does_not_keep(roomy: bool) -> None:
     """A prefetch's batch may hold an older revision than the index names, or a state
-    too large or kept already: those are skipped, the rest of the batch is kept."""
+    too large or kept already: those are skipped, the rest of the batch is kept; by a
+    batch that fits (``_enter_all``) and by one that must be admitted state by state."""
     cache = polled_cache(limit=100_000)
+    if not roomy:
+        cache._fits_without_eviction = lambda rows: False   # type: ignore[method-assign]
     cache.after_poll(10, 20, [(1, 20)])           # oid 1 changed at 20
     cache.put_loaded(3, 8, b"three", snapshot=20)
     cache.put_loaded_many([(1, 8, b"one, older"), (2, 8, b"two"),
                            (4, 8, b"x" * (cache.limit // 4 + 1)), (5, 8, b"five"),
                            (3, 8, b"three"), (6, 8, b"six")], snapshot=20)
     assert cache.get(1, 20) is None and cache.get(4, 20) is None
+    assert cache._current(1) is None and cache._current(4) is None   # not kept at all
     assert [cache.get(oid, 20) for oid in (2, 5, 3, 6)] == [
         (b"two", 8), (b"five", 8), (b"three", 8), (b"six", 8)]
 
@@ -808,6 +813,30 @@ def test_a_batch_found_roomy_enters_as_it_would_state_by_state(megabytes: int) -
         else:
             break
     assert taken > 3
+
+
+def test_a_batch_larger_than_the_window_leaves_its_newest_there() -> None:
+    """A roomy batch that does not fit the window keeps its newest states there, up to
+    the limit exactly, and sends the rest to probation behind the window's own, oldest
+    first.  Here each state takes 256 bytes (``test_the_window_holds_exactly_its_limit``)
+    and the window 1,024 of them."""
+    cache = polled_cache(limit=4 << 20)
+    state = bytes(215)
+    first = list(range(500))
+    second = list(range(1000, 2000))
+    third = list(range(3000, 4025))
+    cache.put_loaded_many([(oid, 9, state) for oid in first], snapshot=10)
+    assert list(cache._window) == first and not cache._probation
+    # The second batch fits whole: only the first's oldest 476 leave.
+    cache.put_loaded_many([(oid, 9, state) for oid in second], snapshot=10)
+    assert list(cache._window) == first[476:] + second
+    assert list(cache._probation) == first[:476]
+    # The third is one more than the window holds: its first goes, and all before it.
+    cache.put_loaded_many([(oid, 9, state) for oid in third], snapshot=10)
+    assert list(cache._window) == third[1:]
+    assert list(cache._probation) == first + second + third[:1]
+    assert cache._window_bytes == cache._window_limit == 1024 * 256
+    assert_counts_add_up(cache)
 
 
 def test_a_batch_is_roomy_only_while_it_fits() -> None:
