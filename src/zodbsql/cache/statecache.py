@@ -766,7 +766,8 @@ class StateCache:
         order, for a caller that found room for all: the window ends with the newest
         that fit its share, and the rest goes to probation, the window's own states
         first, oldest first, as they would one by one; but each segment's table is
-        written once (``Segment.push_many``), not twice a state (0.8 of 2 us a state)."""
+        written once (``Segment.push_many``), not twice a state: 1,000-state
+        batches, 4.4 to 5.2 us a state before, 3.2 to 3.7 after (thread CPU)."""
         if not entering:
             return
         costs = list(map(state_cost, entering.values()))
