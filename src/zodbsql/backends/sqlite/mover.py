@@ -135,13 +135,17 @@ def staging_statement(head: str, width: int, rows: int) -> str:
     return f"{head} SELECT {columns} FROM (VALUES {values}) WHERE column1 IS NOT NULL"
 
 
+def row_spans(count: int, largest: int) -> list[tuple[int, int]]:
+    """(start, end) of ``count`` rows in statements of ``largest`` rows at most."""
+    return [(start, min(start + largest, count)) for start in range(0, count, largest)]
+
+
 def statement_spans(sizes: Sequence[int], largest: int, most_bytes: int,
                     ) -> list[tuple[int, int]]:
     """(start, end) of the rows of each statement: ``largest`` rows at most, and states
     of ``most_bytes`` at most in all unless one state alone is larger."""
     if sum(sizes) <= most_bytes:      # the usual case, without a step per row
-        return [(start, min(start + largest, len(sizes)))
-                for start in range(0, len(sizes), largest)]
+        return row_spans(len(sizes), largest)
     spans = []
     start = total = 0
     for at, size in enumerate(sizes):
@@ -213,8 +217,7 @@ class SQLiteMover(Mover):
                 spans = statement_spans([len(row[5] or b"") for row in rows], largest,
                                         STAGED_BYTES_PER_STATEMENT)
             else:
-                spans = [(start, min(start + largest, len(rows)))
-                         for start in range(0, len(rows), largest)]
+                spans = row_spans(len(rows), largest)
             for start, end in spans:
                 chunk = rows[start:end]
                 size = 1 << (len(chunk) - 1).bit_length()
