@@ -449,6 +449,98 @@ def test_workers_that_fail_fail_every_test_of_their_round(
         ("cold", 2, "worker process 0 of m died"), ("hot", 2, "worker process 0 of m died")]
 
 
+class _FiguresRound(_Round):
+    """A stand-in whose figures are its contender's (``FIGURES``: name -> figure of
+    each repetition), and which notes the order the contenders ran in."""
+
+    FIGURES: dict[str, list[float]] = {}
+    order: list[tuple[int, str]] = []
+
+    def __init__(self, contender: Any, *args: Any, **kw: Any) -> None:
+        super().__init__(contender, *args, **kw)
+        self.name = contender.name
+
+    def measure(self, test: str, rep: int, tag: str) -> dict[str, Any]:
+        if test == "cold":
+            _FiguresRound.order.append((rep, self.name))
+        if test in self.fails:
+            raise runner.BenchFailure(self.fails[test])
+        return {"value": self.FIGURES[self.name][rep], "seconds": 1.0, "objects": 10,
+                "transactions": 1, "loads": None, "statements": None, "sql_per_txn": None}
+
+
+def _three_contenders() -> list[Any]:
+    return [c for name in ("a", "b", "m") for c in contenders.from_config_text(
+        contenders.MAPPINGSTORAGE.format(name=name))]
+
+
+def test_the_contenders_take_turns_in_each_repetition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every contender's workers start before the first repetition, and each repetition
+    runs them all, the first one named first, then the next first, and so on; the
+    paired ratios compare figures of one repetition (the drift of a machine's speed
+    between repetitions, 3x here, cancels out), with pack's seconds turned over."""
+    found = _three_contenders()
+    _FiguresRound.FIGURES = {"a": [10.0, 30.0, 20.0, 40.0], "b": [5.0, 10.0, 5.0, 20.0],
+                             "m": [20.0, 60.0, 40.0, 80.0]}
+    _FiguresRound.order = []
+    monkeypatch.setattr(runner, "Round", lambda *a: _FiguresRound(*a, fails={}))
+    plan = session.Plan(tests=["cold", "pack"], repetitions=3, warmup=1)
+    runs = session.execute(plan, found, lambda run: None)
+    assert _FiguresRound.order == [(0, "a"), (0, "b"), (0, "m"), (1, "b"), (1, "m"), (1, "a"),
+                                   (2, "m"), (2, "a"), (2, "b"), (3, "a"), (3, "b"), (3, "m")]
+    assert [r["contender"] for r in runs[:6]] == ["a", "a", "b", "b", "m", "m"]
+    pairs = {(p["contender"], p["test"]): p for p in session.paired_ratios(runs, "a")}
+    assert set(pairs) == {("b", "cold"), ("m", "cold"), ("b", "pack"), ("m", "pack")}
+    # cold, the warm-up (repetition 0) left out: a/b = 3, 4, 2; a/m = 0.5 each time.
+    assert pairs["b", "cold"] == {"baseline": "a", "contender": "b", "test": "cold",
+                                  "concurrency": 2, "objects_per_txn": 1000, "median": 3.0,
+                                  "lowest": 2.0, "highest": 4.0, "pairs": 3}
+    assert (pairs["m", "cold"]["median"], pairs["m", "cold"]["lowest"]) == (0.5, 0.5)
+    # pack's figure is seconds (lower is better): b's over a's, so a's speed again.
+    assert pairs["b", "pack"]["median"] == pytest.approx(1 / 3)
+    assert pairs["m", "pack"]["median"] == 2.0
+    # The best figures of each are still there, each contender's own.
+    best = {(r["contender"], r["test"]): r["value"] for r in session.summarise(runs)}
+    assert best["a", "cold"] == 40.0 and best["b", "cold"] == 20.0
+    table = display.paired_table(session.paired_ratios(runs, "a"), ["a", "b", "m"])
+    assert table is not None
+    assert [column.header for column in table.columns] == ["test", "a / b", "a / m"]
+    assert list(table.columns[1].cells) == ["3.00 (2.00-4.00)", "0.33 (0.25-0.50)"]
+    assert display.paired_table([], ["a"]) is None
+
+
+def test_a_failed_test_pairs_only_the_repetitions_it_has(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    found = _three_contenders()
+    _FiguresRound.FIGURES = {"a": [10.0, 30.0], "b": [5.0, 10.0], "m": [1.0, 1.0]}
+    monkeypatch.setattr(runner, "Round", lambda contender, *a: _FiguresRound(
+        contender, *a, fails={"cold": "wrong data"} if contender.name == "m" else {}))
+    runs = session.execute(session.Plan(tests=["cold"], repetitions=2), found,
+                           lambda run: None)
+    pairs = session.paired_ratios(runs, "a")
+    assert [(p["contender"], p["median"], p["pairs"]) for p in pairs] == [("b", 2.5, 2)]
+
+
+def test_a_contender_whose_workers_fail_leaves_the_others_running(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    found = _three_contenders()
+    _FiguresRound.FIGURES = {"a": [1.0, 2.0], "b": [1.0, 2.0], "m": [1.0, 2.0]}
+
+    def made(contender: Any, *a: Any) -> _Round:
+        return _FiguresRound(contender, *a, fails={}, fail_on_enter=(
+            "worker process 0 of b died" if contender.name == "b" else ""))
+    monkeypatch.setattr(runner, "Round", made)
+    runs = session.execute(session.Plan(tests=["cold", "hot"], repetitions=2), found,
+                           lambda run: None)
+    assert [(r["contender"], r["test"], r.get("failed")) for r in runs if r["contender"] == "b"
+            ] == [("b", "cold", "worker process 0 of b died"),
+                  ("b", "hot", "worker process 0 of b died")]
+    assert sorted((r["contender"], r["test"], r["repetition"]) for r in runs
+                  if r["contender"] != "b") == [
+        (name, test, rep) for name in ("a", "m") for test in ("cold", "hot") for rep in (0, 1)]
+
+
 def test_results_are_written_when_a_run_is_interrupted(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
 

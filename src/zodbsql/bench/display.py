@@ -115,6 +115,34 @@ def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str
     return table
 
 
+def paired_table(pairs: list[dict[str, Any]], contenders: list[str]) -> Table | None:
+    """``session.paired_ratios`` as a table: a line per test, a column per contender
+    compared with the first, each cell the median ratio and its range (None: nothing
+    paired up, as with one contender)."""
+    if not pairs:
+        return None
+    baseline = pairs[0]["baseline"]
+    others = [c for c in contenders if any(p["contender"] == c for p in pairs)]
+    combos = list(dict.fromkeys((p["test"], p["concurrency"], p["objects_per_txn"])
+                                for p in pairs))
+    several = len({(c, n) for _, c, n in combos}) > 1
+    keyed = {(p["test"], p["concurrency"], p["objects_per_txn"], p["contender"]): p
+             for p in pairs}
+    table = Table(title=f"{baseline} / each, figures of one repetition: median"
+                  " (lowest-highest)", title_justify="left")
+    table.add_column("test", no_wrap=True)
+    for other in others:
+        table.add_column(f"{baseline} / {other}", justify="right", no_wrap=True)
+    for test, c, n in combos:
+        cells = []
+        for other in others:
+            pair = keyed.get((test, c, n, other))
+            cells.append("" if pair is None else
+                         f"{pair['median']:.2f} ({pair['lowest']:.2f}-{pair['highest']:.2f})")
+        table.add_row(test + (f" c={c} n={n}" if several else ""), *cells)
+    return table
+
+
 def result_line(run: dict[str, Any]) -> str:
     """One finished measurement as one line (for logs: stdout is not a terminal)."""
     where = (f"{run['contender']} {run['test']} c={run['concurrency']}"

@@ -1,6 +1,7 @@
 """One bench run: every contender x concurrency x objects per transaction x repetition."""
 from __future__ import annotations
 
+import contextlib
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
@@ -88,10 +89,18 @@ def execute(plan: Plan, contenders: list[Contender],
             on_status: Callable[[str], None] = lambda text: None) -> list[dict[str, Any]]:
     """Run the plan; ``on_result`` gets every measurement as it comes, failures too.
 
+    The contenders take turns: at each concurrency and size the worker processes of all
+    of them are started, and each repetition runs every contender's tests, the first
+    contender first in the first repetition, the second first in the next, and so on.
+    A machine whose speed drifts (a figure in seconds moved up to 3x between runs here)
+    then moves the figures of one repetition together, instead of one contender's whole
+    column; ``paired_ratios`` compares the contenders repetition by repetition.
+
     A test that fails (a worker's error, wrong data, steamin' loading) is recorded with
     its reason and not run again at that concurrency and size; the run goes on.  When
-    the worker processes themselves fail, every test not measured yet at that
-    concurrency and size is recorded as failed with the same reason.
+    a contender's worker processes themselves fail, every one of its tests not measured
+    yet at that concurrency and size is recorded as failed with the same reason, and
+    the other contenders go on.
     """
     runs: list[dict[str, Any]] = []
 
@@ -102,47 +111,107 @@ def execute(plan: Plan, contenders: list[Contender],
     needs_objects = any(t in NEEDS_OBJECTS for t in plan.tests)
     needs_readers = any(t in READS for t in plan.tests)
     structures = tuple(t for t in plan.tests if t in STRUCTURES)
-    for contender in contenders:
-        prepopulated = False
-        for c in plan.concurrency:
-            for n in plan.objects:
-                params = replace(plan.params, objects=n, concurrency=c)
-                cell = {"contender": contender.name, "concurrency": c, "objects_per_txn": n}
-                failed: set[str] = set()
-                measured: set[str] = set()
-                on_status(f"{contender.name}: starting {c if not contender.single_process else 1}"
-                          f" worker process(es), {n} objects per transaction")
-                try:
-                    with runner.Round(contender, params, plan.profile_dir,
-                                      needs_readers) as rnd:
-                        rnd.setup(0 if prepopulated else plan.prepopulate, structures)
-                        prepopulated = True
-                        for rep in range(plan.warmup + plan.repetitions):
-                            tag = f"c{c}-n{n}-r{rep}"
-                            warmup = rep < plan.warmup
-                            if needs_objects and "add" not in plan.tests:
-                                rnd.run("add", rep, tag)      # the objects, not measured
-                            for test in plan.tests:
-                                if test in failed or (TESTS[test].on_request
-                                                      and rep != plan.warmup):
-                                    continue      # soak: once, as the first measured run
-                                on_status(f"{contender.name}: {TESTS[test].title}, c={c},"
-                                          f" n={n}, {'warm-up' if warmup else 'run'} {rep + 1}")
-                                try:
-                                    result = rnd.measure(test, rep, tag)
-                                except runner.BenchFailure as exc:
-                                    failed.add(test)
-                                    result = failure(str(exc))
-                                    rnd.recover()
-                                measured.add(test)
-                                result.update(cell, test=test, repetition=rep, warmup=warmup)
-                                record(result)
-                except runner.BenchFailure as exc:
-                    for test in plan.tests:
-                        if test not in measured:
-                            record(failure(str(exc), cell, test=test, repetition=0,
-                                           warmup=False))
+    prepopulated: set[str] = set()
+    for c in plan.concurrency:
+        for n in plan.objects:
+            params = replace(plan.params, objects=n, concurrency=c)
+            with contextlib.ExitStack() as stack:
+                turns: dict[str, _Turn] = {}
+                for contender in contenders:
+                    turn = _Turn(contender, {"contender": contender.name, "concurrency": c,
+                                             "objects_per_txn": n})
+                    on_status(f"{contender.name}: starting"
+                              f" {c if not contender.single_process else 1}"
+                              f" worker process(es), {n} objects per transaction")
+                    try:
+                        turn.round = stack.enter_context(runner.Round(
+                            contender, params, plan.profile_dir, needs_readers))
+                        turn.round.setup(0 if contender.name in prepopulated
+                                         else plan.prepopulate, structures)
+                        prepopulated.add(contender.name)
+                    except runner.BenchFailure as exc:
+                        turn.fail_the_rest(plan, str(exc), record)
+                        continue
+                    turns[contender.name] = turn
+                for rep in range(plan.warmup + plan.repetitions):
+                    first = rep % len(contenders)
+                    for contender in contenders[first:] + contenders[:first]:
+                        turn_now = turns.get(contender.name)
+                        if turn_now is None:
+                            continue
+                        try:
+                            turn_now.repetition(plan, rep, needs_objects, record, on_status)
+                        except runner.BenchFailure as exc:
+                            turn_now.fail_the_rest(plan, str(exc), record)
+                            del turns[contender.name]
     return runs
+
+
+class _Turn:
+    """One contender's worker processes at one concurrency and size, and what its
+    tests did there."""
+
+    def __init__(self, contender: Contender, cell: dict[str, Any]) -> None:
+        self.contender = contender
+        self.cell = cell
+        self.round: Any = None
+        self.failed: set[str] = set()
+        self.measured: set[str] = set()
+
+    def repetition(self, plan: Plan, rep: int, needs_objects: bool,
+                   record: Callable[[dict[str, Any]], None],
+                   on_status: Callable[[str], None]) -> None:
+        """Every test of the plan once (those that failed before are left out)."""
+        c, n = self.cell["concurrency"], self.cell["objects_per_txn"]
+        tag = f"c{c}-n{n}-r{rep}"
+        warmup = rep < plan.warmup
+        if needs_objects and "add" not in plan.tests:
+            self.round.run("add", rep, tag)      # the objects, not measured
+        for test in plan.tests:
+            if test in self.failed or (TESTS[test].on_request and rep != plan.warmup):
+                continue      # soak: once, as the first measured run
+            on_status(f"{self.contender.name}: {TESTS[test].title}, c={c}, n={n},"
+                      f" {'warm-up' if warmup else 'run'} {rep + 1}")
+            try:
+                result = self.round.measure(test, rep, tag)
+            except runner.BenchFailure as exc:
+                self.failed.add(test)
+                result = failure(str(exc))
+                self.round.recover()
+            self.measured.add(test)
+            result.update(self.cell, test=test, repetition=rep, warmup=warmup)
+            record(result)
+
+    def fail_the_rest(self, plan: Plan, reason: str,
+                      record: Callable[[dict[str, Any]], None]) -> None:
+        for test in plan.tests:
+            if test not in self.measured:
+                record(failure(reason, self.cell, test=test, repetition=0, warmup=False))
+
+
+def paired_ratios(runs: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """How many times faster ``baseline`` was than each other contender, repetition by
+    repetition (its figure over the other's, or the other's over its own where lower is
+    better), for every test, concurrency and size both measured: the median, the
+    lowest and the highest of those ratios, and how many repetitions paired up.
+    Warm-ups and failed runs are left out."""
+    figures: dict[tuple[Any, ...], float] = {}
+    for run in runs:
+        if run["warmup"] or run.get("failed") or not run.get("value"):
+            continue
+        figures[(run["contender"], run["test"], run["concurrency"], run["objects_per_txn"],
+                 run["repetition"])] = run["value"]
+    pairs: dict[tuple[Any, ...], list[float]] = {}
+    for (contender, test, c, n, rep), value in figures.items():
+        mine = figures.get((baseline, test, c, n, rep))
+        if contender == baseline or mine is None:
+            continue
+        ratio = value / mine if TESTS[test].lower_is_better else mine / value
+        pairs.setdefault((contender, test, c, n), []).append(ratio)
+    return [{"baseline": baseline, "contender": contender, "test": test, "concurrency": c,
+             "objects_per_txn": n, "median": statistics.median(ratios),
+             "lowest": min(ratios), "highest": max(ratios), "pairs": len(ratios)}
+            for (contender, test, c, n), ratios in pairs.items()]
 
 
 def failure(reason: str, *parts: dict[str, Any], **fields: Any) -> dict[str, Any]:

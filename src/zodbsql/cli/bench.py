@@ -243,6 +243,9 @@ def run(args: argparse.Namespace) -> int:
         finally:
             sizes = {c.name: contenders.database_size(c) for c in found}
             _write_results(args, output, plan, found, runs, status, sizes)
+        paired = display.paired_table(session.paired_ratios(runs, names[0]), names)
+        if paired is not None:
+            view.console.print(paired)
         print("database size after the run: " + ", ".join(
             f"{name} {size / 1e6:.1f} MB" if size else f"{name} unknown"
             for name, size in sizes.items()))
@@ -252,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
               f" n={run['objects_per_txn']} failed: {mask_secrets(run['failed']).strip()}",
               file=sys.stderr)
     print("figures: total work of all workers / wall time from their release to the last"
-          " finish; best of the repetitions")
+          " finish; best of the repetitions; the contenders take turns in each repetition,"
+          " and the ratios are of figures of the same repetition")
     return 1 if failed else 0
 
 
@@ -275,6 +279,8 @@ def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list
                         "config": mask_config(c.config_text) if c.owned else "(from --config)"}
                        for c in found],
         "summary": summary,
+        # The first contender against each, repetition by repetition (they take turns).
+        "paired": session.paired_ratios(runs, found[0].name) if found else [],
         "runs": [{**run, "failed": mask_secrets(run["failed"])} if run.get("failed")
                  else run for run in runs],
     }
