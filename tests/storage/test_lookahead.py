@@ -191,6 +191,26 @@ def test_the_uncached_before_the_miss_come_after_those_after_it() -> None:
     assert run(103, [90], 4, cache) == (90, [104, 105, 80, 101])
 
 
+def test_only_the_first_references_before_the_miss_are_looked_through() -> None:
+    """Of the parent's references before the miss, only the first ``FIRST_BEFORE`` are
+    asked about: the last miss of a forward walk over 1,000 children asked about the
+    900 read before it, all cached."""
+    from zodbsql.cache.lookahead import FIRST_BEFORE
+    children = list(range(1000, 2000))
+    cache = {child: state() for child in children[:900]}
+    cache[1] = state(*children)
+    asked: list[int] = []
+
+    def counted(oids: Sequence[int]) -> list[bytes | None]:
+        asked.extend(oids)
+        return [cache.get(each) for each in oids]
+    del cache[children[3]]                          # among the first: found
+    del cache[children[FIRST_BEFORE + 5]]           # further on: not looked at
+    parent, found = uncached_after(children[900], [1], 500, counted, refs_of)
+    assert (parent, found) == (1, [*children[901:], children[3]])
+    assert sorted(asked) == sorted([1, *children[901:], *children[:FIRST_BEFORE]])
+
+
 def test_the_cache_is_asked_a_slice_at_a_time_until_the_batch_is_full() -> None:
     children = list(range(1000, 3000))
     cache = {1: state(*children)}
