@@ -541,6 +541,30 @@ def test_a_contender_whose_workers_fail_leaves_the_others_running(
         (name, test, rep) for name in ("a", "m") for test in ("cold", "hot") for rep in (0, 1)]
 
 
+def test_the_baseline_is_named_or_the_first(tmp_path: pathlib.Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``--baseline`` names the contender the others are compared with (default: the
+    first named); a name that is not a contender is refused before anything runs."""
+    _FiguresRound.FIGURES = {"mappingstorage": [10.0, 20.0, 40.0],
+                             "sqlite": [20.0, 10.0, 10.0]}
+    monkeypatch.setattr(runner, "Round", lambda *a: _FiguresRound(*a, fails={}))
+    common = ["bench", "--contender", "mappingstorage,sqlite", "--tests", "cold", *TINY,
+              "-r", "2", "--warmup", "1", "--no-charts"]
+    for extra, baseline, median in [([], "mappingstorage", 3.0),
+                                    (["--baseline", "sqlite"], "sqlite", 0.375)]:
+        out = tmp_path / baseline
+        assert main([*common, *extra, "--output", str(out)]) == 0
+        (pair,) = json.loads((out / "results.json").read_text())["paired"]
+        assert (pair["baseline"], pair["pairs"]) == (baseline, 2)
+        assert pair["median"] == pytest.approx(median)     # of 2 and 4, or 1/2 and 1/4
+        assert f"{baseline} / " in capsys.readouterr().out
+    assert main([*common, "--baseline", "zeo", "--output", str(tmp_path / "no")]) == 2
+    assert ("--baseline zeo is not one of the contenders (mappingstorage, sqlite)"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "no").exists()
+
+
 def test_results_are_written_when_a_run_is_interrupted(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
 

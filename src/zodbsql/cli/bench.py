@@ -166,6 +166,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="items of the OOBTree btree-walk iterates (default: %(default)s)")
     parser.add_argument("--profile", metavar="DIR",
                         help="write a cProfile file per test and worker into DIR")
+    parser.add_argument("--baseline", metavar="NAME",
+                        help="the contender every other one is compared with, figure by"
+                             " figure within a repetition (default: the first)")
     parser.add_argument("--output", metavar="DIR",
                         help="results folder (default: ./bench-results/<timestamp>/)")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
@@ -217,6 +220,10 @@ def run(args: argparse.Namespace) -> int:
     with contenders.prepared(args.config, args.contender, args.wipe,
                              args.server_statements) as found:
         names = [c.name for c in found]
+        baseline = args.baseline or names[0]
+        if baseline not in names:
+            raise ConfigurationError(f"--baseline {baseline} is not one of the contenders"
+                                     f" ({', '.join(names)})")
         for c in found:
             print(f"{c.name}: {c.description}" + (" (workers are threads of one process)"
                                                   if c.single_process else ""))
@@ -242,8 +249,8 @@ def run(args: argparse.Namespace) -> int:
             raise
         finally:
             sizes = {c.name: contenders.database_size(c) for c in found}
-            _write_results(args, output, plan, found, runs, status, sizes)
-        paired = display.paired_table(session.paired_ratios(runs, names[0]), names)
+            _write_results(args, output, plan, found, runs, status, sizes, baseline)
+        paired = display.paired_table(session.paired_ratios(runs, baseline), names)
         if paired is not None:
             view.console.print(paired)
         print("database size after the run: " + ", ".join(
@@ -262,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list[Any],
                    runs: list[dict[str, Any]], status: str,
-                   sizes: dict[str, int | None]) -> None:
+                   sizes: dict[str, int | None], baseline: str) -> None:
     """results.json, results.csv and the charts of what was measured (all of it, or
     what there was when the run was interrupted)."""
     from zodbsql.bench import charts, results, session
@@ -279,8 +286,8 @@ def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list
                         "config": mask_config(c.config_text) if c.owned else "(from --config)"}
                        for c in found],
         "summary": summary,
-        # The first contender against each, repetition by repetition (they take turns).
-        "paired": session.paired_ratios(runs, found[0].name) if found else [],
+        # The baseline against each, repetition by repetition (they take turns).
+        "paired": session.paired_ratios(runs, baseline),
         "runs": [{**run, "failed": mask_secrets(run["failed"])} if run.get("failed")
                  else run for run in runs],
     }
