@@ -117,8 +117,8 @@ def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str
 
 def paired_table(pairs: list[dict[str, Any]], contenders: list[str]) -> Table | None:
     """``session.paired_ratios`` as a table: a line per test, a column per contender
-    compared with the first, each cell the median ratio and its range (None: nothing
-    paired up, as with one contender)."""
+    compared with the baseline, each cell the median ratio and its range (None:
+    nothing paired up, as with one contender)."""
     if not pairs:
         return None
     baseline = pairs[0]["baseline"]

@@ -249,10 +249,11 @@ def run(args: argparse.Namespace) -> int:
             raise
         finally:
             sizes = {c.name: contenders.database_size(c) for c in found}
-            _write_results(args, output, plan, found, runs, status, sizes, baseline)
-        paired = display.paired_table(session.paired_ratios(runs, baseline), names)
-        if paired is not None:
-            view.console.print(paired)
+            pairs = session.paired_ratios(runs, baseline)
+            _write_results(args, output, plan, found, runs, status, sizes, pairs)
+        table = display.paired_table(pairs, names)
+        if table is not None:
+            view.console.print(table)
         print("database size after the run: " + ", ".join(
             f"{name} {size / 1e6:.1f} MB" if size else f"{name} unknown"
             for name, size in sizes.items()))
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list[Any],
                    runs: list[dict[str, Any]], status: str,
-                   sizes: dict[str, int | None], baseline: str) -> None:
+                   sizes: dict[str, int | None], pairs: list[dict[str, Any]]) -> None:
     """results.json, results.csv and the charts of what was measured (all of it, or
     what there was when the run was interrupted)."""
     from zodbsql.bench import charts, results, session
@@ -287,7 +288,7 @@ def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list
                        for c in found],
         "summary": summary,
         # The baseline against each, repetition by repetition (they take turns).
-        "paired": session.paired_ratios(runs, baseline),
+        "paired": pairs,
         "runs": [{**run, "failed": mask_secrets(run["failed"])} if run.get("failed")
                  else run for run in runs],
     }
