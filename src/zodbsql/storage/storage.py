@@ -15,8 +15,10 @@ in the middle hands over to the primary, which has every revision the snapshot s
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
+from operator import itemgetter
 from typing import Any, Callable, Iterable
 
 import zope.interface
@@ -46,6 +48,8 @@ from zodbsql.storage.records import as_bytes, verified
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
+#: ``p64`` without its call: an oid as the 8 bytes ZODB names it by.
+_oid_bytes = struct.Struct(">Q").pack
 
 #: The meta entry that records where blob data lives ("database" or "shared-directory").
 BLOB_LAYOUT = "blob_layout"
@@ -197,7 +201,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 invalidated = None
             elif self._polled is not None:
                 own = self._own_tids
-                invalidated = [p64(oid) for oid, tid in changes if tid not in own]
+                if own:
+                    invalidated = [_oid_bytes(oid) for oid, tid in changes if tid not in own]
+                else:   # a reader's usual start: in C (1,000 changes: ~0.4 -> ~0.1 ms)
+                    invalidated = list(map(_oid_bytes, map(itemgetter(0), changes)))
             # After a reset the snapshot starts afresh at ``upto``: the cache, emptied
             # by the first instance to see it, has nothing from before to cover.
             self._polled_to(upto if reset or since is None else since, upto, changes, token)
