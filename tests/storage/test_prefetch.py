@@ -22,9 +22,11 @@ from ZODB.utils import p64, u64
 from tests.storage.test_verify import CORRUPT, run_sql
 from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.cache.prefetch import START
-from zodbsql.errors import CorruptRecordError
+from zodbsql.errors import CorruptRecordError, DatabaseError
 from zodbsql.backends.base.contract import StateRow
 from zodbsql.storage.records import verified
+from zodbsql.storage import storage as storage_module
+from zodbsql.storage.storage import SEND_AHEAD_AFTER
 
 CHILDREN = 500
 
@@ -598,19 +600,28 @@ def test_where_the_client_picks_a_batch(storage_factory: Any, storage_and_db: An
     picked: list[int] = []
     load_many_with_references = mover.load_many_with_references
 
+    send_load_many_with_references = mover.send_load_many_with_references
+
     def recorded(conn: Any, oids: Any, *args: Any) -> Any:
         picked.append(len(oids))
         return load_many_with_references(conn, oids, *args)
+
+    def sent(conn: Any, oids: Any, *args: Any) -> Any:
+        picked.append(len(oids))
+        return send_load_many_with_references(conn, oids, *args)
     monkeypatch.setattr(mover, "load_many_with_references", recorded)
+    monkeypatch.setattr(mover, "send_load_many_with_references", sent)
     storage.shared.prefetcher.bound = storage.shared.prefetcher.limit   # a warm process
     statements = cold_walk(storage, db)
     backend = storage_factory.param.backend
     if backend == "postgresql":
         assert mover.LOOKAHEAD_AT_LEAST is not None and mover.LOOKS_AHEAD
         # The root with the container and its first children, by the statement; the
-        # other children in one pick.
+        # other children in one pick, its first SEND_AHEAD_AFTER read at once and the
+        # rest sent ahead.
         assert picked and min(picked) >= mover.LOOKAHEAD_AT_LEAST
-        assert sum(picked) >= 900 and statements <= 4
+        assert picked[0] == SEND_AHEAD_AFTER + 1, picked     # the miss and 128 more
+        assert sum(picked) >= 900 and statements <= 5, (picked, statements)
     else:
         assert picked == []
         assert always_picks(storage) == (backend == "sqlite")
@@ -624,15 +635,17 @@ def picked(instance: Any, conn: Any, oid: int, snapshot: int, at_least: int) -> 
     return instance._load_batch(conn, oid, snapshot, siblings, True)
 
 
-def test_a_pick_among_a_cached_containers_children(storage_and_db: Any,
-                                                   polled: Any) -> None:
+def test_a_pick_among_a_cached_containers_children(storage_and_db: Any, polled: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """``_siblings_to_pick`` and ``_load_batch``, PostgreSQL's client pick: the miss's
     uncached siblings after it, at least as many as asked, come in one statement
     bounded in bytes, their first references queued; fewer, and the statement chooses;
-    the miss's row is checked, and missing, as a lone load's."""
+    the miss's row is checked, and missing, as a lone load's.  (Nothing is sent ahead
+    here: see the next test.)"""
     storage, db = storage_and_db
     if storage.shared.backend.mover.LOOKAHEAD_AT_LEAST is None:
         pytest.skip("only a mover with its prefetching statement picks among siblings")
+    monkeypatch.setattr(storage_module, "SEND_AHEAD_AFTER", 10 ** 6)
     with db.transaction() as conn:
         conn.root()["items"] = items = PersistentMapping()
         for i in range(300):
@@ -688,6 +701,134 @@ def test_a_pick_among_a_cached_containers_children(storage_and_db: Any,
     only_the_parent_cached()
     picked(instance, conn, held[20], snapshot, 10)
     assert 0 < sum(cache.has(oid, snapshot) for oid in held[21:]) <= 3
+
+
+def sent_ahead_setup(storage: Any, db: Any, polled: Any) -> tuple[Any, Any, int, list[int]]:
+    """300 children; a polled instance whose cache holds only their container; a pick
+    for the second child: the miss and SEND_AHEAD_AFTER more read, the rest sent."""
+    with db.transaction() as conn:
+        conn.root()["items"] = items = PersistentMapping()
+        for i in range(300):
+            items[i] = PersistentMapping(v=i)
+    container = u64(container_oid(db))
+    instance = polled(storage)
+    held = sorted(u64(oid) for oid in children_of(instance, p64(container)))
+    conn, snapshot = instance._snapshot_conn(), instance._snapshot
+    state, tid = instance.load(p64(container))
+    cache = storage.shared.cache
+    cache.clear()
+    cache.after_poll(snapshot, snapshot, [])           # as a first poll there
+    cache.put_loaded(container, u64(tid), state, snapshot)
+    storage.shared.prefetcher.note_parent(container)
+    return instance, conn, snapshot, held
+
+
+def expected_states(storage: Any, oids: list[int], snapshot: int) -> dict[int, bytes]:
+    """The states of ``oids`` at ``snapshot`` read one by one on a session of their own."""
+    conn = storage.shared.backend.connect()
+    try:
+        mover = storage.shared.backend.mover
+        found = {oid: mover.load_at(conn, oid, snapshot) for oid in oids}
+        return {oid: row.state for oid, row in found.items() if row is not None}
+    finally:
+        conn.close()
+
+
+def test_a_large_pick_sends_the_rest_ahead(storage_and_db: Any, polled: Any) -> None:
+    """Where the mover ``SENDS_AHEAD`` (PostgreSQL), a pick of more than
+    SEND_AHEAD_AFTER children reads those at once and sends the rest in pipeline mode;
+    the next miss takes its rows without a statement of its own, every one cached at
+    the snapshot, and the states are what the database holds."""
+    storage, db = storage_and_db
+    if not storage.shared.backend.mover.SENDS_AHEAD:
+        pytest.skip("only a mover that sends a pick ahead (PostgreSQL)")
+    instance, conn, snapshot, held = sent_ahead_setup(storage, db, polled)
+    cache = storage.shared.cache
+    before = storage.statement_count()
+    picked(instance, conn, held[1], snapshot, 1)
+    assert storage.statement_count() == before + 2           # read, and sent ahead
+    now = [oid for oid in held[2:] if cache.has(oid, snapshot)]
+    assert now == held[2:2 + SEND_AHEAD_AFTER]
+    assert instance._sent_ahead is not None
+    # The next miss takes the rows sent ahead: no statement.
+    state, tid = instance.load(p64(held[200]))
+    assert storage.statement_count() == before + 2
+    assert instance._sent_ahead is None
+    # (The miss's own row is the load's to cache: ``_load_batch`` returns it.)
+    assert all(cache.has(oid, snapshot) for oid in held[2:])
+    expected = expected_states(storage, held, snapshot)
+    assert state == expected[held[200]]
+    assert all(instance.load(p64(oid))[0] == expected[oid] for oid in held[2:])
+    assert storage.statement_count() == before + 2
+
+
+def test_a_statement_after_a_pick_sent_ahead_reads_its_rows_first(
+        storage_and_db: Any, polled: Any) -> None:
+    """Any other statement of the session takes the rows sent ahead first (the session
+    leaves pipeline mode), and a miss after it still finds them; a poll drops them."""
+    storage, db = storage_and_db
+    if not storage.shared.backend.mover.SENDS_AHEAD:
+        pytest.skip("only a mover that sends a pick ahead (PostgreSQL)")
+    instance, conn, snapshot, held = sent_ahead_setup(storage, db, polled)
+    mover, cache = storage.shared.backend.mover, storage.shared.cache
+    picked(instance, conn, held[1], snapshot, 1)
+    assert conn.read_ahead is not None
+    # Another statement of the session, before the rows were asked for.
+    assert mover.load_at(conn, held[0], snapshot).state == instance.load(p64(held[0]))[0]
+    assert conn.read_ahead is None
+    before = storage.statement_count()
+    expected = expected_states(storage, held, snapshot)
+    assert instance.load(p64(held[299]))[0] == expected[held[299]]
+    assert storage.statement_count() == before               # from the rows sent ahead
+    assert all(cache.has(oid, snapshot) for oid in held[2:])
+    # Sent again, then the snapshot moves: the rows are read and dropped.
+    cache.clear()
+    cache.after_poll(snapshot, snapshot, [])
+    cache.put_loaded(u64(container_oid(db)), u64(instance.load(
+        container_oid(db))[1]), instance.load(container_oid(db))[0], snapshot)
+    picked(instance, conn, held[1], snapshot, 1)
+    assert instance._sent_ahead is not None
+    with db.transaction() as zconn:
+        zconn.root()["items"][250]["v"] = -1
+    instance.poll_invalidations()
+    assert instance._sent_ahead is None and conn.read_ahead is None
+    assert instance.load(p64(held[250]))[0] != expected[held[250]]   # the new state
+
+
+def test_a_pick_sent_ahead_whose_session_is_lost(storage_and_db: Any, polled: Any) -> None:
+    """The session dies while a pick is sent ahead: the next miss loads on a new
+    session, with the right state, and the error is not the reader's."""
+    storage, db = storage_and_db
+    if not storage.shared.backend.mover.SENDS_AHEAD:
+        pytest.skip("only a mover that sends a pick ahead (PostgreSQL)")
+    instance, conn, snapshot, held = sent_ahead_setup(storage, db, polled)
+    expected = expected_states(storage, held, snapshot)
+    picked(instance, conn, held[1], snapshot, 1)
+    pid = conn.raw.info.backend_pid
+    run_sql(storage, "SELECT pg_terminate_backend(%s, 5000)", (pid,))
+    assert instance.load(p64(held[200]))[0] == expected[held[200]]
+    assert conn.broken and instance._load is not conn
+    assert all(instance.load(p64(oid))[0] == expected[oid] for oid in held)
+
+
+def test_a_pick_that_cannot_be_sent_ahead(storage_and_db: Any, polled: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sending the rest of a pick fails: the miss still has its row and the first 128,
+    and the rest load at their misses."""
+    storage, db = storage_and_db
+    if not storage.shared.backend.mover.SENDS_AHEAD:
+        pytest.skip("only a mover that sends a pick ahead (PostgreSQL)")
+    instance, conn, snapshot, held = sent_ahead_setup(storage, db, polled)
+    expected = expected_states(storage, held, snapshot)
+
+    def refused(*args: Any) -> Any:
+        raise DatabaseError("refused by the test", "SELECT")
+    monkeypatch.setattr(conn, "send_fetchall", refused)
+    row = picked(instance, conn, held[1], snapshot, 1)
+    assert row.state == expected[held[1]] and instance._sent_ahead is None
+    assert all(storage.shared.cache.has(oid, snapshot)
+               for oid in held[2:2 + SEND_AHEAD_AFTER])
+    assert all(instance.load(p64(oid))[0] == expected[oid] for oid in held)
 
 
 def test_a_pick_takes_the_parents_own_references_only(storage_and_db: Any,

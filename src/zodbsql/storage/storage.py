@@ -37,7 +37,7 @@ from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
 from zodbsql.cache import lookahead
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState,
-                                            StateRow)
+                                            PendingLoad, StateRow)
 from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
 from zodbsql.options import Options
@@ -50,6 +50,10 @@ from zodbsql.storage.shared import Shared
 log = logging.getLogger(__name__)
 #: ``p64`` without its call: an oid as the 8 bytes ZODB names it by.
 _oid_bytes = struct.Struct(">Q").pack
+#: A pick of a container's children larger than this sends the rest ahead, where the
+#: mover can (``SENDS_AHEAD``): the server reads them while ZODB reads these.  ZODB
+#: reads one of them in ~25 us here, and the server picks one in ~4 us.
+SEND_AHEAD_AFTER = 128
 
 #: The meta entry that records where blob data lives ("database" or "shared-directory").
 BLOB_LAYOUT = "blob_layout"
@@ -102,6 +106,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._on_replica = False             # this snapshot is read on _replica
         self._replica_retry = 0.0            # no standby was usable: ask again after this
         self._resets = shared.resets           # the cache resets this instance has heard of
+        # A pick sent ahead (``_load_batch``), the oids it asked for, and its snapshot.
+        self._sent_ahead: tuple[PendingLoad, int] | None = None
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()
         self._pending: PendingCommit | None = None
@@ -222,6 +228,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if second is not None and shared.cache.base > second.checkpoint:
             second.publish_checkpoint(shared.cache.base)   # the index moved past it
         self._own_tids = set()
+        self._sent_ahead = None     # for the snapshot before (its rows are read and dropped)
         self._snapshot = self._polled = upto
         if shared.tracer is not None:
             trace.context.set(f"snapshot 0x{upto:016x}")
@@ -392,6 +399,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             else:
                 source = "cache"
                 hit = shared.cache.get(oid_int, snapshot)
+                if hit is None and self._sent_ahead is not None:
+                    hit = self._take_sent_ahead(oid_int, snapshot)
                 if hit is None and shared.second_level is not None:
                     hit = self._load_shared(oid_int, snapshot)
                     source = "redis"
@@ -538,6 +547,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         mover = self.shared.backend.mover
         prefetcher = self.shared.prefetcher
         references: list[tuple[int, int]] = []
+        ahead: list[int] = []
+        if queue_references and mover.SENDS_AHEAD and len(also) > SEND_AHEAD_AFTER:
+            also, ahead = also[:SEND_AHEAD_AFTER], also[SEND_AHEAD_AFTER:]
         if queue_references:
             loaded, references = mover.load_many_with_references(
                 conn, [oid, *also], snapshot, prefetcher.max_bytes, REFERENCES_EACH)
@@ -553,7 +565,45 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if own_row is None:
             # Missing, or a state that does not open: load_at says which.
             return mover.load_at(conn, oid, snapshot)
+        if ahead:
+            self._send_ahead(conn, ahead, snapshot, loaded)
         return StateRow(own_row.tid, own_row.checksum, own_row.state)
+
+    def _send_ahead(self, conn: ConnectionRole, oids: list[int], snapshot: int,
+                    loaded: list[LoadedState]) -> None:
+        """Send the pick of ``oids`` (in the bytes the batch before left) and return:
+        its rows are taken at the next miss (``_take_sent_ahead``)."""
+        room = self.shared.prefetcher.max_bytes
+        if room is not None:
+            room -= sum(len(each.state) for each in loaded if each.state is not None)
+            if room <= 0:
+                return
+        try:
+            sent = self.shared.backend.mover.send_load_many_with_references(
+                conn, oids, snapshot, room, REFERENCES_EACH)
+        except ZodbsqlError as exc:     # the load itself has its row: not its failure
+            log.debug("%s: a pick could not be sent ahead (%s)", self.__name__, exc)
+            return
+        self._sent_ahead = (sent, snapshot)
+
+    def _take_sent_ahead(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
+        """At a miss: the pick sent ahead into the shared cache, then ``oid`` from it
+        if it came.  A pick that failed is dropped (its session is marked broken, and
+        the miss is loaded on a new one)."""
+        assert self._sent_ahead is not None
+        (sent, sent_at), self._sent_ahead = self._sent_ahead, None
+        if sent_at != snapshot:
+            return None
+        try:
+            loaded, references = sent.result()
+        except ZodbsqlError as exc:
+            log.debug("%s: a pick sent ahead failed (%s); loading without it",
+                      self.__name__, exc)
+            return None
+        cached = self._cache_rows(loaded, snapshot)
+        # No miss loaded these: the first of them stands for it.
+        self.shared.prefetcher.loaded(cached[0] if cached else oid, cached, references)
+        return self.shared.cache.get(oid, snapshot)
 
     def _snapshot_conn(self) -> ConnectionRole:
         """The load connection, ready to read as of the snapshot."""

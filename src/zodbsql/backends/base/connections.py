@@ -68,6 +68,10 @@ class DBConnection:
     tracer: Tracer | None = None
     #: How a driver asks for a statement's plan (``slow-statement-explain``).
     explain_prefix = "EXPLAIN "
+    #: A statement sent ahead whose rows are still coming (PostgreSQL's
+    #: ``send_fetchall``): every other statement takes them first (``settle``), so
+    #: that what a session sends and what it reads stay in step.
+    read_ahead: Any = None
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -122,6 +126,8 @@ class DBConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; return the number of rows it changed."""
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -139,6 +145,8 @@ class DBConnection:
         """Run SQL text without parameters, as written (procedure definitions, or a
         statement built with its values in it); traced and reported as ``shown`` when
         given, which then must name no value."""
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         self.statements += 1
         label = shown if shown is not None else str(sql)
         try:
@@ -148,6 +156,8 @@ class DBConnection:
             raise self._fail(exc, label) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -160,6 +170,8 @@ class DBConnection:
 
     def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
                  prepare: bool = False) -> list[Row]:
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -186,6 +198,8 @@ class DBConnection:
         cursor.execute(sql, params)
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0

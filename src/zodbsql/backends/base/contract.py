@@ -365,6 +365,13 @@ class LockerRole(Protocol):
         :class:`CommitLockTimeout` when it is not granted in time."""
 
 
+class PendingLoad(Protocol):
+    """A pick sent ahead (``MoverRole.send_load_many_with_references``)."""
+
+    def result(self) -> tuple[list[LoadedState], list[Revision]]:
+        """What ``load_many_with_references`` would have returned; waits for it."""
+
+
 class MoverRole(Protocol):
     """Object states into and out of the database."""
 
@@ -376,6 +383,8 @@ class MoverRole(Protocol):
     LOOKS_AHEAD: bool
     LOOKAHEAD_LARGEST: int | None
     LOOKAHEAD_AT_LEAST: int | None
+    #: Does ``send_load_many_with_references`` return before the rows come?
+    SENDS_AHEAD: bool
 
     def prepare_connection(self, conn: ConnectionRole) -> None:
         """Create the temporary tables a committing connection stages into."""
@@ -408,6 +417,13 @@ class MoverRole(Protocol):
         """``load_many_at``'s states and the first ``references_each`` references
         ``(from, to)`` (ascending) of each of their revisions (a client that picks a
         batch queues the items of a BTree's buckets so)."""
+
+    def send_load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
+                                       snapshot_tid: int, max_bytes: int | None,
+                                       references_each: int) -> PendingLoad:
+        """``load_many_with_references`` sent now, its result taken later: the
+        server runs it while the client reads what came before.  Any other statement
+        on ``conn`` first takes its rows."""
 
     def load_with_references(self, conn: ConnectionRole, oid: int, snapshot_tid: int,
                              also: Sequence[int], limit: int, max_bytes: int,

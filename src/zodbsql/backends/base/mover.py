@@ -23,7 +23,7 @@ import dataclasses
 from typing import Any, ClassVar, Iterable, Sequence
 
 from zodbsql.backends.base.contract import (BackendContract, CodecRole, ConnectionRole,
-                                            LoadedState,
+                                            LoadedState, PendingLoad,
                                             ResolvedState,
                                             Revision, StagedState, StateRow)
 from zodbsql.backends.base.statements import for_mode, in_list
@@ -289,6 +289,16 @@ def opened(codec: CodecRole, oid: int, tid: int, state: Any) -> bytes | None:
     return codec.decode(oid, tid, bytes(state))
 
 
+class LoadedNow:
+    """A ``PendingLoad`` whose result was there when it was asked for."""
+
+    def __init__(self, result: tuple[list[LoadedState], list[Revision]]) -> None:
+        self._result = result
+
+    def result(self) -> tuple[list[LoadedState], list[Revision]]:
+        return self._result
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MoverStatements:
     """The mover's statements in one history mode ("": none in this mode)."""
@@ -379,6 +389,10 @@ class Mover:
     #: How many times ``load_with_refs`` (history-preserving) takes the snapshot tid
     #: where it finds the chosen objects' revisions (``HP_REVISIONS_*``).
     HP_REVISION_SNAPSHOTS = 2
+    #: Can ``send_load_many_with_references`` send a pick and return before its rows
+    #: come (a server that runs it while the client reads what came before)?  Here
+    #: it loads at once.
+    SENDS_AHEAD = False
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
@@ -461,6 +475,14 @@ class Mover:
                 each = max(1, size // max(1, len(rows)))
                 step = max(1, min(self.MAX_LISTED_OIDS, (max_bytes - size) // each))
         return rows
+
+    def send_load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
+                                       snapshot_tid: int, max_bytes: int | None,
+                                       references_each: int) -> PendingLoad:
+        """``load_many_with_references``, its result taken later (``SENDS_AHEAD``);
+        here it is loaded now."""
+        return LoadedNow(self.load_many_with_references(
+            conn, oids, snapshot_tid, max_bytes, references_each))
 
     def load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
                                   snapshot_tid: int, max_bytes: int | None,

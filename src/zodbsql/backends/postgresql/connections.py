@@ -8,6 +8,7 @@ travels with its ``BEGIN`` as one query (``begin_read_fetchall``).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 from zodbsql.backends.base.connections import DBConnection, Row
@@ -61,6 +62,57 @@ def load_driver(driver: str = "auto") -> Any:
     return psycopg
 
 
+@functools.lru_cache(maxsize=1)
+def _pipelines_supported() -> bool:
+    import psycopg
+    return bool(psycopg.Pipeline.is_supported())
+
+
+class ReadAhead:
+    """A statement sent in pipeline mode (``send_fetchall``) whose rows are read later:
+    the server runs it while the client works on what came before.
+
+    The session stays in pipeline mode until its rows are taken: by ``rows``, or by
+    any other statement of the session first (``settle``, from ``DBConnection``), so
+    nothing else is ever sent behind it unread.  A failure is kept for ``rows`` to
+    raise; the session is then marked broken (a pipeline's state after an error is
+    not worth trusting), and its owner opens another."""
+
+    def __init__(self, conn: "PostgreSQLConnection", pipeline: Any, cursor: Any, sql: str,
+                 params: Sequence[Any], started: float) -> None:
+        self.conn = conn
+        self._pipeline = pipeline
+        self._cursor = cursor
+        self._sql = sql
+        self._params = params
+        self._started = started
+        self._rows: list[Row] | None = None
+        self._error: Exception | None = None
+
+    def settle(self) -> None:
+        """Take the rows (or the failure) and leave pipeline mode; once."""
+        conn = self.conn
+        if conn.read_ahead is not self:
+            return
+        conn.read_ahead = None
+        try:
+            try:
+                self._rows = list(self._cursor.fetchall())
+            finally:
+                self._pipeline.__exit__(None, None, None)
+        except Exception as exc:  # driver errors have no common base class
+            self._error = exc
+            conn.broken = True
+        conn._traced(self._sql, self._params, self._started, self._error)
+
+    def rows(self) -> list[Row]:
+        self.settle()
+        if self._error is not None:
+            raise self.conn._fail(self._error, self._sql) from self._error
+        assert self._rows is not None
+        return self._rows
+
+
 class PostgreSQLConnection(DBConnection):
     driver_name = "psycopg"
     #: BYTEA values are limited to 1 GB.
@@ -103,6 +155,33 @@ class PostgreSQLConnection(DBConnection):
         sql = f"{'COMMIT; ' if end_first else ''}{BEGIN_READ}; {sql}"
         return self.simple_query(sql, sql, 0, last=True)
 
+    def sends_ahead(self) -> bool:
+        """Can this session send a statement in pipeline mode (libpq 14 and later)?"""
+        return _pipelines_supported()
+
+    def send_fetchall(self, sql: str, params: Sequence[Any]) -> ReadAhead:
+        """Send ``sql`` (prepared, binary results, as ``fetchall(binary=True,
+        prepare=True)``) and return at once; its rows come with ``ReadAhead.rows``."""
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
+        self.statements += 1
+        tracer = self.tracer
+        started = tracer.start() if tracer is not None else 0.0
+        pipeline = self.raw.pipeline()
+        pipeline.__enter__()
+        try:
+            cursor = self.result_cursor()
+            self.execute_prepared(cursor, self._sql(sql), params)
+        except Exception as exc:  # driver errors have no common base class
+            try:
+                pipeline.__exit__(type(exc), exc, exc.__traceback__)
+            except Exception:
+                self.broken = True
+            self._traced(sql, params, started, exc)
+            raise self._fail(exc, sql) from exc
+        sent = self.read_ahead = ReadAhead(self, pipeline, cursor, sql, params, started)
+        return sent
+
     def session_identity(self, set_up: str) -> tuple[int, str]:
         """Run ``set_up`` (statements whose results are dropped), then read this
         session's pid and start from the server, in one round trip (counted as one
@@ -131,6 +210,8 @@ class PostgreSQLConnection(DBConnection):
         statement in the server's log.  Counted as one statement and traced as
         ``shown`` with ``count`` parameters (the values inline are never logged; no
         plan is asked).  ``in_transaction`` follows the server's status after it."""
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         from psycopg.pq import TransactionStatus
         self.statements += 1
         tracer = self.tracer
@@ -152,6 +233,8 @@ class PostgreSQLConnection(DBConnection):
                 tracer.done(self.where, shown, (None,) * count, started, error)
 
     def commit(self) -> None:
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         if not self.in_transaction:
             return
         self.statements += 1
@@ -174,6 +257,8 @@ class PostgreSQLConnection(DBConnection):
             raise self._fail(exc, "COMMIT") from exc
 
     def rollback(self) -> None:
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
         if not self.in_transaction:
             return
         self.statements += 1

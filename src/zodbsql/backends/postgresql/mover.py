@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from zodbsql.backends.base.contract import (ConnectionRole, LoadedState, ResolvedState,
-                                            Revision)
+from zodbsql.backends.base.contract import (ConnectionRole, LoadedState, PendingLoad,
+                                            ResolvedState, Revision)
 from zodbsql.backends.base.mover import (HF_LOAD_WITH_REFS, HF_WALK_STEP, HP_LOAD_WITH_REFS,
-                                        HP_WALK_STEP, REFERENCES_EACH, Mover, loaded_states,
-                                        prefetching, walking)
+                                        HP_WALK_STEP, REFERENCES_EACH, LoadedNow, Mover,
+                                        loaded_states, prefetching, walking)
+from zodbsql.backends.postgresql.connections import PostgreSQLConnection, ReadAhead
 
 
 # ON COMMIT DELETE ROWS: every commit or rollback empties them, so a commit never
@@ -163,6 +164,9 @@ class PostgreSQLMover(Mover):
     # One array parameter whatever the number: the statement's text never changes, so
     # it stays prepared.
     MAX_LISTED_OIDS = 100_000
+    # A pick goes in pipeline mode: the server runs it while ZODB reads what the
+    # previous one brought (see ``storage._load_batch``).
+    SENDS_AHEAD = True
 
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
         return any_of(oids)
@@ -174,13 +178,29 @@ class PostgreSQLMover(Mover):
         """In one statement: the states, with their references cut from their rows."""
         if not oids:
             return [], []
+        sql, params = self._pick(oids, snapshot_tid, max_bytes, references_each)
+        return self._picked(conn.fetchall(sql, params, binary=True, prepare=True))
+
+    def send_load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
+                                       snapshot_tid: int, max_bytes: int | None,
+                                       references_each: int) -> PendingLoad:
+        """The same statement in pipeline mode (``PostgreSQLConnection.send_fetchall``)."""
+        assert isinstance(conn, PostgreSQLConnection)
+        if not (oids and conn.sends_ahead()):
+            return LoadedNow(self.load_many_with_references(
+                conn, oids, snapshot_tid, max_bytes, references_each))
+        sql, params = self._pick(oids, snapshot_tid, max_bytes, references_each)
+        return _SentPick(self, conn.send_fetchall(sql, params))
+
+    def _pick(self, oids: Sequence[int], snapshot_tid: int, max_bytes: int | None,
+              references_each: int) -> tuple[str, list[Any]]:
         bound = NO_BYTE_BOUND if max_bytes is None else max_bytes
         if self.keep_history:
-            sql, params = HP_LOAD_MANY_BYTES, [references_each, bigint_array(oids),
-                                               snapshot_tid, bound]
-        else:
-            sql, params = HF_LOAD_MANY_BYTES, [references_each, bigint_array(oids), bound]
-        rows = conn.fetchall(sql, params, binary=True, prepare=True)
+            return HP_LOAD_MANY_BYTES, [references_each, bigint_array(oids), snapshot_tid,
+                                        bound]
+        return HF_LOAD_MANY_BYTES, [references_each, bigint_array(oids), bound]
+
+    def _picked(self, rows: list[Any]) -> tuple[list[LoadedState], list[Revision]]:
         references = [(int(zoid), int(to_zoid)) for zoid, _, _, _, refs in rows if refs
                       for to_zoid in refs]
         return loaded_states([row[:4] for row in rows], self.backend.codec), references
@@ -215,3 +235,14 @@ def any_of(oids: Sequence[int]) -> tuple[str, list[Any]]:
     """The test of a column against ``oids`` as one binary array, and its parameter (the
     mover's and the packer's ``listed``)."""
     return "= ANY(%b::BIGINT[])", [list(oids)]
+
+
+class _SentPick:
+    """A pick sent ahead: its rows are read, and turned into states, when asked for."""
+
+    def __init__(self, mover: PostgreSQLMover, sent: ReadAhead) -> None:
+        self._mover = mover
+        self._sent = sent
+
+    def result(self) -> tuple[list[LoadedState], list[Revision]]:
+        return self._mover._picked(self._sent.rows())
