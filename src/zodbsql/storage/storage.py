@@ -106,7 +106,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._on_replica = False             # this snapshot is read on _replica
         self._replica_retry = 0.0            # no standby was usable: ask again after this
         self._resets = shared.resets           # the cache resets this instance has heard of
-        # A pick sent ahead (``_load_batch``), the oids it asked for, and its snapshot.
+        # A pick sent ahead (``_load_batch``) and the snapshot it was sent at.
         self._sent_ahead: tuple[PendingLoad, int] | None = None
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()

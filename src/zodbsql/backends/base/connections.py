@@ -124,10 +124,15 @@ class DBConnection:
         error.__cause__ = exc
         return error
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement; return the number of rows it changed."""
+    def settle_read_ahead(self) -> None:
+        """Take the rows of a statement sent ahead, if one is out (``read_ahead``):
+        every statement of the session calls this first."""
         if self.read_ahead is not None:
             self.read_ahead.settle()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; return the number of rows it changed."""
+        self.settle_read_ahead()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -145,8 +150,7 @@ class DBConnection:
         """Run SQL text without parameters, as written (procedure definitions, or a
         statement built with its values in it); traced and reported as ``shown`` when
         given, which then must name no value."""
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         self.statements += 1
         label = shown if shown is not None else str(sql)
         try:
@@ -156,8 +160,7 @@ class DBConnection:
             raise self._fail(exc, label) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -170,8 +173,7 @@ class DBConnection:
 
     def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
                  prepare: bool = False) -> list[Row]:
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -198,8 +200,7 @@ class DBConnection:
         cursor.execute(sql, params)
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0

@@ -162,8 +162,7 @@ class PostgreSQLConnection(DBConnection):
     def send_fetchall(self, sql: str, params: Sequence[Any]) -> ReadAhead:
         """Send ``sql`` (prepared, binary results, as ``fetchall(binary=True,
         prepare=True)``) and return at once; its rows come with ``ReadAhead.rows``."""
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         self.statements += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
@@ -210,8 +209,7 @@ class PostgreSQLConnection(DBConnection):
         statement in the server's log.  Counted as one statement and traced as
         ``shown`` with ``count`` parameters (the values inline are never logged; no
         plan is asked).  ``in_transaction`` follows the server's status after it."""
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         from psycopg.pq import TransactionStatus
         self.statements += 1
         tracer = self.tracer
@@ -233,8 +231,7 @@ class PostgreSQLConnection(DBConnection):
                 tracer.done(self.where, shown, (None,) * count, started, error)
 
     def commit(self) -> None:
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         if not self.in_transaction:
             return
         self.statements += 1
@@ -257,8 +254,7 @@ class PostgreSQLConnection(DBConnection):
             raise self._fail(exc, "COMMIT") from exc
 
     def rollback(self) -> None:
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
+        self.settle_read_ahead()
         if not self.in_transaction:
             return
         self.statements += 1

@@ -164,8 +164,8 @@ class PostgreSQLMover(Mover):
     # One array parameter whatever the number: the statement's text never changes, so
     # it stays prepared.
     MAX_LISTED_OIDS = 100_000
-    # A pick goes in pipeline mode: the server runs it while ZODB reads what the
-    # previous one brought (see ``storage._load_batch``).
+    # The rest of a large pick goes in pipeline mode: the server reads it while ZODB
+    # reads the first part (see ``storage._load_batch``).
     SENDS_AHEAD = True
 
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
