@@ -15,6 +15,7 @@ import tracemalloc
 
 import pytest
 
+from zodbsql.cache.arena import CHUNK_OBJECT_BYTES, HEADER_BYTES, ArenaSegment, entry_cost
 from zodbsql.cache.statecache import (_OID_BYTES, REVISIONS_SHARE, FrequencySketch, StateCache,
                                       allocated, state_cost)
 
@@ -99,7 +100,7 @@ def test_the_memory_bound_holds() -> None:
     cache = StateCache(64 * 1024)
     cache.after_poll(1, 1, [])
     empty = cache.bytes_used
-    assert 0 < empty < 4096                       # the sketch and four empty dicts
+    assert 0 < empty < 12 << 10                   # the sketch, tables, the logs' reserves
     for oid in range(2000):                       # far more than fit
         cache.put_loaded(oid, 1, STATE, snapshot=1)
         cache.get(oid, 1)
@@ -159,12 +160,12 @@ def test_a_second_pass_over_more_than_fits_is_served_in_part() -> None:
     keeps what filled the cache first."""
     cache = StateCache(64 * 1024)
     cache.after_poll(1, 1, [])
-    for oid in range(600):
+    for oid in range(700):
         if cache.get(oid, 1) is None:
             cache.put_loaded(oid, 1, STATE, snapshot=1)
-    assert 200 < len(cache) < 300                 # 600 is more than twice that
+    assert 250 < len(cache) < 350                 # 700 is more than twice that
     kept = len(cache)
-    for oid in range(600):
+    for oid in range(700):
         if cache.get(oid, 1) is None:
             cache.put_loaded(oid, 1, STATE, snapshot=1)
     assert cache.hits > 0.75 * kept
@@ -191,13 +192,13 @@ def test_a_poll_retires_a_current_state_to_an_exact_revision() -> None:
 def test_large_states_are_not_kept(roomy: bool) -> None:
     """A quarter of the cache, exactly, is kept; more is not: in a batch that enters at
     once and in one that enters state by state (``_enter``)."""
-    cache = StateCache(4 * 1000 + 3)
+    cache = StateCache(4 * 16_000 + 3)
     if not roomy:
         cache._fits_without_eviction = lambda rows: False    # type: ignore[method-assign]
     cache.after_poll(1, 1, [])
-    cache.put_loaded(1, 1, b"x" * 1000, snapshot=1)   # a quarter: kept
-    cache.put_loaded(2, 1, b"x" * 1001, snapshot=1)   # more: not kept
-    assert cache.get(1, 1) == (b"x" * 1000, 1)
+    cache.put_loaded(1, 1, b"x" * 16_000, snapshot=1)   # a quarter: kept
+    cache.put_loaded(2, 1, b"x" * 16_001, snapshot=1)   # more: not kept
+    assert cache.get(1, 1) == (b"x" * 16_000, 1)
     assert cache.get(2, 1) is None
     assert len(cache) == 1
 
@@ -363,17 +364,29 @@ def promote_asked(cache: StateCache) -> None:
 
 def assert_counts_add_up(cache: StateCache) -> None:
     """The running byte counts behind ``bytes_used`` are what the states held take."""
-    protected = sum(state_cost(v) for v in cache._protected.values())
+    protected = sum(entry_cost(v) for v in cache._protected.values())
     window = sum(state_cost(v) for v in cache._window.values())
     current = (protected + window
-               + sum(state_cost(v) for v in cache._probation.values()))
+               + sum(entry_cost(v) for v in cache._probation.values()))
     key = allocated(sys.getsizeof(1 << 127))
     revisions = sum(state_cost(v) + key for v in cache._revisions.values())
     assert (cache._protected_bytes, cache._window_bytes, cache._current_bytes,
             cache._revision_bytes) == (protected, window, current, revisions)
     # The table sizes kept as they change, rather than measured at every access.
-    for segment in (cache._window, cache._probation, cache._protected, cache._revisions):
-        assert segment.table_bytes == sys.getsizeof(segment)
+    for table in (cache._window, cache._revisions):
+        assert table.table_bytes == sys.getsizeof(table)
+    for segment in (cache._probation, cache._protected):
+        assert_log_adds_up(segment)
+
+
+def assert_log_adds_up(segment: ArenaSegment) -> None:
+    """What a segment's chunks take is its live entries and the holes it counts
+    (``table_bytes``), and at most its reserve more (a consumed head, the room at the
+    tail's end)."""
+    allocated_bytes = sum(sys.getsizeof(chunk) for chunk in segment._chunks)
+    live = sum(HEADER_BYTES + len(value) for value in segment.values())
+    assert live + segment._dead <= allocated_bytes
+    assert allocated_bytes <= live + segment.table_bytes + segment.reserve_bytes
 
 
 def test_a_state_served_from_either_segment_is_also_its_exact_revision() -> None:
@@ -737,19 +750,16 @@ def test_a_poll_that_fills_a_small_cache_drops_only_the_revisions_it_must() -> N
     assert_counts_add_up(cache)
 
 
-def test_a_promotion_that_grows_a_table_keeps_the_bound() -> None:
+def test_a_promotion_on_the_way_to_an_eviction_keeps_the_bound() -> None:
     """An eviction first moves probation's oldest states that were asked for to
-    protected, whose table may grow (the first one in a full cache does): the bound is
-    checked again then."""
+    protected, whose log grows by them: the bound is checked again then."""
     cache, oid = full_cache_without_window()
     oldest = list(cache._probation)[:3]
     for asked in oldest:
         assert cache.get(asked, 10) is not None   # marked, not moved
     assert not cache._protected
-    tables = cache._tables()
     cache.put_loaded(oid + 1, 5, b"s" * 60, snapshot=10)   # an eviction
     assert list(cache._protected) == oldest
-    assert cache._tables() > tables               # the protected table was made
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
 
@@ -769,7 +779,7 @@ def test_a_batch_goes_on_past_a_state_it_does_not_keep(roomy: bool) -> None:
                            (4, 8, b"x" * (cache.limit // 4 + 1)), (5, 8, b"five"),
                            (3, 8, b"three"), (6, 8, b"six")], snapshot=20)
     assert cache.get(1, 20) is None and cache.get(4, 20) is None
-    assert cache._current(1) is None and cache._current(4) is None   # not kept at all
+    assert not cache._holds(1) and not cache._holds(4)   # not kept at all
     assert [cache.get(oid, 20) for oid in (2, 5, 3, 6)] == [
         (b"two", 8), (b"five", 8), (b"three", 8), (b"six", 8)]
 
@@ -778,7 +788,7 @@ def test_a_commits_batch_keeps_a_quarter_and_goes_on_past_a_state_named_twice() 
     """A commit's states (``put_revisions`` before a poll saw their tid) are kept up to
     a quarter of the cache each, exactly; an oid named twice, or kept already at that
     tid, keeps its first state, is counted once, and the batch goes on after it."""
-    cache = polled_cache(limit=4 * 1000 + 3)
+    cache = polled_cache(limit=4 * 16_000 + 3)
     quarter = cache.limit // 4
     cache.put_revisions(20, [(1, b"q" * quarter), (2, b"q" * (quarter + 1))])
     assert cache.get_revision(1, 20) == b"q" * quarter
@@ -794,19 +804,19 @@ def test_a_commits_batch_fills_the_revisions_share_exactly() -> None:
     """The revisions' share is filled to the byte: a commit's batch that takes exactly
     the share is kept whole, and so are the revisions before it when with them it takes
     exactly the share.  Each revision here costs 176 bytes (95 of state and the bytes
-    header in a 128-byte block, a 48-byte key) and the share is 20 of them."""
+    header in a 128-byte block, a 48-byte key) and the share is 200 of them."""
     per = state_cost(bytes(95)) + allocated(sys.getsizeof(1 << 127))
     assert per == 176
-    cache = polled_cache(limit=int(40 * per / (2 * REVISIONS_SHARE)))
-    assert REVISIONS_SHARE * cache.limit == 20 * per
-    cache.put_revisions(20, [(oid, bytes(95)) for oid in range(1, 21)])
-    assert len(cache._revisions) == 20                 # the whole batch, exactly
-    cache = polled_cache(limit=int(40 * per / (2 * REVISIONS_SHARE)))
-    cache.put_revisions(20, [(oid, bytes(95)) for oid in range(1, 13)])
-    cache.put_revisions(30, [(oid, bytes(95)) for oid in range(13, 21)])
-    assert len(cache._revisions) == 20                 # both batches, exactly
-    cache.put_revisions(40, [(21, bytes(95))])
-    assert len(cache._revisions) == 20 and cache.get_revision(1, 20) is None
+    cache = polled_cache(limit=int(400 * per / (2 * REVISIONS_SHARE)))
+    assert REVISIONS_SHARE * cache.limit == 200 * per
+    cache.put_revisions(20, [(oid, bytes(95)) for oid in range(1, 201)])
+    assert len(cache._revisions) == 200                # the whole batch, exactly
+    cache = polled_cache(limit=int(400 * per / (2 * REVISIONS_SHARE)))
+    cache.put_revisions(20, [(oid, bytes(95)) for oid in range(1, 121)])
+    cache.put_revisions(30, [(oid, bytes(95)) for oid in range(121, 201)])
+    assert len(cache._revisions) == 200                # both batches, exactly
+    cache.put_revisions(40, [(201, bytes(95))])
+    assert len(cache._revisions) == 200 and cache.get_revision(1, 20) is None
     assert_counts_add_up(cache)
 
 
@@ -826,25 +836,28 @@ def test_a_window_over_the_bound_gives_up_its_oldest_states() -> None:
     assert_counts_add_up(cache)
 
 
-def test_a_pass_of_hits_moves_nothing_and_promotions_give_probations_table_back() -> None:
-    """A second pass over states that all fit only marks them: no state moves, no second
-    table is made.  Promoted later (by evictions), they leave probation's table, which
-    shrinks as it empties instead of staying beside protected's."""
+def test_a_pass_of_hits_moves_nothing_and_promotions_give_probations_log_back() -> None:
+    """A second pass over states that all fit only marks them: no state moves, nothing
+    is written.  Promoted later (by evictions), they leave probation's log from its
+    head, and the chunks they leave go as they empty instead of staying beside
+    protected's."""
     cache = polled_cache(limit=64 << 20)
     cache._window_limit = 0                        # every state straight to probation
     states = 20_000
     for oid in range(states):
         cache.put_loaded(oid, 5, STATE, snapshot=10)
     assert len(cache._probation) == states
-    full_table = cache._probation.table_bytes
+    chunks = list(cache._probation._chunks)
     tables = cache._tables()
     for oid in range(states):
         assert cache.get(oid, 10) == (STATE, 5)
     assert len(cache._probation) == states and cache._tables() == tables
+    assert all(a is b for a, b in zip(chunks, cache._probation._chunks))
     promote_asked(cache)
     assert not cache._probation and len(cache._protected) == states
-    assert cache._probation.table_bytes < full_table // 50
-    assert cache._tables() < 1.5 * cache._protected.table_bytes
+    assert len(cache._probation._chunks) == 1 and not cache._probation._chunks[0]
+    assert cache._tables() == (cache._protected.table_bytes + CHUNK_OBJECT_BYTES
+                               + cache._window.table_bytes)
     assert_counts_add_up(cache)
 
 
@@ -926,7 +939,8 @@ def test_a_batch_is_roomy_only_while_it_fits() -> None:
         cache.put_loaded_many([(oid + i, 1, bytes(200)) for i in range(1000)], 1)
         oid += 1000
     assert cache.bytes_used > cache.limit - 1000 * (200 + 300) - 4 * len(cache) \
-        - 2 * (cache._window.table_bytes + cache._probation.table_bytes)
+        - 2 * (cache._window.table_bytes + cache._probation.table_bytes) \
+        - 2 * cache._probation.chunk_size
     assert cache._fits_without_eviction([(0, 1, bytes(200))])
 
 
@@ -955,8 +969,9 @@ def test_peek_many_answers_as_get_without_counting_or_marking() -> None:
 
 def test_a_batch_is_roomy_up_to_exactly_its_counted_need() -> None:
     """The estimate as documented: each state's pickle and ``ROOM_PER_STATE``, the
-    window's and probation's tables doubled, four bytes of sketch per state after the
-    batch; a batch fits when the count plus that is at most the limit."""
+    window's table doubled, a chunk object for each chunk's worth the batch and the
+    window write to probation's log and two more, four bytes of sketch per state after
+    the batch; a batch fits when the count plus that is at most the limit."""
     from zodbsql.cache.statecache import ROOM_PER_STATE
     cache = StateCache(8 << 20)
     cache.after_poll(1, 1, [])
@@ -964,8 +979,10 @@ def test_a_batch_is_roomy_up_to_exactly_its_counted_need() -> None:
     assert len(cache._window) and len(cache._probation)
     rows = [(oid, 1, bytes(50 + oid % 7)) for oid in range(30_000, 30_500)]
     entries = len(cache._probation) + len(cache._protected) + len(cache._window) + len(rows)
-    need = (sum(len(state) for _, _, state in rows) + len(rows) * ROOM_PER_STATE
-            + 2 * (cache._window.table_bytes + cache._probation.table_bytes) + 4 * entries)
+    written = sum(len(state) for _, _, state in rows) + len(rows) * ROOM_PER_STATE
+    opened = (written + cache._window_bytes) // cache._probation.chunk_size + 2
+    need = (written + 2 * cache._window.table_bytes + opened * CHUNK_OBJECT_BYTES
+            + 4 * entries)
     cache.limit = cache._bytes() + need
     assert cache._fits_without_eviction(rows)
     cache.limit -= 1

@@ -24,22 +24,28 @@ retired (conflict resolution asks for the revision a transaction read), are kept
 ``(oid, tid)`` in a small first-in first-out store beside them, for ``get_revision``
 and for a later ``get`` once a poll names them.
 
-**The bound is the bound.**  ``bytes_used`` is what the cache's Python objects take, as
-CPython allocates them: each state's ``bytes`` object (header included, rounded up to
-pymalloc's 16-byte blocks), each key's ``int``, the hash tables of the dicts
-(``sys.getsizeof``, read after every insertion, the only thing that resizes a table, or
-after a commit's batch of them, so a table that doubles is seen before the bound is
-next fitted) and the frequency sketch.  A current state is kept
-as ``tid + state`` in one
-``bytes`` under the oid alone: its pickle and ~130 bytes (a slot of a plain dict's
-table, one int, one bytes header).  Measured with ``scripts/cache_memory.py`` (200,000
-objects of 128 bytes in an OOBTree): see the README's memory table.  Before issue 24 an
-OrderedDict of ``(oid, tid)`` tuples, counted as ``len(state) + 64``, took ~310 bytes
-besides the pickle; then an OrderedDict by oid took ~180.
+**The bound is the bound.**  ``bytes_used`` is what the cache takes in memory: the
+states of probation and protected as their segments' logs count them (``ArenaSegment``:
+each state's ``tid + state`` and a 12-byte header side by side in chunks, its
+``LLBTree`` index entry counted at 48 bytes, the holes and chunk objects, and a reserve
+of about a chunk and a half per segment), and the Python objects of the window and the
+exact revisions as CPython allocates them: each ``bytes`` object (header included,
+rounded up to pymalloc's 16-byte blocks), each key's ``int``, the hash tables of the
+dicts (``sys.getsizeof``, read after every insertion, the only thing that resizes a
+table, or after a commit's batch of them, so a table that doubles is seen before the
+bound is next fitted), and the frequency sketch.  A current state costs its pickle and
+68 bytes in a log (``ENTRY_BYTES`` and its tid), ~140 in the window's dict (a slot of
+its table, one int, one bytes header).  Measured with ``scripts/cache_memory.py``
+(200,000 objects of 128 bytes in an OOBTree): see the README's memory table.  Before
+issue 24 an OrderedDict of ``(oid, tid)`` tuples, counted as ``len(state) + 64``, took
+~310 bytes besides the pickle; then an OrderedDict by oid ~180, then plain dicts ~140
+(32 MB kept 96,916 of those states; in logs, 123,173).
 
-**Eviction: W-TinyLFU.**  Current states live in three insertion-ordered segments
-(``Segment``: a plain dict that hands out its oldest keys in batches, ~55 bytes a state
-less than an ``OrderedDict``).  A new state enters the *window* (1% of the cache but at
+**Eviction: W-TinyLFU.**  Current states live in three first-in first-out segments:
+the window is a ``Segment`` (a plain dict that hands out its oldest keys in batches:
+small, and its hits and insertions are the cheapest, where a cold read's prefetched
+states wait for their loads), probation and protected are ``ArenaSegment`` logs (most
+of the states).  A new state enters the *window* (1% of the cache but at
 least 512 KB or a 16th, in caches of 4 MB and more), first in, first out, with no
 admission (``_touch``); what
 leaves the window moves to *probation* if it wins admission (below) or the cache has
@@ -73,6 +79,7 @@ import sys
 import threading
 from typing import Iterable
 
+from .arena import CHUNK_OBJECT_BYTES, LARGEST_OID, ArenaSegment, entry_cost
 from .segment import BATCH, Segment
 
 # Roughly what one entry of ``changed`` costs, to bound its length by the cache's bytes.
@@ -91,9 +98,14 @@ WINDOW_FROM = 4 << 20
 # turned away before its load, and the first pass over 200,000 objects ran at 7,700
 # objects/s (PostgreSQL) instead of 27,500.
 WINDOW_FLOOR = 512 << 10
-#: What one more state may add at most besides its pickle, counted high (its tid, the
-#: bytes header and block rounding, its oid's int, a share of a table slot).
+#: What one more current state may add at most besides its pickle, counted high as in
+#: the window (its tid, the bytes header and block rounding, its oid's int, a share of a
+#: table slot); in probation's or protected's log it takes less (``ENTRY_BYTES``).
 ROOM_PER_STATE = 8 + 33 + 16 + 32 + 100
+#: A segment's log is written in chunks of this share of the cache, within the bounds
+#: below: a chunk is given back whole, and each segment may hold two it does not fill.
+CHUNK_SHARE = 1 / 512
+CHUNK_BYTES = (256, 64 << 10)
 # A newcomer must have been asked for more than this many times above the victim.
 ADMISSION_MARGIN = 1
 
@@ -223,13 +235,14 @@ class StateCache:
         # Current states (as of ``polled``), oid -> tid (8 bytes, big-endian) + state.
         # A small cache reads fewer of its oldest keys at a time (see Segment).
         batch = max(8, min(BATCH, size_bytes // 8192))
+        chunk = int(min(max(size_bytes * CHUNK_SHARE, CHUNK_BYTES[0]), CHUNK_BYTES[1]))
         self._window = Segment(batch)
         self._window_bytes = 0
         self._window_limit = (max(WINDOW_SHARE * size_bytes,
                                   min(WINDOW_FLOOR, size_bytes // 16))
                               if size_bytes >= WINDOW_FROM else 0)
-        self._probation = Segment(batch)
-        self._protected = Segment(batch)
+        self._probation = ArenaSegment(chunk)
+        self._protected = ArenaSegment(chunk)
         self._protected_bytes = 0
         # Exact revisions, (oid << 64 | tid) -> state, oldest first.
         self._revisions = Segment(batch)
@@ -292,18 +305,15 @@ class StateCache:
     def _retire_held(self, oids: dict[int, int]) -> None:
         """``_retire`` each of ``oids`` (in their order) that the cache holds as current.
         Most oids a poll names are not held here (another process's new objects, or
-        states this one never read): the segments are intersected with them in C
-        rather than asked three times an oid (a poll of 1,000 changes: 1.1 ms of
-        ``_retire`` calls that found nothing)."""
-        if not oids:
-            return
-        held = oids.keys() & self._probation.keys()
-        held |= oids.keys() & self._protected.keys()
-        held |= oids.keys() & self._window.keys()
-        if held:
-            for oid in oids:
-                if oid in held:
-                    self._retire(oid)
+        states this one never read): the segments' indexes are asked first, a C call
+        each, rather than ``_retire`` (a poll of 1,000 changes: 1.1 ms of ``_retire``
+        calls that found nothing)."""
+        in_probation = self._probation.holds
+        in_protected = self._protected.holds
+        in_window = self._window.__contains__
+        for oid in oids:
+            if in_probation(oid) or in_protected(oid) or in_window(oid):
+                self._retire(oid)
 
     def _retire(self, oid: int) -> None:
         """A poll saw ``oid`` change: its current state is now only an exact revision."""
@@ -311,13 +321,14 @@ class StateCache:
         if value is None:
             value = self._protected.pop(oid, None)
             if value is not None:
-                self._protected_bytes -= state_cost(value)
+                self._protected_bytes -= entry_cost(value)
             else:
                 value = self._window.pop(oid, None)
                 if value is None:
                     return
                 self._window_bytes -= state_cost(value)
-        self._current_bytes -= state_cost(value)
+                self._current_bytes += entry_cost(value) - state_cost(value)
+        self._current_bytes -= entry_cost(value)
         self._put_revision(oid, int.from_bytes(value[:8], "big"), value[8:])
 
     def _drop_current(self) -> None:
@@ -372,9 +383,9 @@ class StateCache:
             for oid, tid, value in entries:
                 changed = self._changed.get(oid)
                 if (tid > as_of or (changed is not None and changed != tid)
-                        or self._current(oid) is not None):
+                        or oid > LARGEST_OID or self._holds(oid)):
                     continue
-                cost = state_cost(value)
+                cost = entry_cost(value)
                 self._probation.push(oid, value)
                 self._current_bytes += cost
                 # Counted whole after each (a few lookups): the tables grow too, ~100
@@ -440,11 +451,10 @@ class StateCache:
         changed = self._changed.get(oid)
         if changed is not None and changed > snapshot:
             return None
-        value = self._touch(oid)
-        if value is not None:
-            tid = int.from_bytes(value[:8], "big")
-            if changed is None or tid == changed:
-                return value[8:], tid
+        found = self._touch(oid)
+        if found is not None:
+            if changed is None or found[1] == changed:
+                return found
             return None
         if changed is None:
             return None
@@ -456,8 +466,8 @@ class StateCache:
         self._insert(oid, changed.to_bytes(8, "big") + state)
         return state, changed
 
-    def _touch(self, oid: int) -> bytes | None:
-        """The current state of ``oid``, moved up as the policy says (a hit).  A move
+    def _touch(self, oid: int) -> tuple[bytes, int] | None:
+        """The current state of ``oid`` and its tid, moved up as the policy says (a hit).  A move
         takes a slot of the entry table it moves to, and a dict out of free slots
         resizes, maybe larger: then the bound is checked again.
 
@@ -479,30 +489,23 @@ class StateCache:
         those not served yet, so that these left first, and paid a pop and an insertion
         a hit (2.5 us against 1.4 for a hit in probation: a millisecond of a cold read
         of 1,000 objects)."""
-        value = self._protected.get(oid)
-        if value is None:
+        found = self._protected.get_stamped(oid)
+        if found is None:
             value = self._window.get(oid)
             if value is not None:
-                return value
+                return value[8:], int.from_bytes(value[:8], "big")
             if self._protected_share <= 0:
                 # One plain LRU (``_policy_for_comparison("lru")``): the hit moves.
-                if oid not in self._probation:
+                if not self._probation.holds(oid):
                     return None
-                return self._move_to_newest(self._probation, oid)
-            value = self._probation.get(oid)
-            if value is None:
+                self._probation.touch(oid)
+                self._shrink(None)              # its old place may be a hole now
+                return self._probation.get_stamped(oid)
+            found = self._probation.get_stamped(oid)
+            if found is None:
                 return None                         # a miss: nothing moved
         self._sketch.mark(oid)
-        return value
-
-    def _move_to_newest(self, segment: Segment, oid: int) -> bytes:
-        """An LRU's hit: ``oid`` (in ``segment``) to its newest end, the bound checked
-        again if that resized the segment's table."""
-        before = segment.table_bytes
-        value = segment.touch(oid)
-        if segment.table_bytes != before:
-            self._shrink(None)
-        return value
+        return found
 
     def _tables(self) -> int:
         return (self._protected.table_bytes + self._probation.table_bytes
@@ -529,7 +532,7 @@ class StateCache:
         # Promotions may empty probation: its table, sized for all of its states, would
         # stay beside protected's growing one.
         self._probation.trim()
-        cost = state_cost(value)
+        cost = entry_cost(value)
         self._protected.push(oid, value)
         self._protected_bytes += cost
         cap = self._protected_share * (self.limit - self._revision_bytes)
@@ -541,7 +544,7 @@ class StateCache:
                 # Ends: each turn takes a mark, and none is set until the loop is over.
                 self._protected.push(old, demoted)
                 continue
-            self._protected_bytes -= state_cost(demoted)
+            self._protected_bytes -= entry_cost(demoted)
             self._probation.push(old, demoted)
 
     def has(self, oid: int, snapshot: int) -> bool:
@@ -562,27 +565,29 @@ class StateCache:
                 return [None for _ in oids]
             found: list[bytes | None] = []
             for oid in oids:
-                held = self._visible(oid, snapshot)
-                found.append(None if held is None else held[0][held[1]:])
+                visible = self._visible(oid, snapshot)
+                if visible is None:
+                    found.append(None)
+                elif visible:
+                    found.append(self._stamped(oid)[0])  # type: ignore[index]
+                else:
+                    found.append(self._revisions[oid << 64 | self._changed[oid]])
             return found
 
-    def _visible(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
-        """What the cache holds for ``oid`` as of ``snapshot`` (at or after ``base``),
-        as it holds it, and where its state starts: a current state after its tid (8),
-        an exact revision at 0.  Not copied: ``has`` asks it of every queued oid at a
-        miss."""
+    def _visible(self, oid: int, snapshot: int) -> bool | None:
+        """Does the cache hold a state of ``oid`` as of ``snapshot`` (at or after
+        ``base``)?  True for a current state, False for an exact revision, None for
+        neither.  Nothing is copied when the poll named nothing (``has`` asks it of
+        every queued oid at a miss)."""
         changed = self._changed.get(oid)
         if changed is not None and changed > snapshot:
             return None
-        value = self._current(oid)
-        if value is not None:
-            if changed is None or int.from_bytes(value[:8], "big") == changed:
-                return value, 8
-            return None
         if changed is None:
-            return None
-        revision = self._revisions.get(oid << 64 | changed)
-        return None if revision is None else (revision, 0)
+            return True if self._holds(oid) else None
+        held = self._stamped(oid)
+        if held is not None:
+            return True if held[1] == changed else None
+        return False if (oid << 64 | changed) in self._revisions else None
 
     def get_revision(self, oid: int, tid: int) -> bytes | None:
         """The state ``oid`` had at ``tid`` exactly, if cached (revisions never change)."""
@@ -592,9 +597,9 @@ class StateCache:
             state = self._revisions.get(oid << 64 | tid)
             if state is not None:
                 return state
-            value = self._current(oid)
-            if value is not None and int.from_bytes(value[:8], "big") == tid:
-                return value[8:]
+            held = self._stamped(oid)
+            if held is not None and held[1] == tid:
+                return held[0]
             return None
 
     # -- remembering ---------------------------------------------------------------------------------
@@ -625,8 +630,8 @@ class StateCache:
                     changed = changed_at(oid)
                     if changed is not None and changed != tid:
                         continue        # an older revision, read by an older snapshot
-                    if (len(state) > largest or oid in entering
-                            or self._current(oid) is not None):
+                    if (len(state) > largest or oid > LARGEST_OID or oid in entering
+                            or self._holds(oid)):
                         continue
                     entering[oid] = tid.to_bytes(8, "big") + state
                 self._enter_all(entering)
@@ -635,7 +640,7 @@ class StateCache:
                     changed = changed_at(oid)
                     if changed is not None and changed != tid:
                         continue
-                    if len(state) > largest or self._current(oid) is not None:
+                    if len(state) > largest or oid > LARGEST_OID or self._holds(oid):
                         continue
                     self._enter(oid, tid.to_bytes(8, "big") + state)
             self._shrink(None)
@@ -644,13 +649,17 @@ class StateCache:
         """Would ``rows`` all fit, whatever the tables and the sketch grow to?  Then
         none of them meets admission or evicts anything (``_enter``): a filling cache
         spent half of each insertion measuring itself for a test that could not fail.
-        Counted high: each state with its tid, header and block rounding, an oid, a
-        table slot's share (``ROOM_PER_STATE``); the window's and probation's tables
-        doubled; a sketch of two rows of twice the states, whole."""
+        Counted high: each state with its tid and its entry (``ROOM_PER_STATE``); the
+        window's table doubled; the chunks probation's log may open on the way, one
+        for each chunk's worth written (what the window holds may move there too) and
+        two more; a sketch of two rows of twice the states, whole."""
+        if not rows:
+            return True
         count = len(rows)
         entries = len(self._probation) + len(self._protected) + len(self._window) + count
-        need = (sum(len(state) for _, _, state in rows) + count * ROOM_PER_STATE
-                + 2 * (self._window.table_bytes + self._probation.table_bytes)
+        written = sum(len(state) for _, _, state in rows) + count * ROOM_PER_STATE
+        opened = (written + self._window_bytes) // self._probation.chunk_size + 2
+        need = (written + 2 * self._window.table_bytes + opened * CHUNK_OBJECT_BYTES
                 + 4 * entries)
         return self._bytes() + need <= self.limit
 
@@ -670,7 +679,7 @@ class StateCache:
             for oid, state in states:
                 if state is None:
                     continue
-                if (self._changed.get(oid) == tid and self._current(oid) is None
+                if (self._changed.get(oid) == tid and not self._holds(oid)
                         and len(state) <= self.limit // 4):
                     self._insert(oid, tid.to_bytes(8, "big") + state)   # a poll named it
                 else:
@@ -723,8 +732,8 @@ class StateCache:
         key = oid << 64 | tid
         if key in self._revisions or len(state) > self.limit // 4:
             return
-        current = self._current(oid)
-        if current is not None and int.from_bytes(current[:8], "big") == tid:
+        current = self._stamped(oid)
+        if current is not None and current[1] == tid:
             return                      # kept already, as the current state
         self._revisions.push(key, state)
         self._revision_bytes += state_cost(state) + _KEY_BYTES
@@ -738,17 +747,25 @@ class StateCache:
         self._revision_bytes -= freed
         return freed
 
-    def _current(self, oid: int) -> bytes | None:
-        """``tid + state`` of ``oid`` if it is kept as current, wherever it is."""
-        value = self._protected.get(oid)
-        if value is None:
+    def _stamped(self, oid: int) -> tuple[bytes, int] | None:
+        """The state of ``oid`` and its tid if it is kept as current, wherever it is."""
+        found = self._protected.get_stamped(oid)
+        if found is None:
             value = self._window.get(oid)
-            if value is None:
-                value = self._probation.get(oid)
-        return value
+            if value is not None:
+                return value[8:], int.from_bytes(value[:8], "big")
+            found = self._probation.get_stamped(oid)
+        return found
+
+    def _holds(self, oid: int) -> bool:
+        """Is a state of ``oid`` kept as current?"""
+        return (self._protected.holds(oid) or oid in self._window
+                or self._probation.holds(oid))
 
     def _insert(self, oid: int, value: bytes) -> None:
         """A new current state enters the window (see ``_enter``), the bound fitted."""
+        if oid > LARGEST_OID:
+            return
         self._probation.trim()
         self._protected.trim()
         self._enter(oid, value)
@@ -768,8 +785,9 @@ class StateCache:
             candidate, value = self._window.pop_oldest()
             cost = state_cost(value)
             self._window_bytes -= cost
+            self._current_bytes += entry_cost(value) - cost   # counted as in probation
             if self._turned_away(candidate):
-                self._current_bytes -= cost
+                self._current_bytes -= entry_cost(value)
                 continue
             self._probation.push(candidate, value)
             self._shrink(candidate)
@@ -784,7 +802,6 @@ class StateCache:
         if not entering:
             return
         costs = list(map(state_cost, entering.values()))
-        self._current_bytes += sum(costs)
         limit = self._window_limit
         staying = staying_bytes = 0       # the newest of ``entering`` the window keeps
         for cost in reversed(costs):
@@ -798,16 +815,20 @@ class StateCache:
         while window and (staying < len(costs)
                           or self._window_bytes + staying_bytes > limit):
             oid, value = window.pop_oldest()
-            self._window_bytes -= state_cost(value)
+            cost = state_cost(value)
+            self._window_bytes -= cost
+            self._current_bytes -= cost
             leaving[oid] = value
         entries = list(entering.items())
         moving = len(entries) - staying
         leaving.update(entries[:moving])
         if leaving:
             self._probation.push_many(leaving)
+            self._current_bytes += sum(map(entry_cost, leaving.values()))
         if staying:
             window.push_many(dict(entries[moving:]))
             self._window_bytes += staying_bytes
+            self._current_bytes += staying_bytes
 
     def _turned_away(self, candidate: int) -> bool:
         """Does ``candidate``, leaving the window for a full cache, lose admission to
@@ -817,7 +838,7 @@ class StateCache:
         table resize to three slots per live state and more (10 MB cache: 2.6 MB of
         table for 25,000 states), which evicted the states a second pass was about to
         ask for, without admission (it served 0% of them at 10 MB, 28% at 32 MB)."""
-        if not self._admission or self._bytes() + _OID_BYTES <= self.limit:
+        if not self._admission or self._bytes() <= self.limit:
             return False
         victim = self._oldest_unmarked(None)
         if victim is None:
@@ -828,42 +849,38 @@ class StateCache:
 
     def _shrink(self, newcomer: int | None) -> None:
         """Evict current states until the count fits (see :meth:`_victim`), exact
-        revisions (kept within their share as they come) once none is left.
-
-        The tables are measured once: taking entries out never grows them (a dict does
-        not resize on deletion), so what each eviction frees is subtracted instead."""
+        revisions (kept within their share as they come) once none is left.  The count
+        is taken again after each eviction: an eviction from a segment's head may also
+        pass holes (given back) and a promotion on the way may move a state."""
         sketch = self._sketch
         entries = len(self._probation) + len(self._protected) + len(self._window)
         if entries > 1 << sketch.bits and (1 << sketch.bits) < self._sketch_entries:
             before = sketch.size_bytes
             sketch.grow(min(2 * entries, self._sketch_entries))
             self._fixed_bytes += sketch.size_bytes - before
-        excess = self._bytes() - self.limit
-        while excess > 0:
+        while self._bytes() > self.limit:
             if not self._probation and not self._protected and not self._window:
                 if not self._revisions:
                     return
-                excess -= self._pop_revision()
+                self._pop_revision()
                 continue
-            tables = self._tables()
             source, victim = self._victim(newcomer)
-            # Promotions on the way (``_oldest_unmarked``) may have resized a table.
-            excess += self._tables() - tables
             value = source.pop(victim)
-            cost = state_cost(value)
-            self._current_bytes -= cost
-            if source is self._protected:
-                self._protected_bytes -= cost
-            elif source is self._window:
+            if source is self._window:
+                cost = state_cost(value)
                 self._window_bytes -= cost
-            excess -= cost + _OID_BYTES
+            else:
+                cost = entry_cost(value)
+                if source is self._protected:
+                    self._protected_bytes -= cost
+            self._current_bytes -= cost
             if victim == newcomer:
                 newcomer = None
 
-    def _victim(self, newcomer: int | None) -> tuple[Segment, int]:
+    def _victim(self, newcomer: int | None) -> tuple[ArenaSegment | Segment, int]:
         """Probation's oldest (protected's, when probation holds only the newcomer), or
         the newcomer itself unless it was asked for clearly more often than that one."""
-        source = self._probation
+        source: ArenaSegment | Segment = self._probation
         victim = self._oldest_unmarked(newcomer)
         if (victim is None or victim == newcomer) and self._protected:
             source = self._protected
@@ -889,8 +906,7 @@ class StateCache:
         # (``table_bytes``; their batches are constant, in ``_fixed_bytes``).
         probation, protected, window = self._probation, self._protected, self._window
         changed = self._changed
-        return (self._current_bytes + self._revision_bytes
-                + (len(probation) + len(protected) + len(window)) * _OID_BYTES
+        return (self._current_bytes + self._revision_bytes + len(window) * _OID_BYTES
                 + probation.table_bytes + protected.table_bytes + window.table_bytes
                 + self._revisions.table_bytes
                 + sys.getsizeof(changed) + len(changed) * (_OID_BYTES + _TID_BYTES)
