@@ -152,9 +152,10 @@ def test_dead_slots_are_dropped_and_the_live_ones_stay_in_order() -> None:
     assert DEAD_SLACK < 4990
     prefetcher.bound = 0
     assert prefetcher.plan(4991)[0] == 0                  # its slot after the rewrite
+    assert prefetcher._last_miss_slot == 0
     prefetcher.bound = 8
     prefetcher._window_prefetched = 0
-    assert prefetcher.plan(4991) == (8, list(range(4992, 5000)))
+    assert prefetcher.plan(4992) == (8, list(range(4993, 5001)))
 
 
 def test_a_queue_past_max_queued_keeps_its_newest_half() -> None:
@@ -330,3 +331,17 @@ def test_the_record_of_tails_keeps_the_newest() -> None:
     assert prefetcher.parents()[-1] == 10 ** 6
     prefetcher.note_hit(10 ** 6 + MAX_TAILS + 4)
     assert prefetcher.parents()[-1] == MAX_TAILS + 4
+
+
+def test_a_miss_loaded_alone_at_bound_zero_leaves_the_queue() -> None:
+    """At bound 0 a miss that does not probe is loaded alone, and nothing reports it to
+    ``loaded``: it leaves the queue at the miss.  (It stayed: a 1 MB cache on
+    PostgreSQL, whose prefetches were all turned away, queued every item of a
+    200,000-object walk, 37 MB of peak RSS above the cache-off run.)"""
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 0
+    queued(prefetcher, *range(0, 10_000, 100))
+    for oid in range(4900, -1, -100):                     # backwards: never sequential
+        assert prefetcher.plan(oid) == (0, [])
+    assert not any(oid in prefetcher._position for oid in range(0, 5000, 100))
+    assert sorted(prefetcher._position) == list(range(5000, 10_000, 100))
