@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import tracemalloc
 
-from zodbsql.cache.arena import ENTRY_BYTES, INDEX_BYTES, entry_cost
+from zodbsql.cache.arena import ENTRY_BYTES, INDEX_BYTES, LARGEST_OID, entry_cost
 from zodbsql.cache.statecache import (SKETCH_START, FrequencySketch, StateCache, allocated,
                                       state_cost)
 
@@ -663,4 +663,28 @@ def test_an_oid_beyond_a_signed_64_bit_key_is_served_but_not_kept_as_current() -
     assert cache.get(huge, 12) is None                           # not kept
     assert cache.cover(8, 12, [(huge, 9)])
     assert cache.adopt([(huge - 2, 5, value(5, b"x"))], 12) == (0, True)
+    assert_counts_add_up(cache)
+    # The largest key is kept: loaded, named by a poll, restored.
+    loaded = started(limit=1 << 20)
+    loaded.put_loaded(LARGEST_OID, 5, b"largest", snapshot=10)
+    assert loaded._holds(LARGEST_OID) and loaded.get(LARGEST_OID, 10) == (b"largest", 5)
+    named = started(limit=1 << 20)
+    named.put_revision(LARGEST_OID, 11, b"named")
+    named.after_poll(10, 11, [(LARGEST_OID, 11)])
+    assert named.get(LARGEST_OID, 11) == (b"named", 11) and named._holds(LARGEST_OID)
+    restored = started(limit=1 << 20)
+    assert restored.adopt([(LARGEST_OID, 5, value(5, b"kept"))], 10) == (1, True)
+    assert restored.get(LARGEST_OID, 10) == (b"kept", 5)
+
+
+def test_a_state_waiting_in_the_window_is_its_exact_revision_too() -> None:
+    """get_revision and put_revision find a current state in the window by its tid, as
+    in probation and protected (``_stamped``)."""
+    cache = started(limit=4 << 20)
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)
+    assert 1 in cache._window
+    assert cache.get_revision(1, 5) == b"one at 5"
+    assert cache.get_revision(1, 4) is None
+    cache.put_revision(1, 5, b"one at 5")          # kept already, as the current state
+    assert not cache._revisions
     assert_counts_add_up(cache)
