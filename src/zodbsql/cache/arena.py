@@ -8,21 +8,22 @@ Here a state costs its value, a 12-byte header in the log (oid, length) and its 
 in the index: an ``LLBTree`` keeps oid -> position as two C int64s in arrays of up to
 120, 25 to 46 bytes an entry as measured on this machine (filled in order, in random
 order, and after a million first-in first-out replacements), so ``INDEX_BYTES`` counts
-48.  In 32 MB that keeps about a third more states of a few hundred bytes.
+48.  In 32 MB that keeps 27% more states of ~180 bytes (``scripts/cache_memory.py``).
 
 **Order.**  The state cache's segments are first-in first-out queues (a hit marks a
 state and moves nothing), so the log's order is the segment's order: ``push`` appends
-at the tail, ``pop_oldest`` takes from the head.  A state that leaves from elsewhere
-(a poll retired it, admission turned the newest away) leaves its bytes behind as a
-hole, skipped when the head reaches it and counted until then (``table_bytes``);
-``trim`` writes the log again once holes are most of it.  An entry is live while the
+at the tail, ``pop_oldest`` takes from the head.  The newest leaving (admission turned
+it away) steps the tail back; a state that leaves from the middle (a poll retired it)
+leaves its bytes behind as a hole, skipped when the head reaches it and counted until
+then (``table_bytes``); ``trim`` writes the log again once holes are most of it.  An entry is live while the
 index points at it, so a stale header is recognised by its position.
 
-**Memory.**  The log is a deque of ``bytearray`` chunks of ``chunk_size`` (a value
-larger than that gets a chunk of its own size), dropped whole when the head leaves
-them.  What is allocated is counted exactly but for two parts bounded by a chunk each,
-the head chunk's consumed start and the tail chunk's unfilled end: ``reserve_bytes``,
-which the cache counts as fixed.  A chunk is one allocation, so giving states back
+**Memory.**  The log is a deque of chunks of up to ``chunk_size`` (a value larger than
+that gets a chunk of its own): ``bytes`` once closed, the tail a ``bytearray`` that grows
+as states come; a chunk is dropped whole when the head leaves it.  What is allocated is
+counted exactly but for two parts, the head chunk's consumed start (up to a chunk) and
+the room a ``bytearray`` keeps at its end (an eighth of it): ``reserve_bytes``, which
+the cache counts as fixed.  A chunk is one allocation, so giving states back
 gives memory back, where freed ``bytes`` objects leave pymalloc's pools fragmented.
 """
 from __future__ import annotations
