@@ -1020,3 +1020,43 @@ def test_a_hit_in_the_window_moves_nothing() -> None:
     assert list(cache._window) == [0, 1, 2]
     assert cache._sketch.count(0) > cache._sketch.count(1)
     assert_counts_add_up(cache)
+
+
+def test_a_deleted_object_leaves_even_at_the_same_poll_tid() -> None:
+    """A deletion changes no tid: a poll at the newest tid polled (another instance's,
+    after a pack) still takes its states out, and from then on every snapshot misses."""
+    cache = polled_cache()
+    cache.put_loaded(7, 3, STATE, snapshot=10)
+    cache.put_loaded(8, 4, STATE, snapshot=10)
+    cache.after_poll(10, 10, [], gone=[7], gone_seq=1)
+    assert cache.get(7, 10) is None and cache.get(7, 12) is None
+    assert cache.get(8, 10) == (STATE, 4)
+    assert cache.position() == (10, 1)
+    cache.put_loaded(7, 3, STATE, snapshot=10)      # a load read before the deletion
+    assert cache.get(7, 10) is None
+    cache.after_poll(10, 20, [], gone=[], gone_seq=1)
+    assert cache.get(8, 20) == (STATE, 4)           # nothing more went
+
+
+def test_deletions_no_poll_could_list_empty_the_cache() -> None:
+    """Records pruned before the cache saw them (its newest record below the floor):
+    what went is unknown, so nothing kept as current stays."""
+    cache = polled_cache()
+    cache.after_poll(10, 10, [], gone_seq=2)
+    cache.put_loaded(7, 3, STATE, snapshot=10)
+    cache.after_poll(10, 20, [], gone=[], gone_seq=9, gone_floor=2)
+    assert cache.get(7, 20) == (STATE, 3)           # the floor is the cache's own
+    cache.after_poll(20, 30, [], gone=[], gone_seq=12, gone_floor=10)
+    assert cache.get(7, 30) is None
+    assert (cache.base, cache.polled, cache.gone_seen) == (30, 30, 12)
+
+
+def test_a_restore_counts_deletions_as_changes_and_refuses_pruned_ones() -> None:
+    cache = StateCache(100_000)
+    assert not cache.cover(5, 10, [], complete=False)
+    assert cache.cover(5, 10, [(1, 7)], gone=[2], gone_seq=4)
+    assert cache.position() == (10, 4)
+    cache.adopt([(2, 6, (6).to_bytes(8, "big") + STATE),
+                 (3, 6, (6).to_bytes(8, "big") + STATE)], as_of=8)
+    assert cache.get(2, 10) is None                 # deleted since: not adopted
+    assert cache.get(3, 10) == (STATE, 6)

@@ -156,17 +156,19 @@ class PersistentCache:
         conn = self.connect()
         try:
             for _ in range(3):
-                polled = self.cache.polled
-                since = min(oldest, polled) if polled >= 0 else oldest
-                upto, changes = self.backend.poller.poll(conn, since)
+                newest = self.cache.polled
+                since = min(oldest, newest) if newest >= 0 else oldest
+                polled = self.backend.poller.poll(conn, since)
                 conn.rollback()
-                self.changes = len(changes)
+                upto = polled.upto
+                self.changes = len(polled.changes) + len(polled.gone)
                 if upto < since:
                     return False    # the database is older than the file: a restore
-                if self.cache.cover(since, upto, changes):
+                if self.cache.cover(since, upto, polled.changes, polled.gone,
+                                    polled.gone_seq, polled.complete):
                     return True
-                if upto >= self.cache.base:
-                    return False    # not overtaken: too many changes
+                if upto >= self.cache.base or not polled.complete:
+                    return False    # not overtaken: too many changes, or deletions
             return False
         finally:
             conn.close()

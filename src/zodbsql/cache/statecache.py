@@ -77,7 +77,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from .arena import CHUNK_OBJECT_BYTES, LARGEST_OID, ArenaSegment, entry_cost
 from .segment import BATCH, Segment
@@ -262,6 +262,9 @@ class StateCache:
         self._admission = True
         self.base = -1          # no instance has polled yet
         self.polled = -1
+        # The newest deletion record the polls brought (backends/base/poller.py): every object
+        # deleted up to it that was kept here is gone from here too.
+        self.gone_seen = -1
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -279,17 +282,36 @@ class StateCache:
             self._protected_share = 0.0
 
     # -- polls ---------------------------------------------------------------------------------------
-    def after_poll(self, since: int, upto: int, changes: list[tuple[int, int]]) -> None:
-        """Record a poll that saw ``changes`` (oid, tid) in ``(since, upto]``."""
+    def position(self) -> tuple[int | None, int | None]:
+        """Where the polls have brought the cache: the newest tid polled and the newest
+        deletion record (None, None before the first poll)."""
+        with self._lock:
+            if self.polled < 0:
+                return None, None
+            return self.polled, (self.gone_seen if self.gone_seen >= 0 else None)
+
+    def after_poll(self, since: int, upto: int, changes: list[tuple[int, int]],
+                   gone: Sequence[int] = (), gone_seq: int = -1, gone_floor: int = 0,
+                   complete: bool = True) -> None:
+        """Record a poll that saw ``changes`` (oid, tid) in ``(since, upto]``, and the
+        objects ``gone`` (deleted, so no poll names them as changed) up to deletion record
+        ``gone_seq``; the records up to ``gone_floor`` were pruned (``complete`` False: a
+        poll without a record number found some it needed pruned)."""
         if not self.enabled:
             return
         with self._lock:
-            if self.polled < 0 or since > self.polled:
-                # First poll, or a gap this poll doesn't cover: start the index afresh.
+            lost = (0 <= self.gone_seen < gone_floor) if self.gone_seen >= 0 else not complete
+            if self.polled < 0 or since > self.polled or lost:
+                # First poll, a gap this poll doesn't cover, or deletions it could not
+                # list any more: start the index afresh.
                 self._changed.clear()
                 self._drop_current()
-                self.base = self.polled = upto
+                self.base = self.polled = max(upto, self.polled)
+                self.gone_seen = max(gone_seq, self.gone_seen)
                 return
+            if gone:
+                self._forget_gone(gone, max(upto, self.polled))
+            self.gone_seen = max(gone_seq, self.gone_seen)
             if upto <= self.polled:
                 return
             polled = self.polled
@@ -301,6 +323,19 @@ class StateCache:
                 self._changed.clear()
                 self.base = upto
             self._shrink(None)      # the index counts: a poll that grew it makes room
+
+    def _forget_gone(self, oids: Sequence[int], polled: int) -> None:
+        """Deleted objects: their current states go (as exact revisions), and the index
+        names them as changed at ``polled`` (no revision has that tid: whatever asks
+        for them from there on goes to the database, the Redis level included)."""
+        self._retire_held(dict.fromkeys(oids, polled))
+        changed = self._changed
+        for oid in oids:
+            if changed.get(oid, -1) < polled:
+                changed[oid] = polled
+        if len(changed) > self._max_index:
+            changed.clear()
+            self.base = polled
 
     def _retire_held(self, oids: dict[int, int]) -> None:
         """``_retire`` each of ``oids`` (in their order) that the cache holds as current.
@@ -338,24 +373,32 @@ class StateCache:
         self._current_bytes = self._protected_bytes = self._window_bytes = 0
 
     # -- restoring (the persistent and shared caches) ------------------------------------------
-    def cover(self, since: int, upto: int, changes: list[tuple[int, int]]) -> bool:
+    def cover(self, since: int, upto: int, changes: list[tuple[int, int]],
+              gone: Sequence[int] = (), gone_seq: int = -1, complete: bool = True) -> bool:
         """Take a poll over ``(since, upto]`` that may reach back before ``base``: the
         index then covers ``(min(base, since), max(polled, upto)]``, so states known
-        current at a tid from ``since`` on can be checked against it.  False (and nothing
-        changed) when it can't: too many changes, or a gap between the two ranges
-        (``since`` after ``polled``, or ``upto`` before ``base``: a poll that started before
-        an instance's first one ended after it)."""
-        if not self.enabled:
+        current at a tid from ``since`` on can be checked against it.  The objects
+        ``gone`` (deleted since, up to record ``gone_seq``) count as changed at ``upto``.
+        False (and nothing changed) when it can't: too many changes, deletions the poll
+        could no longer list (``complete``), or a gap between the two ranges (``since``
+        after ``polled``, or ``upto`` before ``base``: a poll that started before an
+        instance's first one ended after it)."""
+        if not self.enabled or not complete:
             return False
         with self._lock:
             if self.polled >= 0 and (since > self.polled or upto < self.base):
                 return False
-            if len(self._changed) + len(changes) > self._max_index:
+            if len(self._changed) + len(changes) + len(gone) > self._max_index:
                 return False
             if self.polled < 0:
                 self._changed.clear()
                 self._drop_current()
                 self.base = self.polled = since
+            for oid in gone:
+                if upto > self._changed.get(oid, -1):
+                    self._changed[oid] = upto
+                self._retire(oid)
+            self.gone_seen = max(self.gone_seen, gone_seq)
             for oid, tid in changes:
                 # A poll names each oid with its newest tid; the index keeps the newest.
                 if tid > self._changed.get(oid, -1):

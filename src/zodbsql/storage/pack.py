@@ -110,6 +110,8 @@ class _Pack:
         counts = backend.packer.count(conn, self.gc)
         if self.dry_run:
             return counts
+        # The records of deletions older than the previous pack go: see backends/base/poller.py.
+        self._locked(lambda: backend.packer.prune_gone(conn))
         if self.gc:
             self._delete_objects(self.backend.packer.next_garbage, self._still_garbage, "gc")
         if keep_history:
@@ -206,6 +208,7 @@ class _Pack:
                 doomed = recheck(conn, locked) if locked else []
                 if doomed:
                     packer.delete_objects(conn, doomed)
+                    packer.record_gone(conn, doomed)   # for the polls (backends/base/poller.py)
             self._locked(step, lock_rows)
             after = found[-1]
             done += len(found)

@@ -51,9 +51,11 @@ def test_a_start_is_one_statement_after_the_rollback(factory: PostgreSQLFactory,
             if record.name == "zodbsql.sql"]
     assert [statement.split(";")[0] for statement in sent] == ["ROLLBACK (0 parameters)",
                                                                BEGIN_READ]
-    polled = storage._polled
-    assert sent[1].endswith(f"FROM object_state WHERE tid > {polled}"
-                            " AND tid <= (SELECT last_tid FROM commit_row) (0 parameters)")
+    polled, gone = storage._polled, storage._gone_seen
+    assert (f"FROM object_state WHERE tid > {polled}"
+            " AND tid <= (SELECT last_tid FROM commit_row) UNION ALL") in sent[1]
+    assert sent[1].endswith(f"FROM object_gone WHERE seq > {gone} AND tid >= 0"
+                            " (0 parameters)")
     assert storage.statement_count() - before == 2
     assert storage._load.in_transaction and storage._read_txn
 

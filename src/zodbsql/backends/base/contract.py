@@ -168,6 +168,28 @@ class BlobContent(NamedTuple):
 #: ``(oid, tid)``: one revision of one object.
 Revision = tuple[int, int]
 
+
+class Polled(NamedTuple):
+    """What a poll read in one snapshot."""
+
+    #: The snapshot's tid: the last committed.
+    upto: int
+    #: The objects changed after the poll's ``since``, each with its newest tid.
+    changes: list[Revision]
+    #: The objects deleted (by pack, or by a history-free deletion) after the poll's
+    #: ``gone_since`` (or, without it, since the last commit before ``since``): their
+    #: rows are gone, so ``changes`` can't name them (backends/base/poller.py).
+    gone: list[int]
+    #: The number of the newest deletion record in the snapshot (the next poll's
+    #: ``gone_since``).
+    gone_seq: int
+    #: The newest record number pruned: a caller whose ``gone_since`` is below it may
+    #: have missed deletions.
+    gone_floor: int
+    #: False when the deletions since ``since`` (asked without ``gone_since``) can't
+    #: all be named any more: their records were pruned.
+    complete: bool = True
+
 #: Levels of a :class:`Finding`.
 OK, WARNING, ERROR = "ok", "warning", "error"
 
@@ -482,13 +504,19 @@ class MoverRole(Protocol):
 class PollerRole(Protocol):
     """The newest committed tid, and what changed since a given tid."""
 
+    #: Does the database record deletions (``object_gone``)?  False only for a database
+    #: made before the record and opened read-only (set by the schema's ``prepare``).
+    reads_gone: bool
+
     def last_tid(self, conn: ConnectionRole) -> int:
         """The tid of the last committed transaction (0 for an empty database)."""
 
-    def poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[Revision]]:
-        """``(snapshot tid, [(oid, tid), ...])``: the objects changed after ``since``,
-        as of the snapshot tid, in one statement.  With ``since`` None only the
-        snapshot tid is read."""
+    def poll(self, conn: ConnectionRole, since: int | None,
+             gone_since: int | None = None) -> Polled:
+        """The objects changed after ``since`` and deleted after record ``gone_since``
+        (None: those deleted since the last commit before ``since``, for a caller that
+        has no record number), as of the snapshot tid, in one statement.  With
+        ``since`` None only the snapshot tid and the newest record number are read."""
 
     @property
     def ends_with_begin(self) -> bool:
@@ -496,7 +524,7 @@ class PollerRole(Protocol):
         open in the same round trip as the new one's BEGIN and the poll?"""
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       end_first: bool = False) -> tuple[int, list[Revision]]:
+                       gone_since: int | None = None, end_first: bool = False) -> Polled:
         """``poll`` in a read transaction begun first (``conn.begin_read``), which holds
         the poll's snapshot for the loads after it; in the same round trip where the
         backend can.  ``end_first``: the read transaction still open on ``conn`` ends
@@ -626,6 +654,14 @@ class PackerRole(Protocol):
     def delete_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
         """Delete every revision, reference and blob reference of ``oids`` (skipping
         objects a commit holds, where the backend locks rows)."""
+
+    def record_gone(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
+        """Record that ``oids`` were deleted (``object_gone``, one new record number for
+        them), so that polls name them (commit lock held)."""
+
+    def prune_gone(self, conn: ConnectionRole) -> None:
+        """Drop the deletion records older than the previous pack's start, raising the
+        floor (commit lock held)."""
 
     def next_with_old_revisions(self, conn: ConnectionRole, after: int,
                                 limit: int) -> list[Revision]:

@@ -76,6 +76,12 @@ HF_MOVE_STATES = (
     " state_size = excluded.state_size, refs = excluded.refs, state = excluded.state")
 HF_DELETE_REMOVED = (
     "DELETE FROM object_state WHERE zoid IN (SELECT zoid FROM temp_store WHERE state IS NULL)")
+# The objects deleted are recorded (backends/base/poller.py): polls can't name a row that is gone.
+HF_NEXT_GONE_SEQ = ("UPDATE gone_row SET last_seq = last_seq + 1"
+                    " WHERE EXISTS (SELECT 1 FROM temp_store WHERE state IS NULL)")
+HF_RECORD_DELETED = (
+    "INSERT INTO object_gone (seq, zoid, tid)"
+    " SELECT g.last_seq, t.zoid, %s FROM gone_row g, temp_store t WHERE t.state IS NULL")
 # A new revision replaces the object's blob reference (or drops it: deleted, not a blob).
 HF_DELETE_OLD_BLOBS = "DELETE FROM blob_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
 HF_MOVE_BLOBS = (
@@ -635,7 +641,9 @@ class Mover:
         else:
             conn.execute(sql.move_states, (tid,))
             conn.execute(sql.delete_removed)
-            if blobs:
+            if blobs:   # (as any deletion is: see the caller)
+                if conn.execute(HF_NEXT_GONE_SEQ):
+                    conn.execute(HF_RECORD_DELETED, (tid,))
                 conn.execute(sql.delete_old_blobs)
                 conn.execute(sql.move_blobs, (tid,))
         if blobs and not self.backend.features.staging_emptied_by_transaction_end:

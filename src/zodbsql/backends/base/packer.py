@@ -112,6 +112,21 @@ DELETE_EMPTY_TRANSACTIONS = (
     " AND NOT EXISTS (SELECT 1 FROM object_state s WHERE s.tid = transactions.tid)")
 
 
+# The record of deleted objects (backends/base/poller.py): a new number per batch, its rows
+# stamped with the last tid committed.  Pruning keeps the records of the previous pack
+# (those after ``mark_seq``): a process that polls once between two packs misses none.
+NEXT_GONE_SEQ = "UPDATE gone_row SET last_seq = last_seq + 1"
+GONE_STAMP = "SELECT g.last_seq, c.last_tid FROM gone_row g, commit_row c"
+ADD_GONE = "INSERT INTO object_gone (seq, zoid, tid) VALUES (%s, %s, %s)"
+PRUNE_GONE = "DELETE FROM object_gone WHERE seq <= (SELECT mark_seq FROM gone_row)"
+# Assigned in this order, MySQL (which reads the columns assigned before) and the others
+# (which read the old values) agree.
+RAISE_GONE_FLOOR = (
+    "UPDATE gone_row SET floor_tid = CASE WHEN mark_seq > floor_seq"
+    " THEN (SELECT last_tid FROM commit_row) ELSE floor_tid END,"
+    " floor_seq = mark_seq, mark_seq = last_seq")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PackerStatements:
     """The packer's statements in one history mode ("": none in this mode)."""
@@ -218,6 +233,17 @@ class Packer:
         test, params = self.listed(oids)
         for template in self.sql.delete_objects:
             conn.execute(template.format(listed=test), params)
+
+    def record_gone(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
+        conn.execute(NEXT_GONE_SEQ)
+        row = conn.fetchone(GONE_STAMP)
+        assert row is not None
+        seq, tid = int(row[0]), int(row[1])
+        conn.executemany(ADD_GONE, [(seq, oid, tid) for oid in oids])
+
+    def prune_gone(self, conn: ConnectionRole) -> None:
+        conn.execute(PRUNE_GONE)
+        conn.execute(RAISE_GONE_FLOOR)
 
     def next_with_old_revisions(self, conn: ConnectionRole, after: int,
                                 limit: int) -> list[Revision]:

@@ -6,6 +6,25 @@ the list is exactly what changed up to that tid, and every ZODB transaction star
 one round trip.  A history-free snapshot is a read transaction that the poll opens
 (``begin_and_poll``): one round trip more here, none on PostgreSQL, whose poller sends
 the two together.
+
+**Deletions.**  A poll finds what changed by the rows written since, so it can't name an
+object whose rows are gone: one a pack collected (both modes), or a history-free
+``deleteObject`` removed.  Unnamed, a process that kept the object's state (the state
+cache, a ZODB connection's objects) would go on serving it, and not only as garbage a
+pack may leave readable: when a commit wrote a newer revision and the pack removed it
+before that process polled, the older state was served as current (the model test found
+it: ``tests/model``).  So every such deletion is recorded, under the commit lock, in
+``object_gone``: a row per object, numbered by ``seq`` (one number per batch, the last one
+given kept in ``gone_row``) and stamped with the last tid committed then.  The poll
+reads the records numbered after the instance's last poll in the same statement (kinds
+2 to 4), and the instance reports those objects as changed.  A caller that has a tid
+but no number (the persistent and Redis caches, checking what they restore) asks for
+the records stamped from its tid on, a few more than it needs.  Each pack first prunes
+the records made before the previous pack began (``floor_seq``, ``floor_tid``): a
+process that polls at least once between two packs misses none; one that did not is
+told everything changed (``poll_invalidations`` returns None, the state cache starts
+afresh).  Records cost nothing to a poll when there are none: an index range on
+``seq`` past the newest.
 """
 from __future__ import annotations
 
@@ -13,7 +32,7 @@ import dataclasses
 from operator import itemgetter
 from typing import Any, ClassVar
 
-from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
+from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Polled, Revision
 from zodbsql.backends.base.statements import for_mode
 
 LAST_TID = "SELECT last_tid FROM commit_row"
@@ -27,12 +46,20 @@ LAST_TID = "SELECT last_tid FROM commit_row"
 # third of the table and scanned all of it at every poll (68 ms at 1,000,000 objects),
 # where it takes a two-sided range for a small one and reads the index (0.3 ms).
 CHANGED_SINCE = "tid > %s AND tid <= (SELECT last_tid FROM commit_row)"
-HP_POLL = (
+HP_CHANGED = (
     "SELECT 0, 0, last_tid FROM commit_row UNION ALL SELECT 1, zoid, MAX(tid)"
     f" FROM object_state WHERE {CHANGED_SINCE} GROUP BY zoid")
-HF_POLL = (
+HF_CHANGED = (
     "SELECT 0, 0, last_tid FROM commit_row"
     f" UNION ALL SELECT 1, zoid, tid FROM object_state WHERE {CHANGED_SINCE}")
+# The deletions (the docstring says why): kind 2 carries the floor and the newest record
+# number, kind 3 the floor's tid, kind 4 rows are deleted objects with their record's
+# number: those after the caller's number, and recorded at or after its tid.
+GONE_SINCE = (
+    " UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
+    " UNION ALL SELECT 3, 0, floor_tid FROM gone_row"
+    " UNION ALL SELECT 4, zoid, seq FROM object_gone WHERE seq > %s AND tid >= %s")
+FIRST_POLL = "SELECT 0, 0, last_tid FROM commit_row UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,55 +67,91 @@ class PollerStatements:
     """The poller's statements in one history mode."""
 
     last_tid: str = LAST_TID
+    #: The changes alone (a database opened read-only that has no record of deletions).
+    changed: str
     poll: str
+    first_poll: str = FIRST_POLL
 
 
 class Poller:
     """The portable poll: one UNION statement (a ``PollerRole``)."""
 
-    HISTORY_PRESERVING: ClassVar[PollerStatements] = PollerStatements(poll=HP_POLL)
-    HISTORY_FREE: ClassVar[PollerStatements] = PollerStatements(poll=HF_POLL)
+    HISTORY_PRESERVING: ClassVar[PollerStatements] = PollerStatements(
+        changed=HP_CHANGED, poll=HP_CHANGED + GONE_SINCE)
+    HISTORY_FREE: ClassVar[PollerStatements] = PollerStatements(
+        changed=HF_CHANGED, poll=HF_CHANGED + GONE_SINCE)
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
         self.keep_history = backend.keep_history
         self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
+        #: Does the database record deletions?  (One made before the record and opened
+        #: read-only does not: the schema says so when it is opened.)
+        self.reads_gone = True
 
     def last_tid(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(self.sql.last_tid)
         return int(row[0]) if row else 0
 
-    def poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[Revision]]:
-        """``(snapshot tid, [(oid, tid), ...])``: objects changed after ``since``.
-
-        With ``since`` None only the snapshot tid is read.
-        """
+    def statement(self, since: int | None, gone_since: int | None) -> tuple[str, tuple[int, ...]]:
+        """The poll's statement and its parameters."""
         if since is None:
-            return self.last_tid(conn), []
-        return self.parse_poll(conn.fetchall(self.sql.poll, (since,)))
+            return (self.sql.first_poll if self.reads_gone else self.sql.last_tid), ()
+        if not self.reads_gone:
+            return self.sql.changed, (since,)
+        if gone_since is None:
+            return self.sql.poll, (since, -1, since)
+        return self.sql.poll, (since, gone_since, 0)
+
+    def poll(self, conn: ConnectionRole, since: int | None,
+             gone_since: int | None = None) -> Polled:
+        """What changed after ``since``, what was deleted after record ``gone_since``
+        (see ``PollerRole.poll``)."""
+        sql, params = self.statement(since, gone_since)
+        return self.parse_poll(conn.fetchall(sql, params), since, gone_since)
 
     #: Can ``begin_and_poll`` end the read transaction before in the same round trip?
     ends_with_begin = False
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       end_first: bool = False) -> tuple[int, list[Revision]]:
+                       gone_since: int | None = None, end_first: bool = False) -> Polled:
         """:meth:`poll` in a read transaction it begins (``conn.begin_read``), after
         ending the one still open when ``end_first``."""
         if end_first:
             conn.rollback()
         conn.begin_read()
-        return self.poll(conn, since)
+        return self.poll(conn, since, gone_since)
 
     @staticmethod
-    def parse_poll(rows: list[Any]) -> tuple[int, list[Revision]]:
-        """The poll statement's rows as ``(snapshot tid, [(oid, tid), ...])``.
+    def parse_poll(rows: list[Any], since: int | None = None,
+                   gone_since: int | None = None) -> Polled:
+        """The poll statement's rows as a :class:`Polled` (a poll of ``since``, and
+        ``gone_since``: see ``statement``).
 
         A poll after another process's large commits names thousands of oids, all paid
         for at the transaction's start: one comprehension, not a step per row
         (1,000 rows: ~0.45 -> ~0.2 ms)."""
-        changes: list[Revision] = [(int(oid), int(tid)) for kind, oid, tid in rows if kind]
-        upto = max([int(tid) for kind, _, tid in rows if not kind], default=0)
+        if len(rows) == 1 and len(rows[0]) == 1:   # the last tid alone
+            return Polled(int(rows[0][0]), [], [], 0, 0)
+        changes: list[Revision] = [(int(oid), int(tid)) for kind, oid, tid in rows
+                                   if kind == 1]
+        upto = gone_seq = floor = floor_tid = 0
+        gone: list[int] = []
+        for kind, value, tid in rows:
+            if kind == 0:
+                upto = int(tid)
+            elif kind == 2:
+                floor, gone_seq = int(value), int(tid)
+            elif kind == 3:
+                floor_tid = int(tid)
+            elif kind == 4:
+                gone.append(int(value))
         # A changed row newer than the marker can't be (one snapshot), but be safe.
         if changes:
             upto = max(upto, max(map(itemgetter(1), changes)))
-        return upto, changes
+        complete = True
+        if since is not None and gone_since is None and floor:
+            # Without a record number: the records after ``since`` are all there if
+            # none pruned was made after it.
+            complete = since > floor_tid
+        return Polled(upto, changes, gone, gone_seq, floor, complete)

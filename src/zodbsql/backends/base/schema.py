@@ -22,7 +22,26 @@ VIEWS = ("object_ref",)
 #: Every table zodbsql creates, in an order that drops cleanly (``object_ref``: a table
 #: in a database of version 1).
 TABLES = ("blob_ref", "blob_chunk", "blob_content", "object_ref", "current_object", "object_state", "transactions",
-          "oid_counter", "commit_row", "commit_log", "zodbsql_meta")
+          "oid_counter", "commit_row", "commit_log", "object_gone", "gone_row", "zodbsql_meta")
+
+
+def gone_ddl(table_options: str = "", insert: str = "INSERT") -> tuple[str, ...]:
+    """The record of deleted objects (``backends/base/poller.py`` says why): a row per object a
+    pack or a history-free deletion removed, numbered by ``seq`` (one per batch), with
+    the last tid committed when it went; and ``gone_row``, the last number given and
+    the floor below which the records were pruned.  IF NOT EXISTS and an insert that
+    adds the row only once (``insert``: MySQL's ignores the duplicate of a process that
+    added it meanwhile, its DDL being outside any transaction): databases made before
+    them get them when opened for writing."""
+    return (
+        "CREATE TABLE IF NOT EXISTS object_gone (seq BIGINT NOT NULL, zoid BIGINT NOT NULL,"
+        " tid BIGINT NOT NULL, PRIMARY KEY (seq, zoid))" + table_options,
+        "CREATE TABLE IF NOT EXISTS gone_row (id INTEGER NOT NULL PRIMARY KEY,"
+        " last_seq BIGINT NOT NULL, floor_seq BIGINT NOT NULL, floor_tid BIGINT NOT NULL,"
+        " mark_seq BIGINT NOT NULL)" + table_options,
+        f"{insert} INTO gone_row (id, last_seq, floor_seq, floor_tid, mark_seq)"
+        " SELECT 0, 0, 0, 0, 0 FROM commit_row WHERE NOT EXISTS (SELECT 1 FROM gone_row)",
+    )
 
 SELECT_META = "SELECT name, value FROM zodbsql_meta"
 INSERT_META = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
@@ -41,6 +60,8 @@ class Schema:
     #: and run alone to add them to a database created before blobs were supported.
     HISTORY_PRESERVING_BLOB_DDL: tuple[str, ...] = ()
     HISTORY_FREE_BLOB_DDL: tuple[str, ...] = ()
+    #: DDL of the record of deleted objects (``gone_ddl``), part of every new database.
+    GONE_DDL: tuple[str, ...] = gone_ddl()
     #: Query listing the tables in the database (one column, the name).
     LIST_TABLES = ""
     #: Query listing the views in the database (one column, the name).
@@ -97,7 +118,8 @@ class Schema:
                 self.migrate(conn, keep_history)
                 meta = self.read_meta(conn) or {}
             self.check(meta, keep_history)
-            if not read_only and "blob_ref" not in self.list_tables(conn):
+            tables = self.list_tables(conn)
+            if not read_only and "blob_ref" not in tables:
                 conn.begin_write()
                 try:
                     if "blob_ref" not in self.list_tables(conn):
@@ -106,6 +128,12 @@ class Schema:
                 except BaseException:
                     conn.rollback()
                     raise
+            if "gone_row" not in tables:
+                if read_only:
+                    # Made before deletions were recorded: polls read no record.
+                    self.backend.poller.reads_gone = False
+                else:
+                    self.add_gone_tables(conn)
             return
         where = self.backend.describe()
         foreign = self.list_tables(conn)
@@ -131,7 +159,7 @@ class Schema:
 
     def create(self, conn: ConnectionRole, keep_history: bool) -> None:
         ddl = self.HISTORY_PRESERVING_DDL if keep_history else self.HISTORY_FREE_DDL
-        for statement in ddl:
+        for statement in ddl + self.GONE_DDL:
             conn.execute(statement)
         conn.execute(INSERT_META, ("schema_version", str(SCHEMA_VERSION)))
         conn.execute(INSERT_META, ("keep_history", "true" if keep_history else "false"))
@@ -163,6 +191,18 @@ class Schema:
         ddl = self.HISTORY_PRESERVING_BLOB_DDL if keep_history else self.HISTORY_FREE_BLOB_DDL
         for statement in ddl:
             conn.execute(statement)
+
+    def add_gone_tables(self, conn: ConnectionRole) -> None:
+        """Add the record of deleted objects to a database made before it."""
+        conn.begin_write()
+        try:
+            self.lock_schema(conn)
+            for statement in self.GONE_DDL:
+                conn.execute(statement)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
 
     def drop_views(self, conn: ConnectionRole) -> None:
         """Drop zodbsql's own views (before the tables they read)."""

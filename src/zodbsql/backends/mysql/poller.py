@@ -10,7 +10,7 @@ its poll, inside that snapshot, need not wait again.
 """
 from __future__ import annotations
 
-from zodbsql.backends.base.contract import ConnectionRole, Revision
+from zodbsql.backends.base.contract import ConnectionRole, Polled
 from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.mysql.connections import MySQLConnection
 
@@ -21,8 +21,10 @@ class MySQLPoller(Poller):
         row = conn.fetchone(conn.causal + self.sql.last_tid)
         return int(row[0]) if row else 0
 
-    def poll(self, conn: ConnectionRole, since: int | None) -> tuple[int, list[Revision]]:
+    def poll(self, conn: ConnectionRole, since: int | None,
+             gone_since: int | None = None) -> Polled:
         assert isinstance(conn, MySQLConnection)
         if since is None or not (conn.causal and self.keep_history):
-            return super().poll(conn, since)
-        return self.parse_poll(conn.fetchall(conn.causal + self.sql.poll, (since,)))
+            return super().poll(conn, since, gone_since)
+        sql, params = self.statement(since, gone_since)
+        return self.parse_poll(conn.fetchall(conn.causal + sql, params), since, gone_since)

@@ -12,7 +12,7 @@ import time
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.schema import (MIGRATABLE_VERSION, SCHEMA_VERSION, SELECT_META,
-                                         TABLES, UPDATE_VERSION, Schema)
+                                         TABLES, UPDATE_VERSION, Schema, gone_ddl)
 from zodbsql.backends.mysql.connections import MySQLConnection
 from zodbsql.errors import SchemaError
 
@@ -113,6 +113,7 @@ class MySQLSchema(Schema):
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
+    GONE_DDL = gone_ddl(TABLE_OPTIONS, "INSERT IGNORE")
     LIST_TABLES = LIST_TABLES
     LIST_VIEWS = LIST_VIEWS
 

@@ -12,7 +12,7 @@ across a network the round trip saved is worth more.
 """
 from __future__ import annotations
 
-from zodbsql.backends.base.contract import ConnectionRole, Revision
+from zodbsql.backends.base.contract import ConnectionRole, Polled
 from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 
@@ -22,11 +22,9 @@ class PostgreSQLPoller(Poller):
     ends_with_begin = True
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       end_first: bool = False) -> tuple[int, list[Revision]]:
+                       gone_since: int | None = None, end_first: bool = False) -> Polled:
         assert isinstance(conn, PostgreSQLConnection)
-        if since is None:
-            rows = conn.begin_read_fetchall(self.sql.last_tid, end_first)
-            return (int(rows[0][0]) if rows else 0), []
-        # The tid is an int written into the text: nothing else ever is.
-        return self.parse_poll(conn.begin_read_fetchall(self.sql.poll % (int(since),),
-                                                        end_first))
+        sql, params = self.statement(since, gone_since)
+        # The parameters are ints written into the text: nothing else ever is.
+        text = sql % tuple(int(each) for each in params) if params else sql
+        return self.parse_poll(conn.begin_read_fetchall(text, end_first), since, gone_since)

@@ -14,10 +14,11 @@ $$;
 -- without ON CONFLICT.  Generation 5 (schema version 2): a state's references are a
 -- column of its row (object_state.refs), staged with it.  Generation 6: the
 -- history-preserving finish logs its commit in commit_log too, and returns the tid
--- committed before its own.
-CREATE OR REPLACE FUNCTION zodbsql_procedures_6() RETURNS INTEGER
+-- committed before its own.  Generation 7: the history-free finish records the objects
+-- it deletes in object_gone (backends/base/poller.py).
+CREATE OR REPLACE FUNCTION zodbsql_procedures_7() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT 6
+    SELECT 7
 $$;
 -- The advisory lock between votes and pack batches (locker.py): each commit holds it
 -- shared from vote to its end, a pack batch that deletes objects holds it exclusively,

@@ -44,6 +44,12 @@ BEGIN
             WHERE e.zoid IS NULL AND t.state IS NOT NULL;
         SELECT array_agg(zoid) FILTER (WHERE state IS NULL) INTO v_deleted FROM temp_store;
         DELETE FROM object_state WHERE zoid = ANY(v_deleted);
+        IF cardinality(v_deleted) > 0 THEN
+            -- Polls can't name a row that is gone: they read the record (backends/base/poller.py).
+            UPDATE gone_row SET last_seq = last_seq + 1;
+            INSERT INTO object_gone (seq, zoid, tid)
+                SELECT g.last_seq, d.zoid, v_tid FROM gone_row g, unnest(v_deleted) AS d (zoid);
+        END IF;
         -- The new revision replaces the blob reference (or drops it: deleted, not a blob).
         DELETE FROM blob_ref WHERE zoid = ANY(v_existing);
         INSERT INTO blob_ref (zoid, tid, content_hash) SELECT zoid, v_tid, content_hash FROM temp_blob;

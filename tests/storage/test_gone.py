@@ -1,0 +1,167 @@
+"""Deleted objects are named by the polls of every process (backends/base/poller.py).
+
+A pack, and a history-free ``deleteObject``, remove an object's rows; a poll reads the
+rows committed since its last one, so without a record it could never name an object
+whose newest revision went before it looked.  Each test keeps a state in one process's
+cache (``reader``), deletes the object through another (``writer``), and checks that the
+reader's next poll names it and its loads say it is gone instead of serving the state
+it kept.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import POSKeyError
+from ZODB.utils import u64, z64
+
+from tests.model.nodes import node_state
+from zodbsql.storage import pack as packing
+
+ROOT = z64
+
+
+def _commit(instance: Any, states: dict[bytes, bytes], deleted: tuple[bytes, ...] = ()) -> bytes:
+    """Commit ``states`` (and the deletion of ``deleted``) from ``instance``, at the
+    current serials."""
+    instance.poll_invalidations()
+    txn = TransactionMetaData()
+    instance.tpc_begin(txn)
+    for oid, state in states.items():
+        instance.store(oid, _serial(instance, oid), state, "", txn)
+    for oid in deleted:
+        instance.deleteObject(oid, _serial(instance, oid), txn)
+    instance.tpc_vote(txn)
+    tid: bytes = instance.tpc_finish(txn)
+    return tid
+
+
+def _serial(instance: Any, oid: bytes) -> bytes:
+    try:
+        serial: bytes = instance.load(oid)[1]
+        return serial
+    except POSKeyError:
+        return z64
+
+
+def _garbage(writer: Any, value: int) -> tuple[bytes, bytes]:
+    """An object made and unlinked again from the root: garbage; and its state."""
+    oid = writer.new_oid()
+    _commit(writer, {ROOT: node_state(value, {u64(oid)}), oid: node_state(value + 1, set())})
+    _commit(writer, {ROOT: node_state(value + 2, set())})
+    return oid, writer.load(oid)[0]
+
+
+def _kept_by(reader: Any, oid: bytes, state: bytes) -> None:
+    """The reader's poll and load leave ``state`` in its process's cache."""
+    reader.poll_invalidations()
+    assert reader.load(oid)[0] == state
+    assert reader.shared.cache.get(u64(oid), reader._snapshot) is not None
+
+
+def _pack(storage: Any) -> None:
+    time.sleep(0.01)    # the pack time after the last commit
+    packing.pack(storage, time.time(), gc=True)
+
+
+def _gone_for(reader: Any, oid: bytes) -> None:
+    invalidated = reader.poll_invalidations()
+    assert invalidated is None or oid in invalidated
+    with pytest.raises(POSKeyError):
+        reader.load(oid)
+
+
+def test_a_newer_revision_a_pack_removed_before_the_poll(storage_factory: Any) -> None:
+    """The reader keeps revision 1; the writer commits revision 2 and packs it away (the
+    object is garbage) before the reader polls: no poll can name revision 2 by its row."""
+    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
+    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
+    _commit(writer, {ROOT: node_state(0, set())})
+    oid, state = _garbage(writer, 1)
+    _kept_by(reader, oid, state)
+    _commit(writer, {oid: node_state(10, set())})
+    _pack(writer_storage)
+    _gone_for(reader, oid)
+    fresh = reader_storage.new_instance()
+    fresh.poll_invalidations()
+    with pytest.raises(POSKeyError):
+        fresh.load(oid)
+
+
+def test_an_object_a_pack_removed_is_named_once(storage_factory: Any) -> None:
+    """The reader's poll names each removed object once: the next poll, with nothing
+    deleted since, names none."""
+    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
+    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
+    _commit(writer, {ROOT: node_state(0, set())})
+    oid, state = _garbage(writer, 1)
+    _kept_by(reader, oid, state)
+    _pack(writer_storage)
+    _commit(writer, {ROOT: node_state(20, set())})
+    assert reader.poll_invalidations() == [ROOT, oid]
+    _commit(writer, {ROOT: node_state(21, set())})
+    assert reader.poll_invalidations() == [ROOT]
+
+
+def test_a_deletion_is_named_by_another_process(storage_factory: Any) -> None:
+    """``deleteObject`` (IExternalGC): history-preserving a revision says so; history-
+    free the row goes at once, and the record names it."""
+    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
+    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
+    _commit(writer, {ROOT: node_state(0, set())})
+    oid, state = _garbage(writer, 1)
+    _kept_by(reader, oid, state)
+    _commit(writer, {}, deleted=(oid,))
+    _gone_for(reader, oid)
+
+
+def test_an_instance_that_missed_pruned_records_forgets_everything(
+        storage_factory: Any) -> None:
+    """Records live until the pack after next: an instance that did not poll across
+    three packs that deleted can't be told what went, so its poll invalidates
+    everything (None), and its process's cache drops what it kept."""
+    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
+    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
+    _commit(writer, {ROOT: node_state(0, set())})
+    oid, state = _garbage(writer, 1)
+    _kept_by(reader, oid, state)
+    for value in (100, 200, 300):
+        _garbage(writer, value)
+        _pack(writer_storage)
+    assert reader.poll_invalidations() is None
+    with pytest.raises(POSKeyError):
+        reader.load(oid)
+    assert reader.poll_invalidations() == []    # and then it is up to date again
+
+
+def test_a_database_made_before_the_record_gets_it(storage_factory: Any) -> None:
+    """Opened read-only it polls without the record; opened for writing it is added,
+    and deletions are named from then on."""
+    made = storage_factory.open()
+    _commit(made.new_instance(), {ROOT: node_state(0, set())})
+    conn = made.shared.connect()
+    try:
+        conn.begin_write()
+        for table in ("object_gone", "gone_row"):
+            conn.execute(f"DROP TABLE {table}")
+        conn.commit()
+    finally:
+        conn.close()
+    made.close()
+    read_only = storage_factory.open(read_only=True)
+    assert read_only.shared.backend.poller.reads_gone is False
+    looking = read_only.new_instance()
+    looking.poll_invalidations()
+    assert looking.load(ROOT)[0] == node_state(0, set())
+    writer_storage = storage_factory.open()
+    assert writer_storage.shared.backend.poller.reads_gone is True
+    reader = storage_factory.open().new_instance()
+    writer = writer_storage.new_instance()
+    oid, state = _garbage(writer, 1)
+    _kept_by(reader, oid, state)
+    _commit(writer, {oid: node_state(10, set())})
+    _pack(writer_storage)
+    _gone_for(reader, oid)
+    assert u64(reader.lastTransaction()) == u64(writer.lastTransaction())
