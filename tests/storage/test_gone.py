@@ -134,6 +134,14 @@ def test_an_instance_that_missed_pruned_records_forgets_everything(
     with pytest.raises(POSKeyError):
         reader.load(oid)
     assert reader.poll_invalidations() == []    # and then it is up to date again
+    conn = writer_storage.shared.connect()
+    try:    # the records at or below the floor went (the first pack's)
+        floor, oldest = conn.fetchone(
+            "SELECT floor_seq, (SELECT MIN(seq) FROM object_gone) FROM gone_row")
+        conn.rollback()
+    finally:
+        conn.close()
+    assert 0 < floor < oldest
 
 
 def test_a_database_made_before_the_record_gets_it(storage_factory: Any) -> None:

@@ -3,10 +3,13 @@
 1. ``prepare``: record the revision of every object current at the pack tid, and seed
    the walk with the root and everything written after the pack tid.
 2. Walk: follow the recorded references one generation per statement (no lock held).
+   Then prune the records of deletions made before the previous pack began
+   (``_prune_gone``).
 3. Delete garbage, one batch of oids per short write transaction.  Before each batch,
    under the commit lock, objects committed since the walk began and their references
    are reached too, so an object a concurrent writer linked again or wrote (after the
-   pack time) is never deleted.
+   pack time) is never deleted.  Each batch records what it deleted, for the polls of
+   every process (``object_gone``: backends/base/poller.py says why).
 4. History-preserving: delete objects whose kept revision is a deletion (IExternalGC),
    then the revisions older than each object's kept revision, in batches, then mark
    the packed transactions.
@@ -20,6 +23,7 @@
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable
 
@@ -100,6 +104,7 @@ class _Pack:
             return nothing
         if not keep_history and not self.gc:
             if not self.dry_run:
+                self._prune_gone()      # the deleteObject commits' records
                 self._collect_blobs()
             return nothing
         self.checked = last
@@ -110,8 +115,7 @@ class _Pack:
         counts = backend.packer.count(conn, self.gc)
         if self.dry_run:
             return counts
-        # The records of deletions older than the previous pack go: see backends/base/poller.py.
-        self._locked(lambda: backend.packer.prune_gone(conn))
+        self._prune_gone()
         if self.gc:
             self._delete_objects(self.backend.packer.next_garbage, self._still_garbage, "gc")
         if keep_history:
@@ -141,6 +145,19 @@ class _Pack:
         if files is not None and files.shared:
             last = self.backend.poller.last_tid(conn)
             files.collect_files(conn, blobs, last)
+
+    def _prune_gone(self) -> None:
+        """The records of deletions made before the previous pack began go (see
+        backends/base/poller.py): the floor first, in one short step (a poll then
+        knows they may be missing), then the records, one batch's number per step (a
+        pack of a million objects left a thousand numbers, too many rows to delete
+        under the commit lock at once)."""
+        packer, conn = self.backend.packer, self.conn
+        floor: list[int] = []
+        self._locked(lambda: floor.append(packer.raise_gone_floor(conn)))
+        for seq in packer.prunable_gone(conn, floor[0]):
+            self._locked(functools.partial(packer.prune_gone, conn, seq))
+        conn.rollback()     # the read of the numbers
 
     def _walk(self) -> None:
         while self.backend.packer.walk_step(self.conn, self.generation, self.pack_tid) > 0:

@@ -118,7 +118,9 @@ DELETE_EMPTY_TRANSACTIONS = (
 NEXT_GONE_SEQ = "UPDATE gone_row SET last_seq = last_seq + 1"
 GONE_STAMP = "SELECT g.last_seq, c.last_tid FROM gone_row g, commit_row c"
 ADD_GONE = "INSERT INTO object_gone (seq, zoid, tid) VALUES (%s, %s, %s)"
-PRUNE_GONE = "DELETE FROM object_gone WHERE seq <= (SELECT mark_seq FROM gone_row)"
+GONE_FLOOR = "SELECT floor_seq FROM gone_row"
+PRUNABLE_GONE = "SELECT DISTINCT seq FROM object_gone WHERE seq <= %s ORDER BY seq"
+PRUNE_GONE = "DELETE FROM object_gone WHERE seq = %s"
 # Assigned in this order, MySQL (which reads the columns assigned before) and the others
 # (which read the old values) agree.
 RAISE_GONE_FLOOR = (
@@ -241,9 +243,16 @@ class Packer:
         seq, tid = int(row[0]), int(row[1])
         conn.executemany(ADD_GONE, [(seq, oid, tid) for oid in oids])
 
-    def prune_gone(self, conn: ConnectionRole) -> None:
-        conn.execute(PRUNE_GONE)
+    def raise_gone_floor(self, conn: ConnectionRole) -> int:
         conn.execute(RAISE_GONE_FLOOR)
+        row = conn.fetchone(GONE_FLOOR)
+        return int(row[0]) if row else 0
+
+    def prunable_gone(self, conn: ConnectionRole, floor: int) -> list[int]:
+        return [int(row[0]) for row in conn.fetchall(PRUNABLE_GONE, (floor,))]
+
+    def prune_gone(self, conn: ConnectionRole, seq: int) -> None:
+        conn.execute(PRUNE_GONE, (seq,))
 
     def next_with_old_revisions(self, conn: ConnectionRole, after: int,
                                 limit: int) -> list[Revision]:
