@@ -2,7 +2,9 @@
 
 Builds a history-preserving database of N objects of which 90% become garbage, then
 packs it while a writer process commits small transactions, and prints the pack time
-and the writer's commit latency before and during the pack (median and 99th percentile).
+and the writer's commit latency before and during the pack (median and 99th percentile);
+with ``--packs 3`` it packs three times in a row (the third prunes the records of what
+the first deleted: backends/base/poller.py).
 
     python scripts/pack_under_load.py --url sqlite:///tmp/pack.sqlite --objects 1000000
     python scripts/pack_under_load.py --url "postgresql://postgres@127.0.0.1/test?x=1" \\
@@ -84,6 +86,8 @@ def main() -> None:
     parser.add_argument("--schema", help="PostgreSQL schema (created by the storage)")
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--duty-cycle", type=float, default=1.0)
+    parser.add_argument("--packs", type=int, default=1,
+                        help="packs in a row (the third prunes the first's deletion records)")
     args = parser.parse_args()
     started = time.perf_counter()
     build(args)
@@ -94,20 +98,25 @@ def main() -> None:
     proc.start()
     time.sleep(5)
     db = open_db(args)
-    objects_before = len(db.storage)
-    pack_start = time.time()
-    pack.pack(db.storage, time.time(), duty_cycle=args.duty_cycle)
-    pack_end = time.time()
-    objects_after = len(db.storage)
+    spans = []
+    for number in range(args.packs):
+        objects_before = len(db.storage)
+        pack_start = time.time()
+        pack.pack(db.storage, time.time(), duty_cycle=args.duty_cycle)
+        pack_end = time.time()
+        spans.append((pack_start, pack_end))
+        print(f"pack {number + 1} with GC: {pack_end - pack_start:.1f} s,"
+              f" {objects_before} -> {len(db.storage)} objects")
+        time.sleep(1)
     db.close()
     time.sleep(2)
     stop.set()
     proc.join()
-    before = [lat for at, lat in latencies if at < pack_start]
-    during = [lat for at, lat in latencies if pack_start <= at <= pack_end]
-    print(f"pack with GC: {pack_end - pack_start:.1f} s, {objects_before} -> {objects_after} objects")
+    before = [lat for at, lat in latencies if at < spans[0][0]]
     print(f"writer before the pack: {summary(before)}")
-    print(f"writer during the pack: {summary(during)}")
+    for number, (pack_start, pack_end) in enumerate(spans):
+        during = [lat for at, lat in latencies if pack_start <= at <= pack_end]
+        print(f"writer during pack {number + 1}: {summary(during)}")
 
 
 if __name__ == "__main__":
