@@ -152,6 +152,7 @@ def test_a_database_made_before_the_record_gets_it(storage_factory: Any) -> None
     conn = made.shared.connect()
     try:
         conn.begin_write()
+        conn.execute("DROP VIEW gone_oids")
         for table in ("object_gone", "gone_row"):
             conn.execute(f"DROP TABLE {table}")
         conn.commit()

@@ -23,7 +23,6 @@
 """
 from __future__ import annotations
 
-import functools
 import time
 from typing import Callable
 
@@ -148,16 +147,9 @@ class _Pack:
 
     def _prune_gone(self) -> None:
         """The records of deletions made before the previous pack began go (see
-        backends/base/poller.py): the floor first, in one short step (a poll then
-        knows they may be missing), then the records, one batch's number per step (a
-        pack of a million objects left a thousand numbers, too many rows to delete
-        under the commit lock at once)."""
+        backends/base/poller.py), in one short locked step: a row per batch."""
         packer, conn = self.backend.packer, self.conn
-        floor: list[int] = []
-        self._locked(lambda: floor.append(packer.raise_gone_floor(conn)))
-        for seq in packer.prunable_gone(conn, floor[0]):
-            self._locked(functools.partial(packer.prune_gone, conn, seq))
-        conn.rollback()     # the read of the numbers
+        self._locked(lambda: packer.prune_gone(conn))
 
     def _walk(self) -> None:
         while self.backend.packer.walk_step(self.conn, self.generation, self.pack_tid) > 0:

@@ -659,16 +659,9 @@ class PackerRole(Protocol):
         """Record that ``oids`` were deleted (``object_gone``, one new record number for
         them), so that polls name them (commit lock held)."""
 
-    def raise_gone_floor(self, conn: ConnectionRole) -> int:
-        """Declare the deletion records made before the previous pack began pruned (a
-        poll that needed one is told everything changed); return the new floor (commit
-        lock held)."""
-
-    def prunable_gone(self, conn: ConnectionRole, floor: int) -> list[int]:
-        """The numbers of the records at or below ``floor`` still there."""
-
-    def prune_gone(self, conn: ConnectionRole, seq: int) -> None:
-        """Delete the records numbered ``seq`` (one pack batch's, or one commit's)."""
+    def prune_gone(self, conn: ConnectionRole) -> None:
+        """Drop the deletion records made before the previous pack began, raising the
+        floor (a poll that needed one is told everything changed; commit lock held)."""
 
     def next_with_old_revisions(self, conn: ConnectionRole, after: int,
                                 limit: int) -> list[Revision]:

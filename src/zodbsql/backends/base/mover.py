@@ -80,8 +80,8 @@ HF_DELETE_REMOVED = (
 HF_NEXT_GONE_SEQ = ("UPDATE gone_row SET last_seq = last_seq + 1"
                     " WHERE EXISTS (SELECT 1 FROM temp_store WHERE state IS NULL)")
 HF_RECORD_DELETED = (
-    "INSERT INTO object_gone (seq, zoid, tid)"
-    " SELECT g.last_seq, t.zoid, %s FROM gone_row g, temp_store t WHERE t.state IS NULL")
+    "INSERT INTO object_gone (seq, tid, zoids) SELECT g.last_seq, %s,"
+    " (SELECT json_group_array(zoid) FROM temp_store WHERE state IS NULL) FROM gone_row g")
 # A new revision replaces the object's blob reference (or drops it: deleted, not a blob).
 HF_DELETE_OLD_BLOBS = "DELETE FROM blob_ref WHERE zoid IN (SELECT zoid FROM temp_store)"
 HF_MOVE_BLOBS = (
@@ -336,6 +336,8 @@ class MoverStatements:
     move_blobs: str
     set_current: str = ""
     delete_removed: str = ""
+    #: Records the objects a history-free commit deleted (their oids as a JSON array).
+    record_deleted: str = ""
     delete_old_blobs: str = ""
 
 
@@ -365,7 +367,8 @@ class Mover:
         load_with_refs=prefetching(HF_LOAD_WITH_REFS, own=HF_OWN, siblings=HF_SIBLINGS,
                                    kept=HF_KEPT),
         move_states=HF_MOVE_STATES, move_blobs=HF_MOVE_BLOBS,
-        delete_removed=HF_DELETE_REMOVED, delete_old_blobs=HF_DELETE_OLD_BLOBS)
+        delete_removed=HF_DELETE_REMOVED, delete_old_blobs=HF_DELETE_OLD_BLOBS,
+        record_deleted=HF_RECORD_DELETED)
     #: The most oids one statement lists (the rest go in further statements).
     MAX_LISTED_OIDS = 1000
     #: The query of ``(zoid, to_zoid)``, the first REFERENCES_EACH oids of the ``refs``
@@ -643,7 +646,7 @@ class Mover:
             conn.execute(sql.delete_removed)
             if blobs:   # (as any deletion is: see the caller)
                 if conn.execute(HF_NEXT_GONE_SEQ):
-                    conn.execute(HF_RECORD_DELETED, (tid,))
+                    conn.execute(sql.record_deleted, (tid,))
                 conn.execute(sql.delete_old_blobs)
                 conn.execute(sql.move_blobs, (tid,))
         if blobs and not self.backend.features.staging_emptied_by_transaction_end:

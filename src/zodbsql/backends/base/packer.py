@@ -16,6 +16,7 @@ edges of each object's ``keep_tid`` revision and of every revision after the pac
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, ClassVar, Sequence
 
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Revision
@@ -112,21 +113,20 @@ DELETE_EMPTY_TRANSACTIONS = (
     " AND NOT EXISTS (SELECT 1 FROM object_state s WHERE s.tid = transactions.tid)")
 
 
-# The record of deleted objects (backends/base/poller.py): a new number per batch, its rows
-# stamped with the last tid committed.  Pruning keeps the records of the previous pack
-# (those after ``mark_seq``): a process that polls once between two packs misses none.
+# The record of deleted objects (backends/base/poller.py): a new number per batch, its
+# row stamped with the last tid committed.  Pruning keeps the records of the previous
+# pack (those after ``mark_seq``): a process that polls once between two packs misses
+# none.
 NEXT_GONE_SEQ = "UPDATE gone_row SET last_seq = last_seq + 1"
-GONE_STAMP = "SELECT g.last_seq, c.last_tid FROM gone_row g, commit_row c"
-ADD_GONE = "INSERT INTO object_gone (seq, zoid, tid) VALUES (%s, %s, %s)"
-GONE_FLOOR = "SELECT floor_seq FROM gone_row"
-PRUNABLE_GONE = "SELECT DISTINCT seq FROM object_gone WHERE seq <= %s ORDER BY seq"
-PRUNE_GONE = "DELETE FROM object_gone WHERE seq = %s"
+ADD_GONE = ("INSERT INTO object_gone (seq, tid, zoids)"
+            " SELECT g.last_seq, c.last_tid, %s FROM gone_row g, commit_row c")
 # Assigned in this order, MySQL (which reads the columns assigned before) and the others
 # (which read the old values) agree.
 RAISE_GONE_FLOOR = (
     "UPDATE gone_row SET floor_tid = CASE WHEN mark_seq > floor_seq"
     " THEN (SELECT last_tid FROM commit_row) ELSE floor_tid END,"
     " floor_seq = mark_seq, mark_seq = last_seq")
+PRUNE_GONE = "DELETE FROM object_gone WHERE seq <= (SELECT floor_seq FROM gone_row)"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -238,21 +238,11 @@ class Packer:
 
     def record_gone(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
         conn.execute(NEXT_GONE_SEQ)
-        row = conn.fetchone(GONE_STAMP)
-        assert row is not None
-        seq, tid = int(row[0]), int(row[1])
-        conn.executemany(ADD_GONE, [(seq, oid, tid) for oid in oids])
+        conn.execute(ADD_GONE, (json.dumps(list(oids), separators=(",", ":")),))
 
-    def raise_gone_floor(self, conn: ConnectionRole) -> int:
+    def prune_gone(self, conn: ConnectionRole) -> None:
         conn.execute(RAISE_GONE_FLOOR)
-        row = conn.fetchone(GONE_FLOOR)
-        return int(row[0]) if row else 0
-
-    def prunable_gone(self, conn: ConnectionRole, floor: int) -> list[int]:
-        return [int(row[0]) for row in conn.fetchall(PRUNABLE_GONE, (floor,))]
-
-    def prune_gone(self, conn: ConnectionRole, seq: int) -> None:
-        conn.execute(PRUNE_GONE, (seq,))
+        conn.execute(PRUNE_GONE)
 
     def next_with_old_revisions(self, conn: ConnectionRole, after: int,
                                 limit: int) -> list[Revision]:

@@ -14,8 +14,10 @@ cache, a ZODB connection's objects) would go on serving it, and not only as garb
 pack may leave readable: when a commit wrote a newer revision and the pack removed it
 before that process polled, the older state was served as current (the model test found
 it: ``tests/model``).  So every such deletion is recorded, under the commit lock, in
-``object_gone``: a row per object, numbered by ``seq`` (one number per batch, the last one
-given kept in ``gone_row``) and stamped with the last tid committed then.  The poll
+``object_gone``: a row per batch of a pack or history-free commit, numbered by ``seq``
+(the last number given kept in ``gone_row``), stamped with the last tid committed then,
+its oids a JSON array (one row per batch: a row per object took a pack's writer twice
+the stalls).  The poll
 reads the records numbered after the instance's last poll in the same statement (kinds
 2 to 4), and the instance reports those objects as changed.  A caller that has a tid
 but no number (the persistent and Redis caches, checking what they restore) asks for
@@ -58,7 +60,7 @@ HF_CHANGED = (
 GONE_SINCE = (
     " UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
     " UNION ALL SELECT 3, 0, floor_tid FROM gone_row"
-    " UNION ALL SELECT 4, zoid, seq FROM object_gone WHERE seq > %s AND tid >= %s")
+    " UNION ALL SELECT 4, zoid, seq FROM gone_oids WHERE seq > %s AND tid >= %s")
 FIRST_POLL = "SELECT 0, 0, last_tid FROM commit_row UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
 
 

@@ -18,30 +18,35 @@ SCHEMA_VERSION = 2
 MIGRATABLE_VERSION = 1
 
 #: Every view zodbsql creates (dropped before the tables they read).
-VIEWS = ("object_ref",)
+VIEWS = ("object_ref", "gone_oids")
 #: Every table zodbsql creates, in an order that drops cleanly (``object_ref``: a table
 #: in a database of version 1).
 TABLES = ("blob_ref", "blob_chunk", "blob_content", "object_ref", "current_object", "object_state", "transactions",
           "oid_counter", "commit_row", "commit_log", "object_gone", "gone_row", "zodbsql_meta")
 
 
-def gone_ddl(table_options: str = "", insert: str = "INSERT") -> tuple[str, ...]:
-    """The record of deleted objects (``backends/base/poller.py`` says why): a row per object a
-    pack or a history-free deletion removed, numbered by ``seq`` (one per batch), with
-    the last tid committed when it went; and ``gone_row``, the last number given and
+def gone_ddl(view: str, table_options: str = "", insert: str = "INSERT",
+             text: str = "TEXT") -> tuple[str, ...]:
+    """The record of deleted objects (``backends/base/poller.py`` says why): a row per
+    pack batch or history-free commit that removed objects, numbered by ``seq``, with
+    the last tid committed when they went and their oids (a JSON array, as the
+    references of a state); ``view`` (the backend's), ``gone_oids``, unnests them into
+    ``(seq, zoid, tid)`` rows for the poll; and ``gone_row``, the last number given and
     the floor below which the records were pruned.  IF NOT EXISTS and an insert that
     adds the row only once (``insert``: MySQL's ignores the duplicate of a process that
     added it meanwhile, its DDL being outside any transaction): databases made before
     them get them when opened for writing."""
     return (
-        "CREATE TABLE IF NOT EXISTS object_gone (seq BIGINT NOT NULL, zoid BIGINT NOT NULL,"
-        " tid BIGINT NOT NULL, PRIMARY KEY (seq, zoid))" + table_options,
+        "CREATE TABLE IF NOT EXISTS object_gone (seq BIGINT NOT NULL PRIMARY KEY,"
+        f" tid BIGINT NOT NULL, zoids {text} NOT NULL)" + table_options,
+        view,
         "CREATE TABLE IF NOT EXISTS gone_row (id INTEGER NOT NULL PRIMARY KEY,"
         " last_seq BIGINT NOT NULL, floor_seq BIGINT NOT NULL, floor_tid BIGINT NOT NULL,"
         " mark_seq BIGINT NOT NULL)" + table_options,
         f"{insert} INTO gone_row (id, last_seq, floor_seq, floor_tid, mark_seq)"
         " SELECT 0, 0, 0, 0, 0 FROM commit_row WHERE NOT EXISTS (SELECT 1 FROM gone_row)",
     )
+
 
 SELECT_META = "SELECT name, value FROM zodbsql_meta"
 INSERT_META = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
@@ -61,7 +66,7 @@ class Schema:
     HISTORY_PRESERVING_BLOB_DDL: tuple[str, ...] = ()
     HISTORY_FREE_BLOB_DDL: tuple[str, ...] = ()
     #: DDL of the record of deleted objects (``gone_ddl``), part of every new database.
-    GONE_DDL: tuple[str, ...] = gone_ddl()
+    GONE_DDL: tuple[str, ...] = ()
     #: Query listing the tables in the database (one column, the name).
     LIST_TABLES = ""
     #: Query listing the views in the database (one column, the name).

@@ -33,6 +33,9 @@ HF_MOVE_STATES = (
 HF_DELETE_REMOVED = (
     "DELETE s FROM temp_store t STRAIGHT_JOIN object_state s ON s.zoid = t.zoid"
     " WHERE t.state IS NULL")
+HF_RECORD_DELETED = (
+    "INSERT INTO object_gone (seq, tid, zoids) SELECT g.last_seq, %s,"
+    " (SELECT JSON_ARRAYAGG(zoid) FROM temp_store WHERE state IS NULL) FROM gone_row g")
 HF_DELETE_OLD_BLOBS = (
     "DELETE b FROM temp_store t STRAIGHT_JOIN blob_ref b ON b.zoid = t.zoid")
 
@@ -67,6 +70,7 @@ class MySQLMover(Mover):
                                              set_current=HP_SET_CURRENT)
     HISTORY_FREE = dataclasses.replace(
         Mover.HISTORY_FREE, move_states=HF_MOVE_STATES, delete_removed=HF_DELETE_REMOVED,
+        record_deleted=HF_RECORD_DELETED,
         delete_old_blobs=HF_DELETE_OLD_BLOBS)
 
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:

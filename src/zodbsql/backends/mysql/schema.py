@@ -73,6 +73,11 @@ HISTORY_FREE_DDL = COMMON_DDL + (
     " KEY object_state_tid (tid))" + TABLE_OPTIONS,
     HISTORY_FREE_REFS_VIEW,
 ) + HISTORY_FREE_BLOB_DDL
+# The deleted oids of each record as rows (base/schema.py's gone_ddl); MERGE, so that
+# the poll's condition on seq reaches object_gone's primary key.
+GONE_OIDS_VIEW = (
+    "CREATE OR REPLACE ALGORITHM=MERGE VIEW gone_oids AS SELECT g.seq, j.zoid, g.tid"
+    " FROM object_gone g, JSON_TABLE(g.zoids, '$[*]' COLUMNS (zoid BIGINT PATH '$')) j")
 LIST_TABLES = ("SELECT table_name FROM information_schema.tables"
                " WHERE table_schema = DATABASE()")
 LIST_VIEWS = ("SELECT table_name FROM information_schema.views"
@@ -113,7 +118,7 @@ class MySQLSchema(Schema):
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
     HISTORY_FREE_BLOB_DDL = HISTORY_FREE_BLOB_DDL
-    GONE_DDL = gone_ddl(TABLE_OPTIONS, "INSERT IGNORE")
+    GONE_DDL = gone_ddl(GONE_OIDS_VIEW, TABLE_OPTIONS, "INSERT IGNORE", "LONGTEXT")
     LIST_TABLES = LIST_TABLES
     LIST_VIEWS = LIST_VIEWS
 

@@ -148,7 +148,11 @@ class PostgreSQLMover(Mover):
             kept=KEPT, revisions=HP_REVISIONS)), HP_WALK_STEP))
     HISTORY_FREE = dataclasses.replace(Mover.HISTORY_FREE, load_with_refs=walking(
         stepped_siblings(prefetching(HF_LOAD_WITH_REFS, own=HF_OWN, siblings=HF_SIBLINGS,
-                                     kept=HF_KEPT)), HF_WALK_STEP))
+                                     kept=HF_KEPT)), HF_WALK_STEP),
+        # (zodbsql_finish records them itself; this is the portable finish's form.)
+        record_deleted="INSERT INTO object_gone (seq, tid, zoids) SELECT g.last_seq, %s,"
+        " array_to_json(ARRAY(SELECT zoid FROM temp_store WHERE state IS NULL))::TEXT"
+        " FROM gone_row g")
     HP_REVISION_SNAPSHOTS = 1
     # A miss among a cached container's children brings the others not cached by oid
     # (``load_many_with_references``: one plain statement), where the prefetching

@@ -47,8 +47,8 @@ BEGIN
         IF cardinality(v_deleted) > 0 THEN
             -- Polls can't name a row that is gone: they read the record (backends/base/poller.py).
             UPDATE gone_row SET last_seq = last_seq + 1;
-            INSERT INTO object_gone (seq, zoid, tid)
-                SELECT g.last_seq, d.zoid, v_tid FROM gone_row g, unnest(v_deleted) AS d (zoid);
+            INSERT INTO object_gone (seq, tid, zoids)
+                SELECT g.last_seq, v_tid, array_to_json(v_deleted)::TEXT FROM gone_row g;
         END IF;
         -- The new revision replaces the blob reference (or drops it: deleted, not a blob).
         DELETE FROM blob_ref WHERE zoid = ANY(v_existing);

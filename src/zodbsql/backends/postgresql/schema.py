@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.base.schema import Schema
+from zodbsql.backends.base.schema import Schema, gone_ddl
 from zodbsql.errors import SchemaError
 
 
@@ -143,7 +143,14 @@ CURRENT_SCHEMA = "SELECT current_schema()"
 CREATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('zodbsql:create:' || current_schema()))"
 
 
+# The deleted oids of each record as rows (base/schema.py's gone_ddl).
+GONE_OIDS_VIEW = (
+    "CREATE OR REPLACE VIEW gone_oids AS SELECT g.seq, u.zoid, g.tid FROM object_gone g"
+    " CROSS JOIN LATERAL unnest(translate(g.zoids, '[]', '{}')::BIGINT[]) AS u (zoid)")
+
+
 class PostgreSQLSchema(Schema):
+    GONE_DDL = gone_ddl(GONE_OIDS_VIEW)
     HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL

@@ -1,6 +1,6 @@
 """SQLite's tables.  Integers are 64-bit; tids and oids fit as signed values."""
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.base.schema import Schema
+from zodbsql.backends.base.schema import Schema, gone_ddl
 
 COMMON_DDL = (
     "CREATE TABLE zodbsql_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -87,7 +87,14 @@ def use_wal(conn: ConnectionRole) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
 
 
+# The deleted oids of each record as rows (base/schema.py's gone_ddl).
+GONE_OIDS_VIEW = (
+    "CREATE VIEW IF NOT EXISTS gone_oids AS SELECT g.seq AS seq, j.value AS zoid,"
+    " g.tid AS tid FROM object_gone g, json_each(g.zoids) j")
+
+
 class SQLiteSchema(Schema):
+    GONE_DDL = gone_ddl(GONE_OIDS_VIEW)
     HISTORY_PRESERVING_DDL = HISTORY_PRESERVING_DDL
     HISTORY_FREE_DDL = HISTORY_FREE_DDL
     HISTORY_PRESERVING_BLOB_DDL = HISTORY_PRESERVING_BLOB_DDL
