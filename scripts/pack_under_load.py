@@ -8,7 +8,7 @@ the first deleted: backends/base/poller.py).
 
     python scripts/pack_under_load.py --url sqlite:///tmp/pack.sqlite --objects 1000000
     python scripts/pack_under_load.py --url "postgresql://postgres@127.0.0.1/test?x=1" \\
-        --schema zodbsql_packtest --objects 1000000
+        --schema zodbsql_packtest --objects 1000000   # (CREATE SCHEMA zodbsql_packtest first)
 """
 from __future__ import annotations
 
