@@ -52,6 +52,11 @@ class StorageMachine(RuleBasedStateMachine):
         self.snapshots = [0] * INSTANCES
         self.epochs = [0] * INSTANCES
         self.packing: set[int] = set()      # what the running pack may delete
+        # Packs that pruned the records of deletions (every one that got past its
+        # checks, history-free ones without GC too), and their count at each
+        # instance's last poll.
+        self.prunes = 0
+        self.prunes_at = [0] * INSTANCES
         self.values = 0
 
     def teardown(self) -> None:
@@ -71,8 +76,9 @@ class StorageMachine(RuleBasedStateMachine):
         before = self.snapshots[i]
         if invalidated is None:
             # Everything: the records of deletions since its last poll were pruned,
-            # which takes two packs after it.
-            assert before and model.epoch - self.epochs[i] >= 2, (model.epoch, self.epochs[i])
+            # which takes two packs after it (counted from the one it polled during).
+            assert before and self.prunes - self.prunes_at[i] >= 2, (
+                self.prunes, self.prunes_at[i])
         else:
             changed = {u64(oid) for oid in invalidated}
             expected = {oid for txn in model.txns if before < txn.tid and txn.by != i
@@ -89,6 +95,7 @@ class StorageMachine(RuleBasedStateMachine):
         assert u64(instance.lastTransaction()) == model.last_tid
         self.snapshots[i] = model.last_tid
         self.epochs[i] = model.epoch
+        self.prunes_at[i] = self.prunes
 
     def _commit(self, i: int, writes: dict[int, tuple[bytes | None, frozenset[int]]]) -> int:
         self._poll(i)
@@ -293,6 +300,8 @@ class StorageMachine(RuleBasedStateMachine):
                                   batch_size=batch)
         finally:
             self.packing = set()
+        if plan is not None or not (self.keep_history or gc):
+            self.prunes += 1
         if plan is None:
             assert not calls
             return
