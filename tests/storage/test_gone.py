@@ -174,3 +174,50 @@ def test_a_database_made_before_the_record_gets_it(storage_factory: Any) -> None
     _pack(writer_storage)
     _gone_for(reader, oid)
     assert u64(reader.lastTransaction()) == u64(writer.lastTransaction())
+
+
+def test_a_poll_by_tid_lists_what_went_since_and_says_when_it_cannot(
+        storage_factory: Any) -> None:
+    """A caller with a tid and no record number (the persistent and Redis caches'
+    checks): the records stamped from its tid on, and ``complete`` False once those
+    made after it may have been pruned."""
+    writer_storage = storage_factory.open()
+    writer = writer_storage.new_instance()
+    _commit(writer, {ROOT: node_state(0, set())})
+    oid, _ = _garbage(writer, 1)
+    since = u64(writer.lastTransaction())
+    _pack(writer_storage)
+    poller = writer_storage.shared.backend.poller
+    conn = writer_storage.shared.connect()
+    try:
+        polled = poller.poll(conn, since)
+        assert (polled.gone, polled.complete) == ([u64(oid)], True)
+        assert polled.gone_seq == 1 and polled.gone_floor == 0
+        assert poller.poll(conn, since, polled.gone_seq).gone == []
+        first = poller.poll(conn, None)
+        assert (first.upto, first.changes, first.gone, first.gone_seq) == (since, [], [], 1)
+        conn.rollback()
+        for value in (100, 200):
+            _garbage(writer, value)
+            _pack(writer_storage)
+        later = poller.poll(conn, since)     # the first pack's record is pruned
+        assert later.gone_floor == 1 and later.complete is False
+        assert u64(oid) not in later.gone and len(later.gone) == 2   # the later two
+        # From the last tid of the prune on (not at it: a deletion there may come
+        # before or after a poll of that tid), nothing pruned is missed.
+        conn.rollback()
+        _commit(writer, {ROOT: node_state(300, set())})
+        assert poller.poll(conn, u64(writer.lastTransaction())).complete is True
+        conn.rollback()
+    finally:
+        conn.close()
+
+
+def test_a_poll_of_the_last_tid_alone_is_read_as_such() -> None:
+    """A database opened read-only without the record: the first poll reads one column."""
+    from zodbsql.backends.base.poller import Poller
+    assert Poller.parse_poll([(7,)]) == (7, [], [], 0, 0, True)
+    assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6), (4, 11, 4), (1, 12, 7)],
+                             6, None) == (7, [(12, 7)], [11], 5, 3, False)
+    assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6)], 7, None).complete is True
+    assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6)], 6, 4).complete is True

@@ -54,7 +54,7 @@ def test_a_start_is_one_statement_after_the_rollback(factory: PostgreSQLFactory,
     polled, gone = storage._polled, storage._gone_seen
     assert (f"FROM object_state WHERE tid > {polled}"
             " AND tid <= (SELECT last_tid FROM commit_row) UNION ALL") in sent[1]
-    assert sent[1].endswith(f"FROM object_gone WHERE seq > {gone} AND tid >= 0"
+    assert sent[1].endswith(f"FROM gone_oids WHERE seq > {gone} AND tid >= 0"
                             " (0 parameters)")
     assert storage.statement_count() - before == 2
     assert storage._load.in_transaction and storage._read_txn
