@@ -300,7 +300,7 @@ class StateCache:
         if not self.enabled:
             return
         with self._lock:
-            lost = (0 <= self.gone_seen < gone_floor) if self.gone_seen >= 0 else not complete
+            lost = self.gone_seen < gone_floor if self.gone_seen >= 0 else not complete
             if self.polled < 0 or since > self.polled or lost:
                 # First poll, a gap this poll doesn't cover, or deletions it could not
                 # list any more: start the index afresh.
@@ -394,10 +394,7 @@ class StateCache:
                 self._changed.clear()
                 self._drop_current()
                 self.base = self.polled = since
-            for oid in gone:
-                if upto > self._changed.get(oid, -1):
-                    self._changed[oid] = upto
-                self._retire(oid)
+            self._forget_gone(gone, upto)   # (within the bound: counted above)
             self.gone_seen = max(self.gone_seen, gone_seq)
             for oid, tid in changes:
                 # A poll names each oid with its newest tid; the index keeps the newest.

@@ -137,17 +137,14 @@ class Poller:
             return Polled(int(rows[0][0]), [], [], 0, 0)
         changes: list[Revision] = [(int(oid), int(tid)) for kind, oid, tid in rows
                                    if kind == 1]
-        upto = gone_seq = floor = floor_tid = 0
-        gone: list[int] = []
-        for kind, value, tid in rows:
-            if kind == 0:
-                upto = int(tid)
-            elif kind == 2:
-                floor, gone_seq = int(value), int(tid)
-            elif kind == 3:
-                floor_tid = int(tid)
-            elif kind == 4:
-                gone.append(int(value))
+        gone = [int(oid) for kind, oid, _ in rows if kind == 4]
+        # The marker rows (kinds 0, 2, 3), one each: a comprehension too, not a loop
+        # over the changes.
+        markers = {kind: (int(value), int(tid)) for kind, value, tid in rows
+                   if kind != 1 and kind != 4}
+        upto = markers.get(0, (0, 0))[1]
+        floor, gone_seq = markers.get(2, (0, 0))
+        floor_tid = markers.get(3, (0, 0))[1]
         # A changed row newer than the marker can't be (one snapshot), but be safe.
         if changes:
             upto = max(upto, max(map(itemgetter(1), changes)))
