@@ -39,6 +39,6 @@ def test_a_backend_overrides_statements_by_name() -> None:
     assert changed_fields(Mover.HISTORY_PRESERVING, MySQLMover.HISTORY_PRESERVING) == {
         "set_current"}
     assert changed_fields(Mover.HISTORY_FREE, MySQLMover.HISTORY_FREE) == {
-        "move_states", "delete_removed", "delete_old_blobs"}
+        "move_states", "delete_removed", "delete_old_blobs", "record_deleted"}
     with pytest.raises(TypeError):
         dataclasses.replace(Mover.HISTORY_FREE, no_such_statement="SELECT 1")  # type: ignore[call-arg]
