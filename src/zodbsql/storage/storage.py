@@ -37,7 +37,7 @@ from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
 from zodbsql.cache import lookahead
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState, Polled,
-                                            PendingLoad, StateRow)
+                                            PendingLoad, Revision, StateRow)
 from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
 from zodbsql.options import Options
@@ -202,11 +202,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 since, gone_since = self._polled, self._gone_seen
             else:   # an instance's first poll starts where the shared cache's last one did
                 since, gone_since = shared.cache.position()
-            polled = self._poll_replica(since, gone_since)
+            own_commit = self._own_commit_changes(alone, since, gone_since)
+            poll_from = since if own_commit is None else own_commit[0]
+            polled = self._poll_replica(poll_from, gone_since)
             reset = False
             if polled is None:
-                polled = self._poll(self._conn(), since, gone_since, end_first)
-                reset = self._server_changed(since, polled.upto)
+                polled = self._poll(self._conn(), poll_from, gone_since, end_first)
+                # (From its own commit on, this instance has seen that commit.)
+                reset = self._server_changed(poll_from, polled.upto)
+            if own_commit is not None:
+                polled = polled._replace(changes=own_commit[1] + polled.changes)
             upto, changes, gone = polled.upto, polled.changes, polled.gone
             invalidated: list[bytes] | None = []
             if reset or not polled.complete or (
@@ -274,6 +279,22 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if shared.metrics is not None:
             shared.metrics.polled(0)
         return True
+
+    def _own_commit_changes(self, alone: tuple[int, list[int]] | None, since: int | None,
+                            gone_since: int | None) -> tuple[int, list[Revision]] | None:
+        """This instance's own commit (its tid, its changes), when the poll after it may
+        start at its tid (``alone``: nothing else was committed between the snapshot
+        ``since`` and it, checked at commit): the database need not send back the rows
+        this instance has just written (a 1,000-object commit: 1,000 rows read and parsed, ~0.8 ms on
+        SQLite).  Deletions are asked for by record number (``gone_since``), whatever
+        the tid the poll starts from."""
+        shared = self.shared
+        if (alone is None or since is None or gone_since is None
+                or self._resets != shared.resets
+                or shared.backend.server_generation != shared.generation):
+            return None
+        tid, oids = alone
+        return tid, [(oid, tid) for oid in oids]
 
     def _unchanged(self) -> tuple[bool, object]:
         """May this start keep the snapshot (nothing committed since its poll)?  The
