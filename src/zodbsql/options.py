@@ -146,8 +146,9 @@ class Options:
                   "prefetches goes unused; 0 turns prefetch off.")
     prefetch_bytes: int = setting(
         1 << 20, zconfig="byte-size",
-        doc="At most this many bytes of states come along with one load (0 turns prefetch "
-            "off).")
+        doc="At most this many bytes of states come along with one load, and no more than "
+            "the state cache's window holds, where they wait for their loads (0 turns "
+            "prefetch off).")
     commit_lock_timeout: float = setting(
         30.0, doc="Seconds a commit waits for the commit lock before it fails with a retryable "
                   "error (CommitLockTimeout).")

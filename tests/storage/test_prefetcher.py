@@ -345,3 +345,17 @@ def test_a_miss_loaded_alone_at_bound_zero_leaves_the_queue() -> None:
         assert prefetcher.plan(oid) == (0, [])
     assert not any(oid in prefetcher._position for oid in range(0, 5000, 100))
     assert sorted(prefetcher._position) == list(range(5000, 10_000, 100))
+
+
+def test_a_reference_to_a_state_the_cache_holds_is_not_queued() -> None:
+    """Its load will be a hit: a walk that found it in the cache has passed it, and a
+    reference found again later (a parent's references after a miss are read anew)
+    would stay queued for good."""
+    held = {11}
+    prefetcher = Prefetcher(1000, 1 << 20, held=held.__contains__)
+    queued(prefetcher, 10, 11, 12)
+    assert set(prefetcher._position) == {10, 12}
+    prefetcher.note_hit(10)                  # the walk passes 10, found in the cache
+    held.add(10)
+    queued(prefetcher, 10, 12, 13)           # the parent's references, found again
+    assert set(prefetcher._position) == {12, 13}

@@ -605,6 +605,7 @@ def test_a_marked_protected_state_stays_in_protected_while_probation_holds_other
     """The second chance keeps the state in protected (at its newest end), not on
     probation behind the states waiting there."""
     cache = started(limit=1_250_000)             # protected's cap: 1,000,000 bytes
+    cache._window_limit = 0                       # the states go to probation at once
     for oid in range(1, 7):
         cache.put_loaded(oid, 9, bytes(190_000), snapshot=10)
     for oid in (7, 8):

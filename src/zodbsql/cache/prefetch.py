@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from typing import Iterable
+from typing import Callable, Iterable
 
 from zodbsql.backends.base.mover import NO_PARENT, PARENTS
 
@@ -70,8 +70,15 @@ RECENT = PARENTS
 class Prefetcher:
     """The queue of found references and the adaptive bound of one storage."""
 
-    def __init__(self, limit: int, max_bytes: int) -> None:
+    def __init__(self, limit: int, max_bytes: int,
+                 held: Callable[[int], bool] = lambda oid: False) -> None:
         self.limit = max(0, limit)
+        #: Is a state of this oid in the state cache?  Its load will be a hit, so it
+        #: is not queued: a walk that found it there passed it for good, and a
+        #: reference found again (a parent's references after a miss, read anew at
+        #: each) stayed queued for ever (a walk of 200,000 objects at a 1 MB cache:
+        #: 93,000 of them, 30 MB of peak RSS).
+        self._held = held
         self.max_bytes = max(0, max_bytes)
         self.bound = min(self.limit, START)
         self._queue: list[int] = []
@@ -186,9 +193,11 @@ class Prefetcher:
             rank[oid] = -1                  # the loaded state's own come first
             last = len(rank)
             tails: dict[int, int] = {}
+            held = self._held
             for from_oid, to_oid in sorted(references, key=lambda ref: rank.get(ref[0], last)):
                 tails[from_oid] = max(tails.get(from_oid, to_oid), to_oid)
-                if to_oid not in fetched and to_oid not in self._position:
+                if (to_oid not in fetched and to_oid not in self._position
+                        and not held(to_oid)):
                     self._position[to_oid] = len(self._queue)
                     self._queue.append(to_oid)
             for from_oid, tail in tails.items():

@@ -88,16 +88,25 @@ INDEX_ENTRY_BYTES = 100
 PROTECTED_SHARE = 0.8
 # Exact revisions (first in, first out) may hold this share of the cache.
 REVISIONS_SHARE = 0.5
-# New current states wait in a window of this share of the cache before admission.
+# New current states wait in a window of this share of the cache before admission,
 WINDOW_SHARE = 0.01
-# ... in a cache of at least this size (in a smaller one it would not hold a prefetch).
-WINDOW_FROM = 4 << 20
+# ... in a cache of at least this size.  In a smaller one the sketch is too small to
+# tell a hot state from a scan's once its hits in the window have not marked it (a
+# 256 KB cache with a window kept none of 20 hot states through a scan, all without).
+WINDOW_FROM = 1 << 20
 # ... and at least this many bytes (up to a 16th of the cache): a prefetch batch of 1,000
 # small states takes ~250 KB, and what a batch brings must wait in the window until the
 # loads reach it.  At 1% a 10 MB cache's window held 100 KB: most of each batch was
 # turned away before its load, and the first pass over 200,000 objects ran at 7,700
-# objects/s (PostgreSQL) instead of 27,500.
+# objects/s (PostgreSQL) instead of 27,500.  A cache under 4 MB had no window at all
+# once: everything a prefetch brought into a full cache lost admission before its load,
+# and at 1 MB a walk of 200,000 objects ran at 1,300 objects/s, a statement an object
+# (5,700 with the cache off); its batches are now sized to the window (``prefetch_batch``),
+# and it has one from 1 MB (WINDOW_FROM).
 WINDOW_FLOOR = 512 << 10
+#: The states a batch brings at least, however small the window, or without one (a
+#: cache of a few KB, as the model test's, still prefetches).
+SMALLEST_BATCH = 8
 #: What one more current state may add at most besides its pickle, counted high as in
 #: the window (its tid, the bytes header and block rounding, its oid's int, a share of a
 #: table slot); in probation's or protected's log it takes less (``ENTRY_BYTES``).
@@ -272,6 +281,17 @@ class StateCache:
     @property
     def enabled(self) -> bool:
         return self.limit > 0
+
+    def prefetch_batch(self, count: int, size: int) -> tuple[int, int]:
+        """The states (``count``) and bytes (``size``) one prefetch may bring, lowered
+        to what waits in the window for its loads: a state that overflows the window of
+        a full cache meets admission, which a state never asked for loses.  (A disabled
+        cache leaves them: the Redis level may still take what a prefetch brings.)"""
+        if not self.enabled:
+            return count, size
+        room = int(self._window_limit)
+        fitting = max(room // ROOM_PER_STATE, SMALLEST_BATCH)
+        return min(count, fitting), min(size, max(room, SMALLEST_BATCH * ROOM_PER_STATE))
 
     def _policy_for_comparison(self, name: str) -> None:
         """For ``scripts/cache_memory.py`` only: ``off`` drops the admission filter
@@ -796,6 +816,11 @@ class StateCache:
                 return value[8:], int.from_bytes(value[:8], "big")
             found = self._probation.get_stamped(oid)
         return found
+
+    def holds(self, oid: int) -> bool:
+        """Is a state of ``oid`` kept as current?  (Unlocked: an answer for a hint,
+        such as whether a load of it will be a hit.)"""
+        return self.enabled and self._holds(oid)
 
     def _holds(self, oid: int) -> bool:
         """Is a state of ``oid`` kept as current?"""

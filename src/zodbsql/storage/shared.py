@@ -41,7 +41,9 @@ class Shared:
         backend.use_codec(codec)
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
-        self.prefetcher = Prefetcher(options.prefetch_count, options.prefetch_bytes)
+        self.prefetcher = Prefetcher(*self.cache.prefetch_batch(options.prefetch_count,
+                                                                 options.prefetch_bytes),
+                                     held=self.cache.holds)
         #: The references of cached states, for the client's lookahead (SQLite).
         self.references_of = ReferenceMemo(references)
         self.statements = StatementTally()
