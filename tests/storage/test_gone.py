@@ -105,6 +105,27 @@ def test_an_object_a_pack_removed_is_named_once(storage_factory: Any) -> None:
     assert reader.poll_invalidations() == [ROOT]
 
 
+def test_a_deletion_is_named_once_though_no_commit_came_after_it(storage_factory: Any) -> None:
+    """A pack stamps its record with the last tid, which the reader has polled already:
+    the reader's polls after it (the first may be skipped where the commit watch heard
+    of no commit: the pack commits none) name the object once, the one after a later
+    commit too (records are asked for by number, not by the tid they are stamped with)."""
+    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
+    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
+    _commit(writer, {ROOT: node_state(0, set())})
+    oid, state = _garbage(writer, 1)
+    _kept_by(reader, oid, state)
+    _pack(writer_storage)
+    first = reader.poll_invalidations()
+    assert first is not None
+    _commit(writer, {ROOT: node_state(20, set())})
+    second = reader.poll_invalidations()
+    assert second is not None and ROOT in second
+    assert (first + second).count(oid) == 1
+    with pytest.raises(POSKeyError):
+        reader.load(oid)
+
+
 def test_a_deletion_is_named_by_another_process(storage_factory: Any) -> None:
     """``deleteObject`` (IExternalGC): history-preserving a revision says so; history-
     free the row goes at once, and the record names it."""
@@ -164,6 +185,14 @@ def test_a_database_made_before_the_record_gets_it(storage_factory: Any) -> None
     looking = read_only.new_instance()
     looking.poll_invalidations()
     assert looking.load(ROOT)[0] == node_state(0, set())
+    # Its poll statement without the record: the last tid, no change, no record, no floor.
+    last = u64(looking.lastTransaction())
+    conn = read_only.shared.connect()
+    try:
+        polled = read_only.shared.backend.poller.poll(conn, last, 0)
+    finally:
+        conn.close()
+    assert tuple(polled) == (last, [], [], 0, 0, True)
     writer_storage = storage_factory.open()
     assert writer_storage.shared.backend.poller.reads_gone is True
     reader = storage_factory.open().new_instance()
