@@ -73,14 +73,23 @@ def _gone_for(reader: Any, oid: bytes) -> None:
         reader.load(oid)
 
 
-def test_a_newer_revision_a_pack_removed_before_the_poll(storage_factory: Any) -> None:
-    """The reader keeps revision 1; the writer commits revision 2 and packs it away (the
-    object is garbage) before the reader polls: no poll can name revision 2 by its row."""
+def _garbage_a_reader_keeps(storage_factory: Any) -> tuple[Any, Any, Any, Any, bytes, bytes]:
+    """A writer's and a reader's storage (two processes) and an instance of each; a
+    garbage object the writer committed and the reader keeps in its cache: (writer's
+    storage, reader's storage, writer, reader, oid, state)."""
     writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
     writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
     _commit(writer, {ROOT: node_state(0, set())})
     oid, state = _garbage(writer, 1)
     _kept_by(reader, oid, state)
+    return writer_storage, reader_storage, writer, reader, oid, state
+
+
+def test_a_newer_revision_a_pack_removed_before_the_poll(storage_factory: Any) -> None:
+    """The reader keeps revision 1; the writer commits revision 2 and packs it away (the
+    object is garbage) before the reader polls: no poll can name revision 2 by its row."""
+    writer_storage, reader_storage, writer, reader, oid, state = _garbage_a_reader_keeps(
+        storage_factory)
     _commit(writer, {oid: node_state(10, set())})
     _pack(writer_storage)
     _gone_for(reader, oid)
@@ -93,11 +102,8 @@ def test_a_newer_revision_a_pack_removed_before_the_poll(storage_factory: Any) -
 def test_an_object_a_pack_removed_is_named_once(storage_factory: Any) -> None:
     """The reader's poll names each removed object once: the next poll, with nothing
     deleted since, names none."""
-    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
-    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
-    _commit(writer, {ROOT: node_state(0, set())})
-    oid, state = _garbage(writer, 1)
-    _kept_by(reader, oid, state)
+    writer_storage, reader_storage, writer, reader, oid, state = _garbage_a_reader_keeps(
+        storage_factory)
     _pack(writer_storage)
     _commit(writer, {ROOT: node_state(20, set())})
     assert reader.poll_invalidations() == [ROOT, oid]
@@ -110,11 +116,8 @@ def test_a_deletion_is_named_once_though_no_commit_came_after_it(storage_factory
     the reader's polls after it (the first may be skipped where the commit watch heard
     of no commit: the pack commits none) name the object once, the one after a later
     commit too (records are asked for by number, not by the tid they are stamped with)."""
-    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
-    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
-    _commit(writer, {ROOT: node_state(0, set())})
-    oid, state = _garbage(writer, 1)
-    _kept_by(reader, oid, state)
+    writer_storage, reader_storage, writer, reader, oid, state = _garbage_a_reader_keeps(
+        storage_factory)
     _pack(writer_storage)
     first = reader.poll_invalidations()
     assert first is not None
@@ -129,11 +132,8 @@ def test_a_deletion_is_named_once_though_no_commit_came_after_it(storage_factory
 def test_a_deletion_is_named_by_another_process(storage_factory: Any) -> None:
     """``deleteObject`` (IExternalGC): history-preserving a revision says so; history-
     free the row goes at once, and the record names it."""
-    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
-    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
-    _commit(writer, {ROOT: node_state(0, set())})
-    oid, state = _garbage(writer, 1)
-    _kept_by(reader, oid, state)
+    writer_storage, reader_storage, writer, reader, oid, state = _garbage_a_reader_keeps(
+        storage_factory)
     _commit(writer, {}, deleted=(oid,))
     _gone_for(reader, oid)
 
@@ -143,11 +143,8 @@ def test_an_instance_that_missed_pruned_records_forgets_everything(
     """Records live until the pack after next: an instance that did not poll across
     three packs that deleted can't be told what went, so its poll invalidates
     everything (None), and its process's cache drops what it kept."""
-    writer_storage, reader_storage = storage_factory.open(), storage_factory.open()
-    writer, reader = writer_storage.new_instance(), reader_storage.new_instance()
-    _commit(writer, {ROOT: node_state(0, set())})
-    oid, state = _garbage(writer, 1)
-    _kept_by(reader, oid, state)
+    writer_storage, reader_storage, writer, reader, oid, state = _garbage_a_reader_keeps(
+        storage_factory)
     for value in (100, 200, 300):
         _garbage(writer, value)
         _pack(writer_storage)

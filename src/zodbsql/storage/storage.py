@@ -261,8 +261,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         preserving: a history-free snapshot is the read transaction a poll begins.)"""
         shared = self.shared
         since = self._polled
-        if (since is None or not self._options.keep_history or self._resets != shared.resets
-                or shared.backend.server_generation != shared.generation):
+        if since is None or not self._options.keep_history or not self._same_server():
             return False
         cache = shared.cache
         try:
@@ -288,13 +287,17 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         this instance has just written (a 1,000-object commit: 1,000 rows read and
         parsed, ~0.65 ms on SQLite).  Deletions are asked for by record number
         (``gone_since``), whatever the tid the poll starts from."""
-        shared = self.shared
-        if (alone is None or since is None or gone_since is None
-                or self._resets != shared.resets
-                or shared.backend.server_generation != shared.generation):
+        if alone is None or since is None or gone_since is None or not self._same_server():
             return None
         tid, oids = alone
         return tid, [(oid, tid) for oid in oids]
+
+    def _same_server(self) -> bool:
+        """Is the server the one this instance last polled (no failover, no reset
+        seen since)?  Only then may its own commit stand for a poll's changes."""
+        shared = self.shared
+        return (self._resets == shared.resets
+                and shared.backend.server_generation == shared.generation)
 
     def _unchanged(self) -> tuple[bool, object]:
         """May this start keep the snapshot (nothing committed since its poll)?  The
