@@ -247,15 +247,18 @@ WALK = (
 HF_WALK_STEP = "JOIN object_ref r ON r.zoid = w.zoid"
 HP_WALK_STEP = ("JOIN current_object c ON c.zoid = w.zoid"
                 " JOIN object_ref r ON r.zoid = c.zoid AND r.tid = c.tid")
-# Its statements return at most REFERENCES_EACH references of each state (a
-# BTree bucket's items and its next bucket), 16 a state in all (``REFERENCES_PER_STATE``, 4
-# elsewhere), so that a batch of buckets queues all their items and the next misses
-# bring them: with 4 a state and no cap of each, the cap cut the references of the last
-# buckets a batch brought, and the walk cost a statement a bucket after it (a cold walk
-# of 6,000 items on PostgreSQL: 100 to 106 statements; 16 to 20 now), while a
-# container's 10,000 children took 17 ms to send and queue.  (Leaving out the
-# references inside the batch with NOT IN (kept) was tried: PostgreSQL, expecting one
-# row, did not hash it: 1.6 s for 10,000 references.)
+# Its statements return at most REFERENCES_EACH references of each state (a BTree
+# bucket's items and its next bucket) and ``REFERENCES_PER_STATE`` (4) a state in all,
+# so that a batch of buckets queues the items the next misses bring (4 a state without
+# the cap of each cost a statement a bucket: the first states' references used up the
+# batch's).  PostgreSQL took 16 a state until issue 24 measured what they cost: each
+# reference is a row of its own, and a batch of 1,000 states sent 13,685, ~3 MB of
+# peak RSS (``scripts/cache_memory.py`` above its cache-off run at 10 and 32 MB: 16
+# and 37 with 16, 13 and 34 with 4), for the same statements (``zodbsql bench --tests
+# btree-walk``: 116 for 100,000 items either way, 13 -> 14 for 6,000).  (Leaving out
+# the references inside the batch with NOT IN (kept) was tried: PostgreSQL, expecting
+# one row, did not hash it: 1.6 s for 10,000 references; with NOT EXISTS it leaves out
+# few: 1,047 of those 13,685 named a state of the batch.)
 
 
 def prefetching(statement: str, *, own: str, siblings: str, kept: str, parent: str = "",

@@ -164,7 +164,6 @@ class PostgreSQLMover(Mover):
     # walks on to the next buckets.
     LOOKS_AHEAD = True
     LOOKAHEAD_AT_LEAST = 128
-    REFERENCES_PER_STATE = 16
     # One array parameter whatever the number: the statement's text never changes, so
     # it stays prepared.
     MAX_LISTED_OIDS = 100_000
