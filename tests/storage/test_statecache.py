@@ -1108,3 +1108,34 @@ def test_deletions_fill_the_index_up_to_its_bound_exactly() -> None:
     assert len(cache._changed) == bound and cache.base == 10
     cache.after_poll(20, 30, [], gone=[bound], gone_seq=2)
     assert not cache._changed and cache.base == 30
+
+
+def test_a_newcomer_whose_mark_slot_another_state_set_enters_probation() -> None:
+    """Marks share slots (``FrequencySketch.mark``): a newcomer that wins admission
+    into a cache whose states are all protected enters probation, even when a hit on
+    a protected state just set the mark slot it shares; only its own hit promotes it."""
+    cache = StateCache(256 * 1024)
+    cache.after_poll(1, 1, [])
+    cache.after_poll(1, 2, [(10_000_000 + n, 2) for n in range(900)])   # a big index
+    for oid in range(2000):
+        if cache.get(oid, 2) is None:
+            cache.put_loaded(oid, 1, STATE, snapshot=2)
+        cache.get(oid, 2)                          # a second hit: protected
+    assert not cache._probation and cache._protected
+    sketch = cache._sketch
+    held = cache._protected.oldest()
+    assert held is not None
+    newcomer = 5000
+    while True:                                    # an oid sharing the held one's slot
+        sketch.mark(held)
+        if sketch.take_mark(newcomer):
+            break
+        newcomer += 1
+    for _ in range(6):                             # asked for often: wins admission
+        assert cache.get(newcomer, 2) is None
+    assert cache.get(held, 2) is not None          # sets the slot they share
+    cache.put_loaded(newcomer, 1, STATE, snapshot=2)
+    assert cache.has(newcomer, 2)
+    assert newcomer in cache._probation and newcomer not in cache._protected
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
