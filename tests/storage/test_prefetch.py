@@ -831,6 +831,51 @@ def test_a_pick_that_cannot_be_sent_ahead(storage_and_db: Any, polled: Any,
     assert all(instance.load(p64(oid))[0] == expected[oid] for oid in held)
 
 
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_a_pick_sent_ahead_brings_what_a_pick_read_at_once_brings(
+        storage_and_db: Any, polled: Any, monkeypatch: pytest.MonkeyPatch,
+        pipelined: bool) -> None:
+    """``send_load_many_with_references`` (in pipeline mode, or read at once where
+    libpq has none) brings what ``load_many_with_references`` brings: the states at the
+    snapshot within the byte bound, and as many references of each as asked; for no
+    oid, nothing, and no statement."""
+    storage, db = storage_and_db
+    mover = storage.shared.backend.mover
+    if not mover.SENDS_AHEAD:
+        pytest.skip("only a mover that sends a pick ahead (PostgreSQL)")
+    if not pipelined:
+        from zodbsql.backends.postgresql import connections
+        monkeypatch.setattr(connections, "_pipelines_supported", lambda: False)
+    with db.transaction() as zconn:
+        zconn.root()["items"] = items = PersistentMapping()
+        for i in range(40):
+            items[i] = PersistentMapping(a=PersistentMapping(), b=PersistentMapping(),
+                                         c=PersistentMapping())
+    instance = polled(storage)
+    oids = sorted(u64(oid) for oid in children_of(instance, container_oid(db)))
+    conn, snapshot = instance._snapshot_conn(), instance._snapshot
+    expected = expected_states(storage, oids, snapshot)
+
+    def brought(sent: Any) -> tuple[dict[int, bytes], list[tuple[int, int]]]:
+        states, references = sent.result()
+        return {each.oid: each.state for each in states}, sorted(references)
+
+    at_once = mover.load_many_with_references(conn, oids, snapshot, None, 2)
+    states, references = brought(
+        mover.send_load_many_with_references(conn, oids, snapshot, None, 2))
+    assert states == expected
+    assert references == sorted(at_once[1])
+    assert sorted(parent for parent, _ in references) == sorted(oids * 2)  # 2 of 3 each
+    sizes = [len(expected[oid]) for oid in oids[:10]]
+    states, _ = brought(mover.send_load_many_with_references(
+        conn, oids, snapshot, sum(sizes), 2))
+    assert list(states) == oids[:10]
+    before = storage.statement_count()
+    assert brought(mover.send_load_many_with_references(conn, [], snapshot, None, 2)) == (
+        {}, [])
+    assert storage.statement_count() == before
+
+
 def test_a_pick_takes_the_parents_own_references_only(storage_and_db: Any,
                                                       polled: Any) -> None:
     """PostgreSQL's client picks among the parent's own references: the uncached

@@ -1139,3 +1139,29 @@ def test_a_newcomer_whose_mark_slot_another_state_set_enters_probation() -> None
     assert newcomer in cache._probation and newcomer not in cache._protected
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
+
+
+def test_a_newcomer_meets_probations_oldest_not_protecteds() -> None:
+    """Leaving the window for a full cache, a newcomer is compared with probation's
+    oldest state not asked for since it came in (``_turned_away``), not with
+    protected's: asked for three times, it wins against a state asked for once,
+    though every protected state was asked for more often than it."""
+    cache = StateCache(256 * 1024)
+    cache.after_poll(1, 1, [])
+    for oid in range(300):                         # asked for six times: protected
+        for _ in range(6):
+            if cache.get(oid, 1) is None:
+                cache.put_loaded(oid, 1, STATE, snapshot=1)
+    for oid in range(10_000, 13_000):              # asked for once: probation, full
+        assert cache.get(oid, 1) is None
+        cache.put_loaded(oid, 1, STATE, snapshot=1)
+    assert cache._probation and cache._protected
+    assert cache.bytes_used > cache.limit - 2 * ENTRY
+    newcomer = 20_000
+    for _ in range(3):
+        assert cache.get(newcomer, 1) is None
+    cache.put_loaded(newcomer, 1, STATE, snapshot=1)
+    assert cache.has(newcomer, 1)
+    assert all(cache.has(oid, 1) for oid in range(300))
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
