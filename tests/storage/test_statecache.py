@@ -373,6 +373,8 @@ def assert_counts_add_up(cache: StateCache) -> None:
     revisions = sum(state_cost(v) + key for v in cache._revisions.values())
     assert (cache._protected_bytes, cache._window_bytes, cache._current_bytes,
             cache._revision_bytes) == (protected, window, current, revisions)
+    # The sketch's rows as they are now, however often they grew.
+    assert cache._fixed_bytes == cache._sketch.size_bytes + cache._batches_bytes()
     # The table sizes kept as they change, rather than measured at every access.
     for table in (cache._window, cache._revisions):
         assert table.table_bytes == sys.getsizeof(table)
@@ -1163,5 +1165,37 @@ def test_a_newcomer_meets_probations_oldest_not_protecteds() -> None:
     cache.put_loaded(newcomer, 1, STATE, snapshot=1)
     assert cache.has(newcomer, 1)
     assert all(cache.has(oid, 1) for oid in range(300))
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
+
+
+def test_the_sketch_grows_with_the_states_and_is_counted() -> None:
+    """The frequency sketch starts small and widens as the cache holds more states
+    (``_shrink``); what it takes then is in the count, so the bound still holds."""
+    cache = StateCache(64 << 20)                  # room for 524,288 counters
+    cache.after_poll(1, 1, [])
+    bits, fixed = cache._sketch.bits, cache._fixed_bytes
+    for oid in range(70_000):                     # past the 65,536 it starts with
+        cache.put_loaded(oid, 1, STATE, snapshot=1)
+    assert cache._sketch.bits > bits and cache._fixed_bytes > fixed
+    assert cache.bytes_used <= cache.limit
+    assert_counts_add_up(cache)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_prefetch_keeps_the_largest_oid_an_entry_can_hold(full: bool) -> None:
+    """``put_loaded_many`` keeps a state of the largest oid the logs' index takes
+    (2**63 - 1), and not one above it, whether the batch fits at once or the cache is
+    full and it enters state by state."""
+    from zodbsql.cache.arena import LARGEST_OID
+    cache = StateCache(1 << 20)
+    cache.after_poll(1, 1, [])
+    if full:
+        for oid in range(8000):
+            cache.put_loaded(oid, 1, STATE, snapshot=1)
+        assert cache.bytes_used > cache.limit - 2 * ENTRY
+    cache.put_loaded_many([(LARGEST_OID, 1, STATE), (LARGEST_OID + 1, 1, STATE)], 1)
+    assert cache.get(LARGEST_OID, 1) == (STATE, 1)
+    assert cache.get(LARGEST_OID + 1, 1) is None
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
