@@ -1066,3 +1066,19 @@ def test_a_small_commits_vote_is_traced_without_its_values(
     finally:
         made.cleanup()
 
+
+
+def test_integer_arrays_reach_the_server_as_they_are(factory):
+    """The staging call's integer columns travel as array text (``bigint_array``): each
+    value as it is, NULL where a value is None (a deletion's checksum, a state that
+    copies no older one), whatever the others hold."""
+    from zodbsql.backends.postgresql.mover import bigint_array
+    storage = factory.open()
+    conn = storage.shared.backend.connect()
+    try:
+        for values in ([1, None, -2, 2**63 - 1], [None, None], [5, 7], []):
+            (back,), = conn.fetchall("SELECT %t::BIGINT[]", [bigint_array(values)])
+            assert back == values
+    finally:
+        conn.close()
+        storage.close()
