@@ -15,7 +15,8 @@ import tracemalloc
 
 import pytest
 
-from zodbsql.cache.arena import CHUNK_OBJECT_BYTES, HEADER_BYTES, ArenaSegment, entry_cost
+from zodbsql.cache.arena import (CHUNK_OBJECT_BYTES, HEADER_BYTES, LARGEST_OID,
+                                 ArenaSegment, entry_cost)
 from zodbsql.cache.statecache import (_OID_BYTES, REVISIONS_SHARE, ROOM_PER_STATE,
                                       FrequencySketch, StateCache,
                                       allocated, state_cost)
@@ -1187,7 +1188,6 @@ def test_a_prefetch_keeps_the_largest_oid_an_entry_can_hold(full: bool) -> None:
     """``put_loaded_many`` keeps a state of the largest oid the logs' index takes
     (2**63 - 1), and not one above it, whether the batch fits at once or the cache is
     full and it enters state by state."""
-    from zodbsql.cache.arena import LARGEST_OID
     cache = StateCache(1 << 20)
     cache.after_poll(1, 1, [])
     if full:

@@ -18,6 +18,7 @@ from ZODB.utils import u64, z64
 
 from tests.databases import BACKENDS, POSTGRESQL_DSN, Param, PostgreSQLFactory
 from zodbsql.api import open_storage, parse_url
+from zodbsql.backends.postgresql.mover import bigint_array
 from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
                             DatabaseError, RowLockTimeout, SchemaError)
@@ -1072,7 +1073,6 @@ def test_integer_arrays_reach_the_server_as_they_are(factory):
     """The staging call's integer columns travel as array text (``bigint_array``): each
     value as it is, NULL where a value is None (a deletion's checksum, a state that
     copies no older one), whatever the others hold."""
-    from zodbsql.backends.postgresql.mover import bigint_array
     storage = factory.open()
     conn = storage.shared.backend.connect()
     try:
