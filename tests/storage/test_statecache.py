@@ -431,10 +431,9 @@ def test_the_lru_comparison_policy_keeps_the_newest_state() -> None:
     assert_counts_add_up(cache)
 
 
-def test_a_frequent_newcomer_enters_when_every_state_is_protected() -> None:
-    """When the index of changed oids takes much of the cache, every current state
-    can sit in protected; a newcomer asked for more often than protected's oldest
-    still gets in (that one goes), one asked for once does not."""
+def every_state_protected() -> StateCache:
+    """A full 256 KB cache (no window) whose index of changed oids takes much of it,
+    every current state asked for twice: probation empty, all in protected."""
     cache = StateCache(256 * 1024)
     cache.after_poll(1, 1, [])
     cache.after_poll(1, 2, [(10_000_000 + n, 2) for n in range(900)])   # a big index
@@ -443,6 +442,14 @@ def test_a_frequent_newcomer_enters_when_every_state_is_protected() -> None:
             cache.put_loaded(oid, 1, STATE, snapshot=2)
         cache.get(oid, 2)                          # a second hit: protected
     assert not cache._probation and cache._protected
+    return cache
+
+
+def test_a_frequent_newcomer_enters_when_every_state_is_protected() -> None:
+    """When the index of changed oids takes much of the cache, every current state
+    can sit in protected; a newcomer asked for more often than protected's oldest
+    still gets in (that one goes), one asked for once does not."""
+    cache = every_state_protected()
     for _ in range(6):
         assert cache.get(5000, 2) is None
     cache.put_loaded(5000, 1, STATE, snapshot=2)
@@ -1117,14 +1124,7 @@ def test_a_newcomer_whose_mark_slot_another_state_set_enters_probation() -> None
     """Marks share slots (``FrequencySketch.mark``): a newcomer that wins admission
     into a cache whose states are all protected enters probation, even when a hit on
     a protected state just set the mark slot it shares; only its own hit promotes it."""
-    cache = StateCache(256 * 1024)
-    cache.after_poll(1, 1, [])
-    cache.after_poll(1, 2, [(10_000_000 + n, 2) for n in range(900)])   # a big index
-    for oid in range(2000):
-        if cache.get(oid, 2) is None:
-            cache.put_loaded(oid, 1, STATE, snapshot=2)
-        cache.get(oid, 2)                          # a second hit: protected
-    assert not cache._probation and cache._protected
+    cache = every_state_protected()
     sketch = cache._sketch
     held = cache._protected.oldest()
     assert held is not None
