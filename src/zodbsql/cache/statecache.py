@@ -664,8 +664,21 @@ class StateCache:
 
     # -- remembering ---------------------------------------------------------------------------------
     def put_loaded(self, oid: int, tid: int, state: bytes, snapshot: int) -> None:
-        """Remember a state the database returned as current at ``snapshot``."""
-        self.put_loaded_many(((oid, tid, state),), snapshot)
+        """Remember a state the database returned as current at ``snapshot``: as
+        ``put_loaded_many`` does a row, without its batch's set-up (measuring the room
+        a batch needs, its lists and dicts), which cost a load without prefetch 10 us
+        of the 12 its state took to enter (5.5 without it)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if not self.base <= snapshot == self.polled:
+                return                          # as ``put_loaded_many`` says
+            changed = self._changed.get(oid)
+            if changed is not None and changed != tid:
+                return
+            if len(state) > self.limit // 4 or self._holds(oid):
+                return
+            self._insert(oid, tid.to_bytes(8, "big") + state)
 
     def put_loaded_many(self, rows: Iterable[tuple[int, int, bytes]], snapshot: int) -> None:
         """Remember states ``(oid, tid, state)`` the database returned as current at
