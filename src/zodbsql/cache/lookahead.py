@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict, deque
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
 #: Cached states whose references are read at most, per miss (a bucket of an OOBTree
 #: holds up to 30 items: 64 buckets cover a batch of 1,000 and more).
@@ -125,6 +125,103 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
         if not refs:
             return parent, found
 
+
+
+class Came(Protocol):
+    """A state a load brought (a mover's ``LoadedState``)."""
+
+    @property
+    def oid(self) -> int: ...
+
+    @property
+    def state(self) -> bytes | None: ...
+
+
+CameT = TypeVar("CameT", bound=Came)
+
+
+def walked_on(came: Sequence[CameT], count: int, room: int | None,
+              cached_states: Callable[[Sequence[int]], list[bytes | None]],
+              references: Callable[[int, bytes], Sequence[int]], largest_read: int,
+              leaf: Callable[[bytes], bool],
+              load: Callable[[list[int]], list[CameT]]) -> list[CameT]:
+    """Past a pick that came short of its bound (the parent's references ran out: a
+    BTree bucket's last items and the next bucket), what the states that ``came`` refer
+    to and the cache does not hold, then what those refer to, a ``load`` a step: the
+    next buckets and their items, as PostgreSQL's walking statement brings them on the
+    server.  A cold walk over an OOBTree on SQLite otherwise paid a whole miss (the
+    lookahead, the batch's entry into the cache, the prefetch plan: ~240 us) for every
+    bucket's 15 to 30 items.
+
+    A step is taken whole or not at all: within ``count`` states and, at the sizes seen,
+    ``room`` bytes (None: no bound).  A step cut short left a bucket's last items to
+    misses of their own, and without the bucket among the states touched last, each was
+    a statement without a batch.  The first cached states met are read too
+    (``CACHED_LOOKED_INTO`` a step).  The walk ends after ``WALK_STEPS`` steps, at a
+    step that lists more than ``count`` references (a container's children), or when
+    nothing it reads refers to a state not held; states larger than
+    ``largest_read`` and ``leaf`` ones are not read for their references."""
+    brought: list[CameT] = []
+    seen = {each.oid for each in came}
+    sizes = [len(each.state) for each in came if each.state is not None]
+    seen_bytes, seen_states = sum(sizes), max(1, len(sizes))
+
+    def uncached(states: Iterable[tuple[int, bytes | None]],
+                 ) -> tuple[list[int], list[tuple[int, bytes]]] | None:
+        """The references of ``states`` not met before: those not cached, and the
+        cached ones with their states; None past ``count`` of them (a container's
+        children, not a bucket's: not this walk's to bring)."""
+        listed: list[int] = []
+        for parent, state in states:
+            if state is None or len(state) > largest_read or leaf(state):
+                continue
+            for oid in references(parent, state):
+                if oid not in seen:
+                    seen.add(oid)
+                    listed.append(oid)
+            if len(listed) > count:
+                return None
+        found: list[int] = []
+        held: list[tuple[int, bytes]] = []
+        for oid, state in zip(listed, cached_states(listed) if listed else ()):
+            if state is None:
+                found.append(oid)
+            else:
+                held.append((oid, state))
+        return found, held
+
+    frontier: list[tuple[int, bytes | None]] = [(each.oid, each.state) for each in came]
+    for _ in range(WALK_STEPS):
+        step = uncached(frontier)
+        if step is None:
+            break
+        wanted, held = step
+        # Cached states they refer to: the next bucket an earlier miss brought, whose
+        # items did not come.  A few, one level: more is a subtree read before (a warm
+        # reader next to a BTree it walked looked through 4,000 of its states).
+        for each in held[:CACHED_LOOKED_INTO]:
+            more = uncached([each])
+            if more is not None:
+                wanted += more[0]
+        if (not wanted or len(wanted) > count
+                or (room is not None and len(wanted) * seen_bytes // seen_states > room)):
+            break
+        loaded = load(wanted)
+        brought += loaded
+        frontier = [(each.oid, each.state) for each in loaded]
+        count -= len(loaded)
+        step_bytes = sum(len(each.state or b"") for each in loaded)
+        seen_bytes += step_bytes
+        seen_states += len(loaded)
+        if room is not None:
+            room -= step_bytes
+    return brought
+
+
+#: Cached states a step of ``walked_on`` reads the references of, at most.
+CACHED_LOOKED_INTO = 2
+#: Loads ``walked_on`` makes at most, one after the other (each a statement).
+WALK_STEPS = 16
 
 #: Of the parent's references before the miss, the first this many are looked through
 #: (after those after it): a BTree bucket's next bucket, older than its items, opens the

@@ -553,7 +553,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 return row
             prefetcher.note_parent(parent)
             also += [each for each in missing if each not in listed]
-        return self._load_batch(conn, oid, snapshot, also, False)
+        return self._load_batch(conn, oid, snapshot, also, False,
+                                walk_on=bound - len(also))
 
     def _siblings_to_pick(self, oid: int, snapshot: int, bound: int,
                           at_least: int) -> list[int] | None:
@@ -580,10 +581,14 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         return missing
 
     def _load_batch(self, conn: ConnectionRole, oid: int, snapshot: int, also: list[int],
-                    queue_references: bool) -> StateRow | None:
+                    queue_references: bool, walk_on: int = 0) -> StateRow | None:
         """``oid``'s row, and ``also`` into the shared cache, by oid in one statement
         (bounded in bytes); with ``queue_references``, the first references of what
-        came are queued (a server's round trip: the items of the buckets it brought)."""
+        came are queued (a server's round trip: the items of the buckets it brought);
+        with ``walk_on``, up to that many more states come, those what came refers to
+        and the cache does not hold (``lookahead.walked_on``: the next buckets of a
+        BTree and their items), a statement a step, and enter the cache with the
+        rest."""
         mover = self.shared.backend.mover
         prefetcher = self.shared.prefetcher
         references: list[tuple[int, int]] = []
@@ -595,6 +600,13 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 conn, [oid, *also], snapshot, prefetcher.max_bytes, REFERENCES_EACH)
         else:
             loaded = mover.load_many_at(conn, [oid, *also], snapshot, prefetcher.max_bytes)
+            if walk_on > 0:
+                # From the states that came along, not from the miss's own: a container
+                # missed (a mapping another process changed) would walk into its
+                # cached neighbours (a warm reader next to a BTree it read: 4,000
+                # lookups and states it never asked for, at every such miss).
+                loaded += self._walked_on(
+                    conn, snapshot, [each for each in loaded if each.oid != oid], walk_on)
         own_row, brought = None, []
         for each in loaded:
             if each.oid == oid:
@@ -608,6 +620,23 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if ahead:
             self._send_ahead(conn, ahead, snapshot, loaded)
         return StateRow(own_row.tid, own_row.checksum, own_row.state)
+
+    def _walked_on(self, conn: ConnectionRole, snapshot: int, came: list[LoadedState],
+                   count: int) -> list[LoadedState]:
+        """``lookahead.walked_on`` from the states that ``came``, within the bytes of a
+        prefetch they left."""
+        shared = self.shared
+        mover = shared.backend.mover
+        room = shared.prefetcher.max_bytes
+        if room is not None:
+            room -= sum(len(each.state) for each in came if each.state is not None)
+        largest = mover.LOOKAHEAD_LARGEST
+        return lookahead.walked_on(
+            came, count, room, lambda oids: shared.cache.peek_many(oids, snapshot),
+            shared.references_of,
+            largest if largest is not None else lookahead.BYTES_READ_PER_OID * count,
+            records.refers_to_nothing,
+            lambda oids: mover.load_many_at(conn, oids, snapshot))
 
     def _send_ahead(self, conn: ConnectionRole, oids: list[int], snapshot: int,
                     loaded: list[LoadedState]) -> None:
