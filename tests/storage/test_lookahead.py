@@ -414,3 +414,114 @@ def test_at_most_large_asked_large_candidates_are_asked_about() -> None:
     cache[5] = state(2, 8)
     assert uncached_after(2, [5, *candidates], 4, states_in(cache), refs_of,
                           following=following) == (5, [8])
+
+
+# -- walking on past a pick that came short (``walked_on``) --------------------------------
+class Loaded:
+    """A loaded state, as a mover's ``LoadedState`` gives it (its oid and state)."""
+
+    def __init__(self, oid: int, value: bytes | None) -> None:
+        self.oid = oid
+        self.state = value
+
+    def __repr__(self) -> str:
+        return f"Loaded({self.oid})"
+
+
+def chain(count: int, items: int = 3, first: int = 1000) -> dict[int, bytes]:
+    """The database: ``count`` buckets ``first``, ``first + 10``, ... each referring to
+    ``items`` leaf items (the next oids) and to the next bucket (not the last)."""
+    database: dict[int, bytes] = {}
+    for number in range(count):
+        bucket = first + 10 * number
+        own = [bucket + 1 + i for i in range(items)]
+        following = [bucket + 10] if number < count - 1 else []
+        database[bucket] = state(*own, *following)
+        for item in own:
+            database[item] = state()
+    return database
+
+
+def walk(came: list[int], count: int, database: dict[int, bytes], cache: dict[int, bytes],
+         room: int | None = None) -> tuple[list[int], list[list[int]]]:
+    """``walked_on`` from the loaded ``came``: the oids it brought, and each load's oids."""
+    loads: list[list[int]] = []
+
+    def load(oids: list[int]) -> list[Loaded]:
+        loads.append(list(oids))
+        return [Loaded(oid, database[oid]) for oid in oids if oid in database]
+
+    brought = lookahead.walked_on(
+        [Loaded(oid, database[oid]) for oid in came], count, room, states_in(cache),
+        refs_of, 4096, lambda value: not GRAPH[int.from_bytes(value[1:5], "big")], load)
+    return [each.oid for each in brought], loads
+
+
+def test_a_walk_brings_the_next_buckets_and_their_items_a_load_a_bucket() -> None:
+    database = chain(4)
+    # A miss on 1002 brought 1003 and the next bucket, 1010: the walk goes on from them.
+    brought, loads = walk([1002, 1003, 1010], 100, database, {})
+    assert loads == [[1011, 1012, 1013, 1020], [1021, 1022, 1023, 1030],
+                     [1031, 1032, 1033]]
+    assert brought == [oid for step in loads for oid in step]
+
+
+def test_a_walk_brings_nothing_the_cache_holds() -> None:
+    database = chain(3)
+    cache = {1012: database[1012], 1020: database[1020]}
+    brought, loads = walk([1003, 1010], 100, database, cache)
+    # 1020 is cached, not brought, but its items are (the next bucket's, read from the
+    # cache), and the walk goes on from them.
+    assert loads == [[1011, 1013, 1021, 1022, 1023]]
+    assert 1012 not in brought and 1020 not in brought
+
+
+def test_a_step_that_would_pass_the_count_is_not_taken() -> None:
+    database = chain(4)
+    # Room for 4 states: the first bucket's step (4) fits, the next step (4) does not:
+    # never half a bucket, whose other items would be misses of their own.
+    brought, loads = walk([1010], 6, database, {})
+    assert loads == [[1011, 1012, 1013, 1020]]
+    assert walk([1010], 3, database, {}) == ([], [])
+
+
+def test_a_step_that_would_pass_the_bytes_left_is_not_taken() -> None:
+    database = chain(4)
+    size = len(database[1011])
+    # The states seen are all of one size: room for 5 of them takes one step of 4.
+    brought, loads = walk([1010], 100, database, {}, room=5 * size)
+    assert loads == [[1011, 1012, 1013, 1020]]
+    assert walk([1010], 100, database, {}, room=3 * size)[1] == []
+
+
+def test_leaves_and_large_states_are_not_walked_from() -> None:
+    database = chain(2)
+    assert walk([1001, 1002], 100, database, {}) == ([], [])
+    database[1000] = state(1001, 1002, 1003, 1010, size=5000)
+    assert walk([1000], 100, database, {}) == ([], [])
+
+
+def test_a_container_with_more_children_than_the_count_is_not_walked_into() -> None:
+    database = chain(2, items=30)
+    assert walk([1010], 20, database, {})[1] == []
+    assert walk([1010], 40, database, {})[1] == [list(range(1011, 1041))]
+
+
+def test_a_walk_takes_walk_steps_loads_at_most() -> None:
+    database = chain(lookahead.WALK_STEPS + 5, items=1)
+    brought, loads = walk([1000], 10_000, database, {})
+    assert len(loads) == lookahead.WALK_STEPS
+
+
+def test_only_the_first_cached_states_are_looked_into() -> None:
+    # A loaded state referring to many cached containers, each with uncached children:
+    # the walk reads CACHED_LOOKED_INTO of them, not a whole cached subtree.
+    database: dict[int, bytes] = {}
+    containers = [2000 + 10 * i for i in range(6)]
+    cache: dict[int, bytes] = {}
+    for container in containers:
+        cache[container] = database[container] = state(container + 1, container + 2)
+        database[container + 1] = database[container + 2] = state()
+    database[1] = state(*containers)
+    brought, loads = walk([1], 100, database, cache)
+    assert loads == [[2001, 2002, 2011, 2012][:2 * lookahead.CACHED_LOOKED_INTO]]

@@ -169,7 +169,7 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
     def uncached(states: Iterable[tuple[int, bytes | None]],
                  ) -> tuple[list[int], list[tuple[int, bytes]]] | None:
         """The references of ``states`` not met before: those not cached, and the
-        cached ones with their states; None past ``count`` of them (a container's
+        cached ones to read, with their states; None past ``count`` of them (a container's
         children, not a bucket's: not this walk's to bring)."""
         listed: list[int] = []
         for parent, state in states:
@@ -186,8 +186,8 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
         for oid, state in zip(listed, cached_states(listed) if listed else ()):
             if state is None:
                 found.append(oid)
-            else:
-                held.append((oid, state))
+            elif len(state) <= largest_read and not leaf(state):
+                held.append((oid, state))       # one to read: not a leaf, not large
         return found, held
 
     frontier: list[tuple[int, bytes | None]] = [(each.oid, each.state) for each in came]
