@@ -525,3 +525,59 @@ def test_only_the_first_cached_states_are_looked_into() -> None:
     database[1] = state(*containers)
     brought, loads = walk([1], 100, database, cache)
     assert loads == [[2001, 2002, 2011, 2012][:2 * lookahead.CACHED_LOOKED_INTO]]
+
+
+def test_a_state_of_exactly_the_largest_read_is_read() -> None:
+    database = chain(2)
+    database[1010] = state(1011, 1012, 1013, size=4096)       # largest_read: read
+    assert walk([1010], 100, database, {})[1] == [[1011, 1012, 1013]]
+    database[1010] = state(1011, 1012, 1013, size=4097)
+    assert walk([1010], 100, database, {}) == ([], [])
+    # A cached one the same: read at 4,096 bytes, not above.
+    database[1] = state(1010)
+    for size, expected in ((4096, [[1011, 1012, 1013]]), (4097, [])):
+        database[1010] = state(1011, 1012, 1013, size=size)
+        assert walk([1], 100, database, {1010: database[1010]})[1] == expected
+
+
+def test_an_oid_two_states_refer_to_is_loaded_once() -> None:
+    database = {1: state(3, 4), 2: state(4, 5), 3: state(), 4: state(), 5: state()}
+    assert walk([1, 2], 100, database, {})[1] == [[3, 4, 5]]
+
+
+def test_a_step_of_exactly_the_count_is_taken() -> None:
+    database = {1: state(*range(10, 40)), 2: state(*range(40, 71))}
+    for oid in range(10, 71):
+        database[oid] = state()
+    # 1 refers to 30 leaves: a step of 30 with a count of 30, none with 29.
+    assert walk([1], 30, database, {})[1] == [list(range(10, 40))]
+    assert walk([1], 29, database, {})[1] == []
+    assert walk([2], 31, database, {})[1] == [list(range(40, 71))]
+
+
+def test_cached_leaves_do_not_take_the_places_of_cached_containers() -> None:
+    database = {1: state(2, 3, 4), 2: state(), 3: state(), 4: state(5, 6),
+                5: state(), 6: state()}
+    cache = {oid: database[oid] for oid in (2, 3, 4)}
+    # 2 and 3 are cached leaves; 4, a cached container, is read for its items.
+    assert walk([1], 100, database, cache)[1] == [[5, 6]]
+
+
+def test_the_bytes_a_step_would_take_are_estimated_at_the_sizes_seen() -> None:
+    # Two states came, of 16 and 17 bytes (33 in all): a step of 3 is estimated at
+    # 3 * 33 // 2 = 49 bytes, taken with exactly that room, not with one byte less.
+    database = {1: state(3, 4, 5, size=16), 2: state(size=17),
+                3: state(), 4: state(), 5: state()}
+    assert walk([1, 2], 100, database, {}, room=49)[1] == [[3, 4, 5]]
+    assert walk([1, 2], 100, database, {}, room=48)[1] == []
+
+
+def test_the_sizes_seen_include_every_state_that_came() -> None:
+    # 1 came (16 bytes); the first step brings 2 to 9 (16 bytes each: estimated at
+    # 8 * 16 = 128), 2 referring to 10; the second step, 10 alone, is estimated at the
+    # running average of all nine states seen, 144 // 9 = 16 bytes.
+    database = {1: state(*range(2, 10)), 2: state(10)}
+    for oid in range(3, 11):
+        database[oid] = state()
+    assert walk([1], 100, database, {}, room=128 + 16)[1] == [list(range(2, 10)), [10]]
+    assert walk([1], 100, database, {}, room=128 + 15)[1] == [list(range(2, 10))]
