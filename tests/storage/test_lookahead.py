@@ -443,7 +443,8 @@ def chain(count: int, items: int = 3, first: int = 1000) -> dict[int, bytes]:
 
 
 def walk(came: list[int], count: int, database: dict[int, bytes], cache: dict[int, bytes],
-         room: int | None = None) -> tuple[list[int], list[list[int]]]:
+         room: int | None = None, loaded_already: tuple[int, ...] = (),
+         ) -> tuple[list[int], list[list[int]]]:
     """``walked_on`` from the loaded ``came``: the oids it brought, and each load's oids."""
     loads: list[list[int]] = []
 
@@ -453,7 +454,8 @@ def walk(came: list[int], count: int, database: dict[int, bytes], cache: dict[in
 
     brought = lookahead.walked_on(
         [Loaded(oid, database[oid]) for oid in came], count, room, states_in(cache),
-        refs_of, 4096, lambda value: not GRAPH[int.from_bytes(value[1:5], "big")], load)
+        refs_of, 4096, lambda value: not GRAPH[int.from_bytes(value[1:5], "big")], load,
+        loaded_already)
     return [each.oid for each in brought], loads
 
 
@@ -581,3 +583,11 @@ def test_the_sizes_seen_include_every_state_that_came() -> None:
         database[oid] = state()
     assert walk([1], 100, database, {}, room=128 + 16)[1] == [list(range(2, 10)), [10]]
     assert walk([1], 100, database, {}, room=128 + 15)[1] == [list(range(2, 10))]
+
+
+def test_what_was_loaded_with_the_states_that_came_is_not_loaded_again() -> None:
+    # The miss (5) came in the same statement, not walked from; a state that came
+    # refers to it: it is not loaded a second time.
+    database = {1: state(5, 6), 5: state(), 6: state()}
+    assert walk([1], 100, database, {}, loaded_already=(5,))[1] == [[6]]
+    assert walk([1], 100, database, {})[1] == [[5, 6]]

@@ -126,7 +126,6 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
             return parent, found
 
 
-
 class Came(Protocol):
     """A state a load brought (a mover's ``LoadedState``)."""
 
@@ -144,7 +143,8 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
               cached_states: Callable[[Sequence[int]], list[bytes | None]],
               references: Callable[[int, bytes], Sequence[int]], largest_read: int,
               leaf: Callable[[bytes], bool],
-              load: Callable[[list[int]], list[CameT]]) -> list[CameT]:
+              load: Callable[[list[int]], list[CameT]],
+              loaded_already: Iterable[int] = ()) -> list[CameT]:
     """Past a pick that came short of its bound (the parent's references ran out: a
     BTree bucket's last items and the next bucket), what the states that ``came`` refer
     to and the cache does not hold, then what those refer to, a ``load`` a step: the
@@ -160,9 +160,12 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
     (``CACHED_LOOKED_INTO`` a step).  The walk ends after ``WALK_STEPS`` steps, at a
     step that lists more than ``count`` references (a container's children), or when
     nothing it reads refers to a state not held; states larger than
-    ``largest_read`` and ``leaf`` ones are not read for their references."""
+    ``largest_read`` and ``leaf`` ones are not read for their references.
+    ``loaded_already``: oids loaded with ``came`` but not walked from (the miss's own),
+    never loaded again."""
     brought: list[CameT] = []
     seen = {each.oid for each in came}
+    seen.update(loaded_already)
     sizes = [len(each.state) for each in came if each.state is not None]
     seen_bytes, seen_states = sum(sizes), max(1, len(sizes))
 

@@ -605,8 +605,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 # missed (a mapping another process changed) would walk into its
                 # cached neighbours (a warm reader next to a BTree it read: 4,000
                 # lookups and states it never asked for, at every such miss).
-                loaded += self._walked_on(
-                    conn, snapshot, [each for each in loaded if each.oid != oid], walk_on)
+                loaded += self._walked_on(conn, snapshot, oid, loaded, walk_on)
         own_row, brought = None, []
         for each in loaded:
             if each.oid == oid:
@@ -621,10 +620,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self._send_ahead(conn, ahead, snapshot, loaded)
         return StateRow(own_row.tid, own_row.checksum, own_row.state)
 
-    def _walked_on(self, conn: ConnectionRole, snapshot: int, came: list[LoadedState],
-                   count: int) -> list[LoadedState]:
-        """``lookahead.walked_on`` from the states that ``came``, within the bytes of a
-        prefetch they left."""
+    def _walked_on(self, conn: ConnectionRole, snapshot: int, oid: int,
+                   came: list[LoadedState], count: int) -> list[LoadedState]:
+        """``lookahead.walked_on`` from the states that ``came`` besides ``oid``'s (the
+        miss's), within the bytes of a prefetch they left."""
         shared = self.shared
         mover = shared.backend.mover
         room = shared.prefetcher.max_bytes
@@ -632,11 +631,11 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             room -= sum(len(each.state) for each in came if each.state is not None)
         largest = mover.LOOKAHEAD_LARGEST
         return lookahead.walked_on(
-            came, count, room, lambda oids: shared.cache.peek_many(oids, snapshot),
-            shared.references_of,
+            [each for each in came if each.oid != oid], count, room,
+            lambda oids: shared.cache.peek_many(oids, snapshot), shared.references_of,
             largest if largest is not None else lookahead.BYTES_READ_PER_OID * count,
             records.refers_to_nothing,
-            lambda oids: mover.load_many_at(conn, oids, snapshot))
+            lambda oids: mover.load_many_at(conn, oids, snapshot), loaded_already=(oid,))
 
     def _send_ahead(self, conn: ConnectionRole, oids: list[int], snapshot: int,
                     loaded: list[LoadedState]) -> None:
