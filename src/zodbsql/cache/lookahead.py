@@ -169,6 +169,10 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
     sizes = [len(each.state) for each in came if each.state is not None]
     seen_bytes, seen_states = sum(sizes), max(1, len(sizes))
 
+    def readable(state: bytes | None) -> bool:
+        """Is ``state`` one whose references the walk reads?"""
+        return state is not None and len(state) <= largest_read and not leaf(state)
+
     def uncached(states: Iterable[tuple[int, bytes | None]],
                  ) -> tuple[list[int], list[tuple[int, bytes]]] | None:
         """The references of ``states`` not met before: those not cached, and the
@@ -176,7 +180,7 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
         children, not a bucket's: not this walk's to bring)."""
         listed: list[int] = []
         for parent, state in states:
-            if state is None or len(state) > largest_read or leaf(state):
+            if state is None or not readable(state):
                 continue
             for oid in references(parent, state):
                 if oid not in seen:
@@ -189,8 +193,8 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
         for oid, state in zip(listed, cached_states(listed) if listed else ()):
             if state is None:
                 found.append(oid)
-            elif len(state) <= largest_read and not leaf(state):
-                held.append((oid, state))       # one to read: not a leaf, not large
+            elif readable(state):
+                held.append((oid, state))
         return found, held
 
     frontier: list[tuple[int, bytes | None]] = [(each.oid, each.state) for each in came]

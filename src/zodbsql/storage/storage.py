@@ -626,26 +626,29 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         miss's), within the bytes of a prefetch they left."""
         shared = self.shared
         mover = shared.backend.mover
-        room = shared.prefetcher.max_bytes
-        if room is not None:
-            room -= sum(len(each.state) for each in came if each.state is not None)
         largest = mover.LOOKAHEAD_LARGEST
         return lookahead.walked_on(
-            [each for each in came if each.oid != oid], count, room,
+            [each for each in came if each.oid != oid], count, self._room_left(came),
             lambda oids: shared.cache.peek_many(oids, snapshot), shared.references_of,
             largest if largest is not None else lookahead.BYTES_READ_PER_OID * count,
             records.refers_to_nothing,
             lambda oids: mover.load_many_at(conn, oids, snapshot), loaded_already=(oid,))
 
+    def _room_left(self, loaded: list[LoadedState]) -> int | None:
+        """The bytes of a prefetch (``prefetch-bytes``) that ``loaded`` left (None: no
+        bound)."""
+        room = self.shared.prefetcher.max_bytes
+        if room is None:
+            return None
+        return room - sum(len(each.state) for each in loaded if each.state is not None)
+
     def _send_ahead(self, conn: ConnectionRole, oids: list[int], snapshot: int,
                     loaded: list[LoadedState]) -> None:
         """Send the pick of ``oids`` (in the bytes the batch before left) and return:
         its rows are taken at the next miss (``_take_sent_ahead``)."""
-        room = self.shared.prefetcher.max_bytes
-        if room is not None:
-            room -= sum(len(each.state) for each in loaded if each.state is not None)
-            if room <= 0:
-                return
+        room = self._room_left(loaded)
+        if room is not None and room <= 0:
+            return
         try:
             sent = self.shared.backend.mover.send_load_many_with_references(
                 conn, oids, snapshot, room, REFERENCES_EACH)
