@@ -196,3 +196,34 @@ def test_a_new_instance_starts_from_the_cache_it_shares(storage_factory: Any) ->
             instance.release()
         writer_db.close()
         storage.close()
+
+
+def test_a_read_transaction_ends_before_the_snapshot_moves(storage_factory: Any) -> None:
+    """Where loads read inside a read transaction (history-free; history-preserving
+    SQLite, ``reads_in_transaction``), the one a load began must not outlive its
+    snapshot: after another process's commit, a poll (a new ZODB transaction, or a
+    ``sync``) moves the snapshot and the database answers with the new state.  The
+    cache is off, so every load is the database's answer."""
+    reader = storage_factory.open(cache_size_mb=0)
+    writer_db = ZODB.DB(storage_factory.open())
+    try:
+        with writer_db.transaction() as conn:
+            conn.root()["a"] = PersistentMapping({"v": 1})
+        with writer_db.transaction() as conn:
+            oid = conn.root()["a"]._p_oid
+        instance = reader.new_instance()
+        for value, move in ((2, instance.poll_invalidations), (3, instance.sync)):
+            instance.poll_invalidations()
+            before = instance.load(oid)[0]
+            with writer_db.transaction() as conn:
+                conn.root()["a"]["v"] = value
+            assert instance.load(oid)[0] == before       # the same snapshot
+            move()
+            if move == instance.sync:
+                instance.poll_invalidations()
+            with writer_db.transaction() as conn:
+                expected = conn._storage.load(oid)[0]
+            assert instance.load(oid)[0] == expected != before
+        instance.release()
+    finally:
+        writer_db.close()

@@ -39,8 +39,8 @@ def test_statement_count_covers_loads_and_commits(tmp_path: pathlib.Path) -> Non
         instance.poll_invalidations()         # nothing committed: the PRAGMA alone
         assert storage.statement_count() - before == 1
         before = storage.statement_count()
-        instance.load(oid)                    # not cached: one statement
-        assert storage.statement_count() - before == 1
+        instance.load(oid)                    # not cached: one statement, in the read
+        assert storage.statement_count() - before == 2   # transaction it begins
         other = storage.new_instance()
         before = storage.statement_count()
         other.poll_invalidations()

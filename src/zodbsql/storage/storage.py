@@ -102,7 +102,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         # its snapshot and it (finish told the tid before it): the next start may move
         # the snapshot there without a poll.
         self._committed_alone: tuple[int, list[int]] | None = None
-        self._read_txn = False               # history-free snapshot transaction open
+        self._read_txn = False               # the snapshot's read transaction is open
         self._end_due = False                # sync() left it for the next poll to end
         self._replica: ConnectionRole | None = None   # a standby session, if any
         self._on_replica = False             # this snapshot is read on _replica
@@ -240,6 +240,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         after ``since``."""
         shared = self.shared
         upto = polled.upto
+        if self._read_txn and self._options.keep_history:
+            # One begun before (``reads_in_transaction``) would hide what the new
+            # snapshot sees; the next load begins another.
+            self._end_read_txn()
         shared.cache.after_poll(since, upto, polled.changes, polled.gone, polled.gone_seq,
                                 polled.gone_floor, polled.complete)
         self._gone_seen = polled.gone_seq
@@ -679,10 +683,13 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
     def _snapshot_conn(self) -> ConnectionRole:
         """The load connection, ready to read as of the snapshot."""
         conn = self._reading()
-        if not self._options.keep_history and not self._read_txn:
-            # The transaction ended without a new poll (afterCompletion, sync): a fresh
-            # read transaction still gives every state as of the snapshot, or a read
-            # conflict for one changed since.
+        if not self._read_txn and (not self._options.keep_history
+                                   or conn.reads_in_transaction):
+            # History-free: the transaction ended without a new poll (afterCompletion,
+            # sync); a fresh read transaction still gives every state as of the
+            # snapshot, or a read conflict for one changed since.  History-preserving
+            # (``reads_in_transaction``): any read transaction begun after the poll
+            # holds every revision up to the snapshot; a poll ends it.
             conn.begin_read()
             self._read_txn = True
         return conn
@@ -1032,6 +1039,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             raise POSException.ReadOnlyError()
         pending = self._pending_for(transaction)
         with self._load_lock:
+            if self._options.keep_history:
+                # Undo reads the newest revisions, not a load's read transaction's.
+                self._end_read_txn()
             return history.undo(self.shared, self._conn(), pending, transaction_id,
                                 self.tryToResolveConflict)
 

@@ -44,6 +44,11 @@ class DBConnection:
     """
 
     driver_name = "dbapi"
+    #: Do a history-preserving instance's loads read inside a read transaction,
+    #: begun at its first load after a poll and ended with the ZODB transaction?
+    #: (History-free loads always do: that transaction is their snapshot.)  Only where
+    #: it costs no round trip and saves time: SQLite.
+    reads_in_transaction = False
     #: Where counted statements are also added (set by the storage that owns this).
     tally: StatementCounter | None = None
     #: The server's id of this session (PostgreSQL backend pid, MySQL connection id),

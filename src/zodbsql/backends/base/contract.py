@@ -245,6 +245,8 @@ class ConnectionRole(Protocol):
     #: The driver's own connection.
     raw: Any
     in_transaction: bool
+    #: Do history-preserving loads read inside a read transaction (SQLite)?
+    reads_in_transaction: bool
     #: Set when the connection is unusable (lost); a pool closes it instead of reusing it.
     broken: bool
 

@@ -29,6 +29,9 @@ class SQLiteConnection(DBConnection):
     explain_prefix = "EXPLAIN QUERY PLAN "
     #: SQLite's default SQLITE_MAX_LENGTH.
     max_state_size: int | None = 1_000_000_000
+    #: A statement outside a transaction takes and drops the WAL's read lock and its
+    #: page cache itself: a load by oid took 4.2 us so, 2.0 in a read transaction.
+    reads_in_transaction = True
 
     def __init__(self, raw: sqlite3.Connection, path: str, lock_timeout: float) -> None:
         super().__init__(raw)
