@@ -47,13 +47,17 @@ def checksummer(key: bytes | None = None) -> Callable[[bytes], int]:
     return digest
 
 
+#: What a :class:`CorruptRecordError` says of a state that does not match its checksum.
+STATE_MISMATCH = "the state does not match its checksum"
+
+
 def verified(oid: int, tid: int, stored_checksum: int | None, state: bytes | None,
              key: bytes | None = None) -> bytes | None:
     """Return ``state`` after checking it against the checksum written with it (with
     ``key``, or without one: a record written before encryption was turned on)."""
     if state is not None and stored_checksum is not None and not matches(
             state, stored_checksum, key):
-        raise CorruptRecordError(oid, tid, "the state does not match its checksum")
+        raise CorruptRecordError(oid, tid, STATE_MISMATCH)
     return state
 
 

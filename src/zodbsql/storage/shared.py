@@ -23,7 +23,7 @@ from zodbsql.backends.base.trace import Tracer
 from zodbsql.options import Options
 from zodbsql.storage.metrics import StorageMetrics
 from zodbsql.storage.blobs import BlobFiles
-from zodbsql.storage.records import references
+from zodbsql.storage.records import matcher, references
 
 #: Committing connections one storage keeps open at most.
 COMMIT_POOL_SIZE = 8
@@ -38,6 +38,9 @@ class Shared:
         #: How states are stored (compressed, encrypted); the backend's roles read
         #: and write through it.
         self.codec = codec
+        #: Does a loaded state match its stored checksum (``records.matcher``, remade
+        #: when the storage opens and reads the checksum key)?
+        self.matches = matcher(codec.checksum_key)
         backend.use_codec(codec)
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))

@@ -32,19 +32,18 @@ from ZODB.interfaces import (IBlobStorage, IBlobStorageRestoreable, IExternalGC,
                              IStorageRestoreable, IStorageUndoable)
 from ZODB.utils import p64, u64
 
-from zodbsql.atrest.codec import RecordCodec
 from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
 from zodbsql.cache import lookahead
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState, Polled,
                                             PendingLoad, Revision, StateRow)
 from zodbsql.backends.base.mover import REFERENCES_EACH
-from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
+from zodbsql.errors import CommitLockTimeout, CorruptRecordError, SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import caches, heap, history, identity, iteration, metrics, pack, records
 from zodbsql.storage.blobs import BlobFiles
 from zodbsql.storage.commit import PendingCommit
-from zodbsql.storage.records import as_bytes, verified
+from zodbsql.storage.records import STATE_MISMATCH, as_bytes, verified
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -73,7 +72,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if shared is None:
             options = options or Options(keep_history=backend.keep_history)
             shared = Shared(backend, options, codec_for(options))
-            self._load = shared.counted(self._open_checked(backend, options, shared.codec))
+            self._load = shared.counted(self._open_checked(backend, options, shared))
             self._is_root = True
             if options.blob_dir:
                 self._check_blob_layout(backend, options)
@@ -119,9 +118,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     @staticmethod
     def _open_checked(backend: BackendContract, options: Options,
-                      codec: RecordCodec) -> ConnectionRole:
+                      shared: Shared) -> ConnectionRole:
         if not options.create_schema:
             backend.check_exists()
+        codec = shared.codec
         conn = backend.connect()
         try:
             backend.schema.prepare(conn, options.keep_history, options.create_schema,
@@ -130,6 +130,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 codec.checksum_key = check_keys(backend, conn, codec.keys, options.read_only)
             else:
                 check_no_keys(backend, conn, options.read_only)
+            shared.matches = records.matcher(codec.checksum_key)
         except BaseException:
             conn.close()
             raise
@@ -463,7 +464,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if row is None or row.state is None:
                 raise POSException.POSKeyError(oid)
             tid, state = row.tid, row.state
-            verified(oid_int, tid, row.checksum, state, shared.codec.checksum_key)
+            if row.checksum is not None and not shared.matches(state, row.checksum):
+                raise CorruptRecordError(oid_int, tid, STATE_MISMATCH)
             if shared.metrics is not None:
                 shared.metrics.loaded("database", len(state))
             if snapshot is not None:
@@ -717,7 +719,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         """Put loaded states that the snapshot sees into the shared cache, as ``load``
         does; return their oids.  A state that fails its checksum is left out (its own
         ``load`` reports it)."""
-        matches = records.matcher(self.shared.codec.checksum_key)
+        matches = self.shared.matches
         cached = []
         shared_rows = []
         for oid, tid, stored_checksum, state in rows:
@@ -1140,7 +1142,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self.release()
         shared.pool.close()
         shared.backend.destroy()
-        self._load = self._open_checked(shared.backend, self._options, shared.codec)
+        self._load = self._open_checked(shared.backend, self._options, shared)
         shared.cache.clear()
         caches.open_caches(shared, self._load)
         shared.watch.reset()

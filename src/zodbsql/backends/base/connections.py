@@ -205,8 +205,13 @@ class DBConnection:
         cursor.execute(sql, params)
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        self.settle_read_ahead()
-        self.statements += 1
+        # A load by oid's statement, with the cache off or missed: kept lean (the
+        # counter without its property, the trace only when on).
+        if self.read_ahead is not None:
+            self.read_ahead.settle()
+        self._statements += 1
+        if self.tally is not None:
+            self.tally.total += 1
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
@@ -216,7 +221,8 @@ class DBConnection:
         except Exception as exc:
             self._traced(sql, params, started, exc)
             raise self._fail(exc, sql) from exc
-        self._traced(sql, params, started)
+        if tracer is not None:
+            self._traced(sql, params, started)
         return tuple(row) if row is not None else None
 
     # -- the SQL trace ----------------------------------------------------------------
