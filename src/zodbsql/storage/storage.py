@@ -241,10 +241,6 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         after ``since``."""
         shared = self.shared
         upto = polled.upto
-        if self._read_txn and self._options.keep_history:
-            # One begun before (``reads_in_transaction``) would hide what the new
-            # snapshot sees; the next load begins another.
-            self._end_read_txn()
         shared.cache.after_poll(since, upto, polled.changes, polled.gone, polled.gone_seq,
                                 polled.gone_floor, polled.complete)
         self._gone_seen = polled.gone_seq
@@ -691,7 +687,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             # sync); a fresh read transaction still gives every state as of the
             # snapshot, or a read conflict for one changed since.  History-preserving
             # (``reads_in_transaction``): any read transaction begun after the poll
-            # holds every revision up to the snapshot; a poll ends it.
+            # holds every revision up to the snapshot; ``poll_invalidations`` ends it
+            # before the snapshot moves (``sync`` leaves it open only for a poller that
+            # ``ends_with_begin``, PostgreSQL's, whose history-preserving loads read
+            # outside one).
             conn.begin_read()
             self._read_txn = True
         return conn
