@@ -200,6 +200,20 @@ def test_steamin_with_a_load_fails_loudly() -> None:
         runner.figure("steamin", [unit])
 
 
+def test_the_nocache_shortcut_reads_every_object_from_sqlite(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sqlite-nocache`` turns the state cache off: its hot read (the pickle cache
+    emptied) loads every object with a statement of its own, where ``sqlite``'s is
+    served by its state cache."""
+    out = tmp_path / "results"
+    assert main(["bench", "--contender", "sqlite,sqlite-nocache", "--tests", "hot", *TINY,
+                 "--output", str(out)]) == 0, capsys.readouterr().out
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    hot = {r["contender"]: r for r in summary if r["test"] == "hot"}
+    assert hot["sqlite-nocache"]["sql_per_txn"] >= 20 > hot["sqlite"]["sql_per_txn"]
+    assert not hot["sqlite-nocache"].get("cache_mb") and hot["sqlite"]["cache_mb"] > 0
+
+
 def test_unknown_test_and_contender(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--tests", "add,nope"]) == 2
     assert "unknown test(s) nope" in capsys.readouterr().err

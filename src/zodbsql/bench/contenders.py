@@ -318,23 +318,26 @@ class Servers:
         self.processes.clear()
 
 
-def _cache_line(persistent: bool, directory: str, servers: Servers, redis: bool = False
-                ) -> str:
-    """The settings of the -pcache shortcuts (a persistent cache beside the data) and
-    the -redis ones (the Redis level, with a key prefix of the contender's own)."""
+def _cache_line(persistent: bool, directory: str, servers: Servers, redis: bool = False,
+                off: bool = False) -> str:
+    """The settings of the -pcache shortcuts (a persistent cache beside the data), the
+    -redis ones (the Redis level, with a key prefix of the contender's own) and the
+    -nocache one (the state cache off)."""
     line = f"\n    cache-persistent-dir {directory}/state-cache" if persistent else ""
+    if off:
+        line += "\n    cache-size-mb 0"
     if redis:
         line += (f"\n    cache-redis-url {REDIS_URL}"
                  f"\n    cache-redis-prefix {servers.redis_prefix(REDIS_URL)}")
     return line
 
 
-def _sqlite(keep_history: bool, persistent: bool = False, redis: bool = False
-            ) -> Callable[[str, str, Servers], str]:
+def _sqlite(keep_history: bool, persistent: bool = False, redis: bool = False,
+            cache_off: bool = False) -> Callable[[str, str, Servers], str]:
     def make(name: str, directory: str, servers: Servers) -> str:
         return "%import zodbsql\n" + SQLITE.format(
             name=name, dir=directory, keep_history=str(keep_history).lower(),
-            cache=_cache_line(persistent, directory, servers, redis))
+            cache=_cache_line(persistent, directory, servers, redis, cache_off))
     return make
 
 
@@ -382,6 +385,8 @@ SHORTCUTS: dict[str, tuple[str, Callable[[str, str, Servers], str]]] = {
     "sqlite-redis": ("zodbsql on SQLite, history-preserving, with the Redis level"
                      " (cache-redis-url: ZODBSQL_BENCH_REDIS_URL, default the local"
                      " server)", _sqlite(True, redis=True)),
+    "sqlite-nocache": ("zodbsql on SQLite, history-preserving, with the state cache off"
+                       " (cache-size-mb 0)", _sqlite(True, cache_off=True)),
     "filestorage": ("ZODB FileStorage", lambda n, d, s: FILESTORAGE.format(name=n, dir=d)),
     "mappingstorage": ("ZODB MappingStorage (in memory)",
                        lambda n, d, s: MAPPINGSTORAGE.format(name=n)),
