@@ -464,7 +464,8 @@ def test_a_corrupt_state_is_not_prefetched(storage_and_db: Any, polled: Any) -> 
     before = storage.statement_count()
     assert (value_of(instance, oids[0]), value_of(instance, oids[2])) == (0, 0)
     assert storage.statement_count() == before      # the states around it came
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(CorruptRecordError,
+                       match=f"oid 0x{u64(oids[1]):016x} .*: the state does not match"):
         instance.load(oids[1])
     instance.release()
 
