@@ -17,9 +17,10 @@ Design note.
   checkpoints are never starved by an idle connection; within a ZODB transaction its
   loads share one, begun at the first (``reads_in_transaction``: a statement outside a
   transaction takes and drops the WAL's read lock and the page cache, twice the time of
-  a load by oid) and ended as the history-free one is.  History-free data has no old revisions, so there the
-  poll opens a read transaction that is the snapshot, ended when the ZODB transaction
-  ends (``afterCompletion``), when the ZODB connection is closed, or at the next poll.
+  a load by oid) and ended as the history-free one is.  History-free data has no old
+  revisions, so there the poll opens a read transaction that is the snapshot, ended
+  when the ZODB transaction ends (``afterCompletion``), when the ZODB connection is
+  closed, or at the next poll.
   A connection left open and unused after an implicit transaction keeps that snapshot
   (ZODB polls again right after each commit), so WAL checkpoints wait for it; explicit
   transaction managers or closing connections avoid that.  A start whose connection's
