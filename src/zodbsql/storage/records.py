@@ -47,17 +47,21 @@ def checksummer(key: bytes | None = None) -> Callable[[bytes], int]:
     return digest
 
 
-#: What a :class:`CorruptRecordError` says of a state that does not match its checksum.
-STATE_MISMATCH = "the state does not match its checksum"
-
-
 def verified(oid: int, tid: int, stored_checksum: int | None, state: bytes | None,
              key: bytes | None = None) -> bytes | None:
     """Return ``state`` after checking it against the checksum written with it (with
     ``key``, or without one: a record written before encryption was turned on)."""
-    if state is not None and stored_checksum is not None and not matches(
-            state, stored_checksum, key):
-        raise CorruptRecordError(oid, tid, STATE_MISMATCH)
+    return verified_by(lambda each, stored: matches(each, stored, key),
+                       oid, tid, stored_checksum, state)
+
+
+def verified_by(match: Callable[[bytes, int], bool], oid: int, tid: int,
+                stored_checksum: int | None, state: bytes | None) -> bytes | None:
+    """``verified`` with ``match`` (a ``matcher``, its hashers made once: a storage's
+    ``Shared.matches``) checking the state against its checksum."""
+    if state is not None and stored_checksum is not None and not match(
+            state, stored_checksum):
+        raise CorruptRecordError(oid, tid, "the state does not match its checksum")
     return state
 
 

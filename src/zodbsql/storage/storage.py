@@ -38,12 +38,12 @@ from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState, Polled,
                                             PendingLoad, Revision, StateRow)
 from zodbsql.backends.base.mover import REFERENCES_EACH
-from zodbsql.errors import CommitLockTimeout, CorruptRecordError, SchemaError, ZodbsqlError
+from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
 from zodbsql.options import Options
 from zodbsql.storage import caches, heap, history, identity, iteration, metrics, pack, records
 from zodbsql.storage.blobs import BlobFiles
 from zodbsql.storage.commit import PendingCommit
-from zodbsql.storage.records import STATE_MISMATCH, as_bytes, verified
+from zodbsql.storage.records import as_bytes, verified_by
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -460,8 +460,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if row is None or row.state is None:
                 raise POSException.POSKeyError(oid)
             tid, state = row.tid, row.state
-            if row.checksum is not None and not shared.matches(state, row.checksum):
-                raise CorruptRecordError(oid_int, tid, STATE_MISMATCH)
+            verified_by(shared.matches, oid_int, tid, row.checksum, state)
             if shared.metrics is not None:
                 shared.metrics.loaded("database", len(state))
             if snapshot is not None:
@@ -725,7 +724,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if state is None or tid > snapshot:
                 continue
             if stored_checksum is not None and not matches(state, stored_checksum):
-                continue                # as ``verified`` checks it
+                continue                # as ``verified_by`` checks it
             cached.append(oid)
             shared_rows.append((oid, tid, state))
         self.shared.cache.put_loaded_many(shared_rows, snapshot)
@@ -762,8 +761,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
         if row is None or row.state is None:
             raise POSException.POSKeyError(oid)
-        return verified(oid_int, tid, row.checksum, row.state,
-                        self.shared.codec.checksum_key) or b""
+        return verified_by(self.shared.matches, oid_int, tid, row.checksum,
+                           row.state) or b""
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
         oid_int = u64(oid)
@@ -777,8 +776,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         (start, stored_checksum, state), end = found
         if state is None:
             raise POSException.POSKeyError(oid)  # the object was deleted (undone creation)
-        data = verified(oid_int, int(start), stored_checksum, bytes(state),
-                        self.shared.codec.checksum_key) or b""
+        data = verified_by(self.shared.matches, oid_int, int(start), stored_checksum,
+                           bytes(state)) or b""
         return data, p64(start), (p64(end) if end is not None else None)
 
     def getTid(self, oid: bytes) -> bytes:

@@ -97,6 +97,13 @@ class DBConnection:
             tally.total += value - self._statements
         self._statements = value
 
+    def _count(self) -> None:
+        """One more statement: what ``statements += 1`` does, without the property's
+        getter and setter (every load by oid counts one)."""
+        self._statements += 1
+        if self.tally is not None:
+            self.tally.total += 1
+
     # -- what subclasses specialise -------------------------------------------------
     def convert_sql(self, sql: str) -> str:
         return sql
@@ -138,7 +145,7 @@ class DBConnection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; return the number of rows it changed."""
         self.settle_read_ahead()
-        self.statements += 1
+        self._count()
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
@@ -156,7 +163,7 @@ class DBConnection:
         statement built with its values in it); traced and reported as ``shown`` when
         given, which then must name no value."""
         self.settle_read_ahead()
-        self.statements += 1
+        self._count()
         label = shown if shown is not None else str(sql)
         try:
             with self.tracing(label):
@@ -166,7 +173,7 @@ class DBConnection:
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.settle_read_ahead()
-        self.statements += 1
+        self._count()
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
@@ -179,7 +186,7 @@ class DBConnection:
     def fetchall(self, sql: str, params: Sequence[Any] = (), binary: bool = False,
                  prepare: bool = False) -> list[Row]:
         self.settle_read_ahead()
-        self.statements += 1
+        self._count()
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
@@ -205,13 +212,8 @@ class DBConnection:
         cursor.execute(sql, params)
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        # A load by oid's statement, with the cache off or missed: kept lean (the
-        # counter without its property, the trace only when on).
-        if self.read_ahead is not None:
-            self.read_ahead.settle()
-        self._statements += 1
-        if self.tally is not None:
-            self.tally.total += 1
+        self.settle_read_ahead()
+        self._count()
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         try:
@@ -221,8 +223,7 @@ class DBConnection:
         except Exception as exc:
             self._traced(sql, params, started, exc)
             raise self._fail(exc, sql) from exc
-        if tracer is not None:
-            self._traced(sql, params, started)
+        self._traced(sql, params, started)
         return tuple(row) if row is not None else None
 
     # -- the SQL trace ----------------------------------------------------------------
@@ -250,13 +251,13 @@ class DBConnection:
 
     def _plan(self, sql: str, params: Sequence[Any] | None) -> list[str]:
         """The server's plan for ``sql``, one line per row (slow-statement-explain)."""
-        self.statements += 1
+        self._count()
         cursor = self.raw.cursor()
         cursor.execute(self._sql(self.explain_prefix + sql), params)
         return [" | ".join(str(value) for value in row) for row in cursor.fetchall()]
 
     def commit(self) -> None:
-        self.statements += 1
+        self._count()
         try:
             with self.tracing("COMMIT"):
                 self.raw.commit()
@@ -269,7 +270,7 @@ class DBConnection:
         """Roll back; a connection that is already gone is marked broken, not raised."""
         if not self.in_transaction:
             return
-        self.statements += 1
+        self._count()
         self.in_transaction = False
         with self.tracing("ROLLBACK"):
             try:

@@ -167,7 +167,7 @@ class MySQLConnection(DBConnection):
 
     def execute_insert_id(self, sql: str, params: Sequence[Any]) -> int:
         """Run one statement and return the LAST_INSERT_ID it set (from the OK packet)."""
-        self.statements += 1
+        self._count()
         try:
             with self.tracing(sql):
                 cursor = self.raw.cursor()

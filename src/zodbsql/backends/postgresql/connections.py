@@ -163,7 +163,7 @@ class PostgreSQLConnection(DBConnection):
         """Send ``sql`` (prepared, binary results, as ``fetchall(binary=True,
         prepare=True)``) and return at once; its rows come with ``ReadAhead.rows``."""
         self.settle_read_ahead()
-        self.statements += 1
+        self._count()
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         pipeline = self.raw.pipeline()
@@ -211,7 +211,7 @@ class PostgreSQLConnection(DBConnection):
         plan is asked).  ``in_transaction`` follows the server's status after it."""
         self.settle_read_ahead()
         from psycopg.pq import TransactionStatus
-        self.statements += 1
+        self._count()
         tracer = self.tracer
         started = tracer.start() if tracer is not None else 0.0
         error: Exception | None = None
@@ -234,7 +234,7 @@ class PostgreSQLConnection(DBConnection):
         self.settle_read_ahead()
         if not self.in_transaction:
             return
-        self.statements += 1
+        self._count()
         self.in_transaction = False
         with self.tracing("COMMIT"):
             self._commit()
@@ -257,7 +257,7 @@ class PostgreSQLConnection(DBConnection):
         self.settle_read_ahead()
         if not self.in_transaction:
             return
-        self.statements += 1
+        self._count()
         self.in_transaction = False
         with self.tracing("ROLLBACK"):
             try:
@@ -294,7 +294,7 @@ class PostgreSQLConnection(DBConnection):
         cursor = psycopg.ClientCursor(self.raw)
         if inside:
             cursor.execute("SAVEPOINT zodbsql_explain")
-        self.statements += 1
+        self._count()
         try:
             cursor.execute(self.explain_prefix + self._sql(sql), params)
             return [str(row[0]) for row in cursor.fetchall()]

@@ -59,7 +59,7 @@ class SQLiteConnection(DBConnection):
 
     def commit(self) -> None:
         if self.in_transaction:
-            self.statements += 1
+            self._count()
             self.in_transaction = False
             with self.tracing("COMMIT"):
                 try:
@@ -69,7 +69,7 @@ class SQLiteConnection(DBConnection):
 
     def rollback(self) -> None:
         if self.in_transaction:
-            self.statements += 1
+            self._count()
             self.in_transaction = False
             with self.tracing("ROLLBACK"):
                 try:
