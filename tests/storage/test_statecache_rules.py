@@ -10,8 +10,8 @@ import sys
 import tracemalloc
 
 from zodbsql.cache.arena import ENTRY_BYTES, INDEX_BYTES, LARGEST_OID, entry_cost
-from zodbsql.cache.statecache import (SKETCH_START, FrequencySketch, StateCache, allocated,
-                                      state_cost)
+from zodbsql.cache.statecache import (PROMOTION_RUN, SKETCH_START, FrequencySketch,
+                                      StateCache, allocated, state_cost)
 
 from .test_statecache import STATE, assert_counts_add_up, promote_asked
 
@@ -554,6 +554,61 @@ def test_a_newcomer_that_beat_one_victim_still_faces_the_next() -> None:
     assert cache.has(2, 10)
     assert not cache.has(3, 10)
     assert cache.bytes_used <= limit
+    assert_counts_add_up(cache)
+
+
+def test_the_count_to_beat_is_found_again_after_a_newcomer_wins() -> None:
+    """A batch into a full cache: newcomers that lose admission share one victim's count,
+    but one that wins evicts that victim, and the next newcomer faces the next one."""
+    limit = 16 * 1024
+    cache = started(limit=limit, at=10)
+    cache._protected_share = 0.0                  # one segment: probation, in order
+    assert cache._window_limit == 0               # every newcomer meets admission at once
+    size = 2000
+    first_victim, second_victim, loser, winner, next_one = 1, 2, 3, 4, 5
+    cache.put_loaded(first_victim, 9, bytes(size), snapshot=10)
+    cache.put_loaded(second_victim, 9, bytes(size), snapshot=10)
+    filler = 100
+    while cache.bytes_used + 600 < limit:          # newer than both victims
+        cache.put_loaded(filler, 9, bytes(100), snapshot=10)
+        filler += 1
+    assert cache.limit - cache.bytes_used < size  # each newcomer needs a victim to go
+    for oid, times in ((first_victim, 3), (winner, 6), (next_one, 2)):
+        for _ in range(times):
+            cache._sketch.add(oid)
+    counts = [cache._sketch.count(oid)
+              for oid in (first_victim, second_victim, loser, winner, next_one)]
+    assert counts == [3, 0, 0, 6, 2]
+    held = len(cache)
+    cache.put_loaded_many([(oid, 9, bytes(size)) for oid in (loser, winner, next_one)],
+                          snapshot=10)
+    assert not cache.has(loser, 10)               # 0 against the first victim's 3
+    assert cache.has(winner, 10) and not cache.has(first_victim, 10)   # 6 against 3
+    # 2 against the second victim's 0: against the first's 3 it would have lost.
+    assert cache.has(next_one, 10) and not cache.has(second_victim, 10)
+    assert len(cache) == held
+    assert cache.bytes_used <= limit
+    assert_counts_add_up(cache)
+
+
+def test_a_run_of_asked_states_longer_than_one_step_all_go_to_protected() -> None:
+    """Lazy promotion moves the marked states before the victim in runs of at most
+    ``PROMOTION_RUN``; all of them go, in their order, and the victim is the first
+    state not asked for."""
+    cache = started(limit=1_000_000, at=10)
+    assert cache._window_limit == 0
+    count = 2 * PROMOTION_RUN + 50
+    for oid in range(1, count + 1):
+        cache.put_loaded(oid, 9, STATE, snapshot=10)
+    order = list(cache._probation)
+    asked = order[:2 * PROMOTION_RUN + 10]
+    for oid in asked:
+        assert cache.get(oid, 10) is not None
+    with cache._lock:
+        victim = cache._oldest_unmarked(None)
+    assert victim == order[len(asked)]
+    assert list(cache._protected) == asked        # within protected's share: none back
+    assert list(cache._probation) == order[len(asked):]
     assert_counts_add_up(cache)
 
 

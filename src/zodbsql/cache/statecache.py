@@ -117,6 +117,9 @@ CHUNK_SHARE = 1 / 512
 CHUNK_BYTES = (256, 64 << 10)
 # A newcomer must have been asked for more than this many times above the victim.
 ADMISSION_MARGIN = 1
+#: The states of probation promoted in one step at most: a run is held outside both
+#: segments while it moves (all of a 32 MB cache's took 32 MB more of peak RSS).
+PROMOTION_RUN = 256
 
 
 def allocated(size: int) -> int:
@@ -574,35 +577,43 @@ class StateCache:
     def _oldest_unmarked(self, newcomer: int | None) -> int | None:
         """Probation's oldest state that was not asked for since it came in (or the
         newcomer, or None); the marked ones before it go to protected, their marks
-        taken (lazy promotion).  Ends: each promotion takes a mark, and none is set
-        until the caller is done."""
+        taken (lazy promotion), each run of them in one step (``_promote``).  Ends:
+        each promotion takes a mark, and none is set until the caller is done."""
         probation = self._probation
         take_mark = self._sketch.take_mark
         while True:
-            oid = probation.oldest()
-            if (oid is None or oid == newcomer or self._protected_share <= 0
-                    or not take_mark(oid)):
+            run: dict[int, bytes] = {}
+            while len(run) < PROMOTION_RUN:
+                oid = probation.oldest()
+                if (oid is None or oid == newcomer or self._protected_share <= 0
+                        or not take_mark(oid)):
+                    break
+                run[oid] = probation.pop_oldest()[1]
+            if not run:
                 return oid
-            self._promote(oid)
+            # Demotions may refill a probation the run emptied: look again.
+            self._promote(run)
 
-    def _promote(self, oid: int) -> None:
-        """A state of probation asked for since it came in: to protected, whose oldest
-        fall back to probation beyond its share, unless asked for since (CLOCK)."""
-        value = self._probation.pop(oid)
+    def _promote(self, run: dict[int, bytes]) -> None:
+        """States taken from probation's oldest end, asked for since they came in (oid
+        -> value, oldest first): to protected, whose oldest fall back to probation
+        beyond its share, unless asked for since (CLOCK).  A second pass that hit all
+        of a full cache's probation promotes all of it at its first miss (123,000
+        states at 32 MB); a run shares one pass of the demotions."""
         # Promotions may empty probation: its table, sized for all of its states, would
         # stay beside protected's growing one.
         self._probation.trim()
-        cost = entry_cost(value)
-        self._protected.push(oid, value)
-        self._protected_bytes += cost
+        protected = self._protected
+        protected.push_many(run)
+        self._protected_bytes += sum(map(entry_cost, run.values()))
         cap = self._protected_share * (self.limit - self._revision_bytes)
         take_mark = self._sketch.take_mark
-        while self._protected_bytes > cap and len(self._protected) > 1:
-            old, demoted = self._protected.pop_oldest()
-            if old != oid and take_mark(old):
+        while self._protected_bytes > cap and len(protected) > 1:
+            old, demoted = protected.pop_oldest()
+            if old not in run and take_mark(old):
                 # Asked for since it came in (or since its last second chance): kept.
                 # Ends: each turn takes a mark, and none is set until the loop is over.
-                self._protected.push(old, demoted)
+                protected.push(old, demoted)
                 continue
             self._protected_bytes -= entry_cost(demoted)
             self._probation.push(old, demoted)
@@ -709,18 +720,21 @@ class StateCache:
                     entering[oid] = tid.to_bytes(8, "big") + state
                 self._enter_all(entering)
             else:
+                each: dict[int, bytes] = {}
                 for oid, tid, state in rows:
                     changed = changed_at(oid)
                     if changed is not None and changed != tid:
                         continue
-                    if len(state) > largest or oid > LARGEST_OID or self._holds(oid):
+                    if (len(state) > largest or oid > LARGEST_OID or oid in each
+                            or self._holds(oid)):
                         continue
-                    self._enter(oid, tid.to_bytes(8, "big") + state)
+                    each[oid] = tid.to_bytes(8, "big") + state
+                self._enter_each(each.items())
             self._shrink(None)
 
     def _fits_without_eviction(self, rows: list[tuple[int, int, bytes]]) -> bool:
         """Would ``rows`` all fit, whatever the tables and the sketch grow to?  Then
-        none of them meets admission or evicts anything (``_enter``): a filling cache
+        none of them meets admission or evicts anything (``_enter_each``): a filling cache
         spent half of each insertion measuring itself for a test that could not fail.
         Counted high: each state with its tid and its entry (``ROOM_PER_STATE``); the
         window's table doubled; the chunks probation's log may open on the way, one
@@ -841,37 +855,55 @@ class StateCache:
                 or self._probation.holds(oid))
 
     def _insert(self, oid: int, value: bytes) -> None:
-        """A new current state enters the window (see ``_enter``), the bound fitted."""
+        """A new current state enters the window (see ``_enter_each``), the bound fitted."""
         if oid > LARGEST_OID:
             return
         self._probation.trim()
         self._protected.trim()
-        self._enter(oid, value)
+        self._enter_each(((oid, value),))
         self._shrink(None)
 
-    def _enter(self, oid: int, value: bytes) -> None:
-        """A new current state enters the window; what the window no longer holds
-        moves on to probation, where it must win admission once the cache is full
-        (``_shrink`` with it as the newcomer).  A batch with room for all of it enters
-        with ``_enter_all`` instead.  The caller fits the bound afterwards, after one
-        state or after many."""
-        cost = state_cost(value)
-        self._window.push(oid, value)
-        self._window_bytes += cost
-        self._current_bytes += cost
-        while self._window_bytes > self._window_limit and self._window:
-            candidate, value = self._window.pop_oldest()
+    def _enter_each(self, entering: Iterable[tuple[int, bytes]]) -> None:
+        """Each of ``entering`` (oid, tid + state; none cached) enters the window in
+        turn; what the window no longer holds moves on to probation, where it must win
+        admission once the cache is full (``_shrink`` with it as the newcomer).  A batch
+        with room for all of it enters with ``_enter_all`` instead.  The caller fits the
+        bound afterwards, after one state or after many.
+
+        A newcomer that loses admission goes without entering probation: pushed in and
+        popped again, each left a dead slot in probation's entry table, and the
+        thousands a scan turns away made the table resize to three slots per live state
+        and more (10 MB cache: 2.6 MB of table for 25,000 states), which evicted the
+        states a second pass was about to ask for, without admission (it served 0% of
+        them at 10 MB, 28% at 32 MB).  The count to beat (``_admission_bar``) is found
+        once for a run of newcomers that lose, as a prefetch's batch into a full cache
+        mostly does: a loser changes neither the victim nor its count."""
+        window = self._window
+        count = self._sketch.count
+        bar: int | None = None
+        for oid, value in entering:
             cost = state_cost(value)
-            self._window_bytes -= cost
-            self._current_bytes += entry_cost(value) - cost   # counted as in probation
-            if self._turned_away(candidate):
-                self._current_bytes -= entry_cost(value)
-                continue
-            self._probation.push(candidate, value)
-            self._shrink(candidate)
+            window.push(oid, value)
+            self._window_bytes += cost
+            self._current_bytes += cost
+            while self._window_bytes > self._window_limit and window:
+                candidate, value = window.pop_oldest()
+                cost = state_cost(value)
+                entry = entry_cost(value)
+                self._window_bytes -= cost
+                self._current_bytes += entry - cost     # counted as in probation
+                if self._admission and self._bytes() > self.limit:
+                    if bar is None:
+                        bar = self._admission_bar()
+                    if count(candidate) <= bar:
+                        self._current_bytes -= entry    # turned away
+                        continue
+                self._probation.push(candidate, value)
+                self._shrink(candidate)
+                bar = None
 
     def _enter_all(self, entering: dict[int, bytes]) -> None:
-        """``_enter`` of each of ``entering`` (oid -> tid + state, none cached) in their
+        """``_enter_each`` of ``entering`` (oid -> tid + state, none cached) in their
         order, for a caller that found room for all: the window ends with the newest
         that fit its share, and the rest goes to probation, the window's own states
         first, oldest first, as they would one by one; but each segment's table is
@@ -908,22 +940,16 @@ class StateCache:
             self._window_bytes += staying_bytes
             self._current_bytes += staying_bytes
 
-    def _turned_away(self, candidate: int) -> bool:
-        """Does ``candidate``, leaving the window for a full cache, lose admission to
-        the state it would push out (``_victim``'s choice and test)?  Then it goes
-        without entering probation: a newcomer pushed in and popped again leaves a dead
-        slot in probation's entry table, and the thousands a scan turns away made the
-        table resize to three slots per live state and more (10 MB cache: 2.6 MB of
-        table for 25,000 states), which evicted the states a second pass was about to
-        ask for, without admission (it served 0% of them at 10 MB, 28% at 32 MB)."""
-        if not self._admission or self._bytes() <= self.limit:
-            return False
+    def _admission_bar(self) -> int:
+        """The count a newcomer leaving the window for a full cache must pass: that of
+        the state it would push out (``_victim``'s choice) and the margin
+        (``_loses_admission``); -1, which every count passes, when there is none."""
         victim = self._oldest_unmarked(None)
         if victim is None:
             victim = self._protected.oldest()
             if victim is None:
-                return False
-        return self._loses_admission(candidate, victim)
+                return -1
+        return self._sketch.count(victim) + ADMISSION_MARGIN
 
     def _shrink(self, newcomer: int | None) -> None:
         """Evict current states until the count fits (see :meth:`_victim`), exact
