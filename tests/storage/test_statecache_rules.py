@@ -433,6 +433,30 @@ def test_put_revision_of_a_quarter_of_the_cache_is_kept_and_no_larger() -> None:
     assert plain.get_revision(5, 5) == bytes(limit // 5 + 1)
 
 
+def test_a_loaded_batch_keeps_a_state_of_a_quarter_of_the_cache_and_no_larger() -> None:
+    """``put_loaded_many`` keeps a state up to a quarter of the limit, into a cache with
+    room (one step) and into a full one (state by state, through admission)."""
+    limit = 400_000
+    roomy = started(limit=limit, at=10)
+    roomy.put_loaded_many([(1, 9, bytes(limit // 4)), (2, 9, bytes(limit // 4 + 1))],
+                          snapshot=10)
+    assert roomy.has(1, 10) and not roomy.has(2, 10)
+    full = started(limit=limit, at=10)
+    oid = 100
+    while full.bytes_used + 1000 < limit:
+        full.put_loaded(oid, 9, bytes(500), snapshot=10)
+        oid += 1
+    for big in (1, 2):
+        for _ in range(15):                       # asked for more than any victim
+            full._sketch.add(big)
+    assert not full._fits_without_eviction([(1, 9, bytes(limit // 4))])
+    full.put_loaded_many([(1, 9, bytes(limit // 4)), (2, 9, bytes(limit // 4 + 1))],
+                         snapshot=10)
+    assert full.has(1, 10) and not full.has(2, 10)
+    assert full.bytes_used <= limit
+    assert_counts_add_up(full)
+
+
 def test_a_revision_already_current_is_not_kept_twice() -> None:
     cache = started(at=10)
     cache.put_loaded(1, 9, b"one", snapshot=10)
