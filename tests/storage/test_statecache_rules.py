@@ -529,6 +529,26 @@ def test_a_cache_filled_exactly_to_its_limit_evicts_nothing() -> None:
     assert len(cache) == 20
 
 
+def test_a_newcomer_that_fills_the_cache_exactly_meets_no_admission_test() -> None:
+    """Leaving the window for a cache it fills to its limit exactly, a newcomer enters
+    probation without the admission test (which it would lose) and nothing goes."""
+    def filled() -> StateCache:
+        cache = started(limit=64 * 1024, at=10)
+        for oid in range(19):         # the newcomer fits the open chunk of the log
+            cache.put_loaded(oid, 9, STATE, snapshot=10)
+        return cache
+    twin = filled()
+    twin.put_loaded(100, 9, STATE, snapshot=10)
+    cache = filled()
+    assert cache._window_limit == 0
+    cache.limit = twin.bytes_used                 # room for the newcomer and no more
+    for _ in range(5):
+        cache._sketch.add(0)                      # the victim, were there a test
+    cache.put_loaded_many([(100, 9, STATE)], snapshot=10)
+    assert cache.has(100, 10) and len(cache) == 20
+    assert cache.bytes_used == cache.limit
+
+
 def test_the_count_follows_what_each_table_and_entry_takes() -> None:
     """A state moving between segments costs only what their tables change by; an
     index entry costs its oid and tid objects, and the index's table what it grew by."""
