@@ -707,29 +707,19 @@ class StateCache:
             rows = list(rows)
             changed_at = self._changed.get
             largest = self.limit // 4
+            entering: dict[int, bytes] = {}
+            for oid, tid, state in rows:
+                changed = changed_at(oid)
+                if changed is not None and changed != tid:
+                    continue            # an older revision, read by an older snapshot
+                if (len(state) > largest or oid > LARGEST_OID or oid in entering
+                        or self._holds(oid)):
+                    continue
+                entering[oid] = tid.to_bytes(8, "big") + state
             if self._fits_without_eviction(rows):
-                # Nothing is evicted on the way, so what may enter is known first.
-                entering: dict[int, bytes] = {}
-                for oid, tid, state in rows:
-                    changed = changed_at(oid)
-                    if changed is not None and changed != tid:
-                        continue        # an older revision, read by an older snapshot
-                    if (len(state) > largest or oid > LARGEST_OID or oid in entering
-                            or self._holds(oid)):
-                        continue
-                    entering[oid] = tid.to_bytes(8, "big") + state
-                self._enter_all(entering)
+                self._enter_all(entering)       # nothing is evicted on the way
             else:
-                each: dict[int, bytes] = {}
-                for oid, tid, state in rows:
-                    changed = changed_at(oid)
-                    if changed is not None and changed != tid:
-                        continue
-                    if (len(state) > largest or oid > LARGEST_OID or oid in each
-                            or self._holds(oid)):
-                        continue
-                    each[oid] = tid.to_bytes(8, "big") + state
-                self._enter_each(each.items())
+                self._enter_each(entering.items())
             self._shrink(None)
 
     def _fits_without_eviction(self, rows: list[tuple[int, int, bytes]]) -> bool:
@@ -943,13 +933,13 @@ class StateCache:
     def _admission_bar(self) -> int:
         """The count a newcomer leaving the window for a full cache must pass: that of
         the state it would push out (``_victim``'s choice) and the margin
-        (``_loses_admission``); -1, which every count passes, when there is none."""
+        (``_count_to_beat``); -1, which every count passes, when there is none."""
         victim = self._oldest_unmarked(None)
         if victim is None:
             victim = self._protected.oldest()
             if victim is None:
                 return -1
-        return self._sketch.count(victim) + ADMISSION_MARGIN
+        return self._count_to_beat(victim)
 
     def _shrink(self, newcomer: int | None) -> None:
         """Evict current states until the count fits (see :meth:`_victim`), exact
@@ -1002,8 +992,12 @@ class StateCache:
     def _loses_admission(self, newcomer: int, victim: int) -> bool:
         """The admission test: was ``newcomer`` asked for no more than
         ``ADMISSION_MARGIN`` times above ``victim``, as the sketch counts?"""
-        sketch = self._sketch
-        return sketch.count(newcomer) <= sketch.count(victim) + ADMISSION_MARGIN
+        return self._sketch.count(newcomer) <= self._count_to_beat(victim)
+
+    def _count_to_beat(self, victim: int) -> int:
+        """The count a newcomer must pass to push ``victim`` out: the victim's as the
+        sketch counts it, and ``ADMISSION_MARGIN``."""
+        return self._sketch.count(victim) + ADMISSION_MARGIN
 
     def _bytes(self) -> int:
         # Run at every eviction step: the tables' sizes are read as kept by the segments
