@@ -656,6 +656,35 @@ def test_a_run_of_asked_states_longer_than_one_step_all_go_to_protected() -> Non
     assert_counts_add_up(cache)
 
 
+def test_a_newcomer_level_with_the_next_victims_count_to_beat_goes() -> None:
+    """As above, but the second victim was asked for just one time less than the
+    newcomer (its count and the margin): the newcomer does not pass it, so it goes."""
+    limit = 16 * 1024
+    cache = started(limit=limit, at=10)
+    cache._protected_share = 0.0
+    filler = 4
+    while cache.bytes_used + 6000 < limit:
+        for _ in range(15):
+            cache._sketch.add(filler)
+        cache.put_loaded(filler, 9, bytes(100), snapshot=10)
+        filler += 1
+    cache.put_loaded(1, 9, bytes(2000), snapshot=10)
+    cache.put_loaded(2, 9, bytes(2000), snapshot=10)
+    for _ in range(2):
+        cache._sketch.add(2)
+    for _ in range(3):
+        cache._sketch.add(3)
+    assert [cache._sketch.count(oid) for oid in (1, 2, 3)] == [0, 2, 3]
+    moved = [(oid, cache._probation.pop(oid)) for oid in (2, 1)]
+    cache._probation.push_behind(moved)
+    cache.put_loaded(3, 9, bytes(4000), snapshot=10)
+    assert not cache.has(1, 10)
+    assert cache.has(2, 10)
+    assert not cache.has(3, 10)
+    assert cache.bytes_used <= limit
+    assert_counts_add_up(cache)
+
+
 def test_revisions_make_room_when_no_current_state_is_left() -> None:
     """A poll naming many oids grows the index; with only exact revisions left to
     evict, as many of them go as it takes."""
