@@ -7,8 +7,10 @@ first time after the commit.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
@@ -227,3 +229,43 @@ def test_a_read_transaction_ends_before_the_snapshot_moves(storage_factory: Any)
         instance.release()
     finally:
         writer_db.close()
+
+
+def test_a_first_poll_racing_another_instances_poll_is_not_a_database_gone_back(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A new instance's first poll starts where the shared cache last polled.  If
+    another instance moves that on after this poll's snapshot began (on SQLite the
+    commit check begins it), the start must still be the one from before: read after,
+    it lay past the snapshot, and the poll took the database for one restored from a
+    backup (every cached state dropped, every instance told to forget everything)."""
+    storage = storage_factory.open()
+    writer_db = ZODB.DB(storage_factory.open())     # another storage: no shared cache
+    first, mover = storage.new_instance(), storage.new_instance()
+    watch = storage.shared.watch
+    checked = watch.quiet
+
+    def check_then_race(*args: Any) -> Any:
+        found = checked(*args)
+        monkeypatch.setattr(watch, "quiet", checked)    # once
+        with writer_db.transaction() as conn:
+            conn.root()["v"] = 2
+        mover.poll_invalidations()                       # the shared cache moves on
+        return found
+
+    try:
+        with writer_db.transaction() as conn:
+            conn.root()["v"] = 1
+        mover.poll_invalidations()
+        monkeypatch.setattr(watch, "quiet", check_then_race)
+        with caplog.at_level(logging.WARNING, logger="zodbsql"):
+            assert first.poll_invalidations() == []
+        assert watch.quiet is checked                    # the race was run
+        assert [r.getMessage() for r in caplog.records] == []
+        assert storage.shared.resets == 0
+        assert mover.poll_invalidations() == []
+    finally:
+        for instance in (first, mover):
+            instance.release()
+        writer_db.close()
+        storage.close()

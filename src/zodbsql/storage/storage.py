@@ -193,16 +193,20 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             alone, self._committed_alone = self._committed_alone, None
             if alone is not None and self._moved_past_own_commit(*alone):
                 return []
-            quiet, token = self._unchanged()
-            if quiet:
-                return []
-            self._watch_token = None    # until this poll has succeeded
             since: int | None
             gone_since: int | None
             if self._polled is not None:
                 since, gone_since = self._polled, self._gone_seen
-            else:   # an instance's first poll starts where the shared cache's last one did
+            else:
+                # An instance's first poll starts where the shared cache's last one did,
+                # read before this poll's snapshot begins (``_unchanged`` begins it on
+                # SQLite): read after, another instance's poll may have moved it past
+                # the snapshot, which then looked like a database gone back in time.
                 since, gone_since = shared.cache.position()
+            quiet, token = self._unchanged()
+            if quiet:
+                return []
+            self._watch_token = None    # until this poll has succeeded
             own_commit = self._own_commit_changes(alone, since, gone_since)
             poll_from = since if own_commit is None else own_commit[0]
             polled = self._poll_replica(poll_from, gone_since)
