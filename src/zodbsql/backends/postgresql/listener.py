@@ -47,13 +47,14 @@ from typing import Any, Callable
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.backends.base.wakeup import CommitWatch
 from zodbsql.backends.postgresql import pooler
+from zodbsql.backends.postgresql.schema import IN_CURRENT_SCHEMA
 from zodbsql.errors import ZodbsqlError
 
 log = logging.getLogger(__name__)
 
 #: Procedures older than announcing commits lack the channel function.
-HAS_CHANNEL = ("SELECT 1 FROM information_schema.routines"
-               " WHERE routine_schema = current_schema() AND routine_name = 'zodbsql_channel'")
+HAS_CHANNEL = (f"SELECT 1 FROM pg_proc WHERE pronamespace = {IN_CURRENT_SCHEMA}"
+               " AND proname = 'zodbsql_channel'")
 CHANNEL = "SELECT zodbsql_channel()"
 LAST_TID = "SELECT last_tid FROM commit_row"
 #: Seconds between heartbeats (and between attempts to listen again).
