@@ -64,6 +64,12 @@ class Shared:
         self.highest_oid_seen = 0
         self.pack_lock = threading.Lock()
         self.closed = False
+        # A load connection no instance holds: the root's once it has checked the
+        # schema, or one a released instance gave back.  The next instance takes it
+        # instead of opening a server session (a ZODB DB's root storage loads nothing
+        # after opening, so its first connection serves the DB's first instance).
+        self._spare: ConnectionRole | None = None
+        self._spare_lock = threading.Lock()
         self.blob_files = BlobFiles(options) if options.blob_dir else None
         #: The cache's file (cache-persistent-dir), once the storage has opened it.
         self.persistent: PersistentCache | None = None
@@ -98,6 +104,30 @@ class Shared:
 
     def connect(self) -> ConnectionRole:
         return self.counted(self.backend.connect())
+
+    def take_load_connection(self) -> ConnectionRole:
+        """The spare load connection if there is one, else a new one."""
+        with self._spare_lock:
+            conn, self._spare = self._spare, None
+        return conn if conn is not None else self.connect()
+
+    def give_load_connection(self, conn: ConnectionRole) -> None:
+        """Keep ``conn``, rolled back, as the spare; close it if there is one already,
+        if it broke, or once the storage is closed."""
+        conn.rollback()
+        if not conn.broken:
+            with self._spare_lock:
+                if self._spare is None and not self.closed:
+                    self._spare = conn
+                    return
+        conn.close()
+
+    def close_spare(self) -> None:
+        """Close the spare load connection (the storage is closed: none is kept)."""
+        with self._spare_lock:
+            conn, self._spare = self._spare, None
+        if conn is not None:
+            conn.close()
 
 
 class HasShared(Protocol):

@@ -155,15 +155,27 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
     # -- IMVCCStorage ---------------------------------------------------------------------------
     def new_instance(self) -> "SQLStorage":
         self._check_open()
+        self._give_idle_load_connection()
         return SQLStorage(self.shared.backend, shared=self.shared)
+
+    def _give_idle_load_connection(self) -> None:
+        """Outside a read transaction this storage's load connection is idle: make it
+        the spare the new instance takes (``_conn`` takes one back when needed)."""
+        with self._load_lock:
+            conn = self._load
+            if conn is None or self._read_txn:
+                return
+            self._load, self._sent_ahead = None, None
+            self.shared.give_load_connection(conn)
 
     def release(self) -> None:
         with self._load_lock:
-            for conn in (self._load, self._replica):
-                if conn is not None:
-                    conn.rollback()
-                    conn.close()
-            self._load = self._replica = None
+            if self._load is not None:
+                self.shared.give_load_connection(self._load)
+            if self._replica is not None:
+                self._replica.rollback()
+                self._replica.close()
+            self._load = self._replica = self._sent_ahead = None
             self._read_txn = self._on_replica = False
             self._watch_token = None
 
@@ -412,7 +424,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self._check_open()
             if self._load is not None:
                 self._load.close()
-            self._load = self.shared.connect()
+            self._load = self.shared.take_load_connection()
             if not self._on_replica:
                 self._read_txn = False
         return self._load
@@ -1142,6 +1154,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         shared = self.shared
         caches.close_caches(shared, save=False)  # its database is going away
         self.release()
+        shared.close_spare()
         shared.pool.close()
         shared.backend.destroy()
         self._load = self._open_checked(shared.backend, self._options, shared)
@@ -1169,6 +1182,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self.shared.watch.close()
             self.shared.cache.close()
             self.shared.closed = True
+            self.shared.close_spare()
             self.shared.pool.close()
             if self.shared.blob_files is not None:
                 self.shared.blob_files.close()
