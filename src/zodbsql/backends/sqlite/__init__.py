@@ -6,7 +6,9 @@ Design note.
   opens the write transaction with ``BEGIN IMMEDIATE`` and holds it until finish or
   abort.  The wait for it is SQLite's busy timeout, set from ``commit-lock-timeout``;
   running out ends in :class:`~zodbsql.errors.CommitLockTimeout`, which ``transaction``
-  retries.  Conflict detection is then one join of the staged states against the current
+  retries.  The busy handler sleeps between tries, so threads that came later can win
+  every try: the threads of one process queue first, in arrival order (``writers.py``),
+  and only writers of other processes meet the busy handler.  Conflict detection is then one join of the staged states against the current
   tids, inside that write transaction, so it cannot race another committer.
 * Journal.  WAL mode: readers never block the writer nor each other, which is what lets
   many ZODB connections in several processes read while one commits.  ``synchronous``

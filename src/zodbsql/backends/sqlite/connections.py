@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.sqlite.writers import queue_for
 from zodbsql.errors import CommitLockTimeout, DatabaseError, SchemaError
 
 # Primary result codes (https://sqlite.org/rescode.html).
@@ -39,6 +40,8 @@ class SQLiteConnection(DBConnection):
         self.lock_timeout = lock_timeout
         #: The most ``?`` one statement may carry (999 in builds before 3.32).
         self.max_variables = raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._writers = queue_for(path)
+        self._writing = False     # this connection has the turn of the writer queue
 
     def convert_sql(self, sql: str) -> str:
         return sql.replace("%s", "?")
@@ -48,14 +51,30 @@ class SQLiteConnection(DBConnection):
         self.in_transaction = True
 
     def begin_write(self) -> None:
+        if self._writers is not None and not self._writing:
+            if not self._writers.acquire(self.lock_timeout):
+                raise self._locked_out()
+            self._writing = True
         try:
             self.execute("BEGIN IMMEDIATE")
-        except CommitLockTimeout as exc:
-            raise CommitLockTimeout(
-                f"SQLite database {self.path} stayed locked by another writer for"
-                f" {self.lock_timeout:g}s (commit-lock-timeout); the transaction"
-                " can be retried") from exc.__cause__
+        except BaseException as exc:
+            self._end_turn()
+            if isinstance(exc, CommitLockTimeout):
+                raise self._locked_out() from exc.__cause__
+            raise
         self.in_transaction = True
+
+    def _locked_out(self) -> CommitLockTimeout:
+        return CommitLockTimeout(
+            f"SQLite database {self.path} stayed locked by another writer for"
+            f" {self.lock_timeout:g}s (commit-lock-timeout); the transaction"
+            " can be retried")
+
+    def _end_turn(self) -> None:
+        if self._writing:
+            self._writing = False
+            assert self._writers is not None
+            self._writers.release()
 
     def commit(self) -> None:
         if self.in_transaction:
@@ -66,6 +85,8 @@ class SQLiteConnection(DBConnection):
                     self.raw.execute("COMMIT")
                 except Exception as exc:
                     raise self._fail(exc, "COMMIT") from exc
+                finally:
+                    self._end_turn()
 
     def rollback(self) -> None:
         if self.in_transaction:
@@ -76,6 +97,11 @@ class SQLiteConnection(DBConnection):
                     self.raw.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
+        self._end_turn()
+
+    def close(self) -> None:
+        super().close()
+        self._end_turn()
 
     def translate_error(self, exc: Exception, sql: str | None) -> Exception:
         text = str(exc)
