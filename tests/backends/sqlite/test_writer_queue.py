@@ -1,9 +1,12 @@
-"""The writers of one SQLite file in one process take turns in the order they asked
-(backends/sqlite/writers.py), and a turn ends with its write transaction however it
-ends: commit, abort, a failed vote, a closed storage."""
+"""The writers of one SQLite file in one process: one that waited out its patience in
+SQLite's busy handler takes a turn, and every later writer queues behind it in the order
+they came (backends/sqlite/writers.py); a turn, and the lock, end with the write
+transaction however it ends: commit, abort, a failed vote, a timeout, a closed
+storage or connection."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -18,6 +21,7 @@ from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import z64
 
+from zodbsql.backends.sqlite import connections
 from zodbsql.backends.sqlite.writers import WriterQueue, queue_for
 from zodbsql.errors import CommitLockTimeout
 
@@ -26,7 +30,7 @@ storage_backends_reason = "a queue of the threads writing one SQLite file"
 
 
 def _waiting(writers: WriterQueue, count: int) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 5
     while len(writers._waiting) < count:
         assert time.monotonic() < deadline, "the waiter never queued"
         time.sleep(0.001)
@@ -96,22 +100,28 @@ def _commit_within(db: ZODB.DB, key: str, seconds: float) -> None:
     assert time.monotonic() - started < seconds
 
 
+@pytest.fixture
+def impatient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers queue after 50 ms in SQLite's busy handler instead of a second."""
+    monkeypatch.setattr(connections, "PATIENCE", 0.05)
+
+
 def test_a_writer_of_this_process_holds_the_others_back_until_it_ends(
-        storage_factory: Any) -> None:
+        storage_factory: Any, impatient: None) -> None:
     writer = storage_factory.open(commit_lock_timeout=0.3)
     db = ZODB.DB(storage_factory.open(commit_lock_timeout=0.3))
     try:
         txn = _voted(writer)
         started = time.monotonic()
         with pytest.raises(CommitLockTimeout, match="commit-lock-timeout"):
-            with db.transaction() as conn:
+            with db.transaction() as conn:      # patience, then the queue, then out
                 conn.root()["a"] = 1
         assert time.monotonic() - started >= 0.3
         writer.tpc_finish(txn)
-        _commit_within(db, "b", 0.3)            # the turn was given back at finish
+        _commit_within(db, "b", 0.3)            # the turn was given back at the timeout
         txn = _voted(writer)
         writer.tpc_abort(txn)
-        _commit_within(db, "c", 0.3)            # and at abort
+        _commit_within(db, "c", 0.3)
         with db.transaction() as conn:
             assert sorted(conn.root()) == ["b", "c"]
     finally:
@@ -119,7 +129,7 @@ def test_a_writer_of_this_process_holds_the_others_back_until_it_ends(
         db.close()
 
 
-def test_a_vote_that_fails_gives_the_turn_back(storage_factory: Any) -> None:
+def test_a_vote_that_fails_gives_the_lock_back(storage_factory: Any) -> None:
     db = ZODB.DB(storage_factory.open(commit_lock_timeout=0.3))
     try:
         with db.transaction() as conn:
@@ -139,7 +149,7 @@ def test_a_vote_that_fails_gives_the_turn_back(storage_factory: Any) -> None:
         db.close()
 
 
-def test_a_storage_closed_while_it_writes_gives_the_turn_back(storage_factory: Any) -> None:
+def test_a_storage_closed_while_it_writes_gives_the_lock_back(storage_factory: Any) -> None:
     writer = storage_factory.open(commit_lock_timeout=0.3)
     db = ZODB.DB(storage_factory.open(commit_lock_timeout=0.3))
     try:
@@ -152,14 +162,75 @@ def test_a_storage_closed_while_it_writes_gives_the_turn_back(storage_factory: A
         db.close()
 
 
-def test_a_connection_closed_in_its_write_transaction_gives_the_turn_back(
-        storage_factory: Any) -> None:
-    storage = storage_factory.open(commit_lock_timeout=0.3)
+def _hold_file(path: str) -> sqlite3.Connection:
+    """Another writer, outside this process's queue (as another process would be)."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def _crowd(writers: WriterQueue) -> None:
+    deadline = time.monotonic() + 10
+    while not writers.crowded():
+        assert time.monotonic() < deadline, "no writer took the turn"
+        time.sleep(0.001)
+
+
+def test_writers_after_an_impatient_one_queue_in_the_order_they_came(
+        storage_factory: Any, impatient: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = storage_factory.open(commit_lock_timeout=10)
     try:
         backend = storage.shared.backend
+        writers = queue_for(storage_factory.path)
+        assert writers is not None
+        holder = _hold_file(storage_factory.path)
+        order: list[int] = []
+
+        def write(number: int) -> None:
+            conn = backend.connect()
+            conn.begin_write()
+            order.append(number)
+            conn.rollback()
+            conn.close()
+
+        threads = [threading.Thread(target=write, args=(0,))]
+        threads[0].start()
+        _crowd(writers)                     # the first waited out its patience
+        # The next ones queue at once: with their patience they would wait 10 s in
+        # SQLite's busy handler instead.
+        monkeypatch.setattr(connections, "PATIENCE", 10.0)
+        for number in (1, 2, 3):
+            threads.append(threading.Thread(target=write, args=(number,)))
+            threads[-1].start()
+            _waiting(writers, number)
+        holder.rollback()
+        holder.close()
+        for thread in threads:
+            thread.join(10)
+        assert order == [0, 1, 2, 3]
+        assert not writers.crowded()
+    finally:
+        storage.close()
+
+
+def test_a_connection_closed_with_the_turn_gives_it_back(storage_factory: Any,
+                                                         impatient: None) -> None:
+    storage = storage_factory.open(commit_lock_timeout=10)
+    try:
+        backend = storage.shared.backend
+        writers = queue_for(storage_factory.path)
+        assert writers is not None
+        holder = _hold_file(storage_factory.path)
         first, second = backend.connect(), backend.connect()
-        first.begin_write()
+        thread = threading.Thread(target=first.begin_write)
+        thread.start()
+        _crowd(writers)
+        holder.rollback()
+        holder.close()
+        thread.join(10)
+        assert first.in_transaction and writers.crowded()
         first.close()                   # no commit, no rollback: SQLite rolls back
+        assert not writers.crowded()
         started = time.monotonic()
         second.begin_write()
         assert time.monotonic() - started < 0.3

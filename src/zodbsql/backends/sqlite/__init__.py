@@ -7,8 +7,9 @@ Design note.
   abort.  The wait for it is SQLite's busy timeout, set from ``commit-lock-timeout``;
   running out ends in :class:`~zodbsql.errors.CommitLockTimeout`, which ``transaction``
   retries.  The busy handler sleeps between tries, so threads that came later can win
-  every try: the threads of one process queue first, in arrival order (``writers.py``),
-  and only writers of other processes meet the busy handler.  Conflict detection is then one join of the staged states against the current
+  every try: a thread that waited ``PATIENCE`` (a second) there queues instead, and
+  the threads of its process that come after queue behind it, in arrival order
+  (``writers.py``), until the queue is empty again.  Conflict detection is then one join of the staged states against the current
   tids, inside that write transaction, so it cannot race another committer.
 * Journal.  WAL mode: readers never block the writer nor each other, which is what lets
   many ZODB connections in several processes read while one commits.  ``synchronous``

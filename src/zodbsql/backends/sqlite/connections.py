@@ -6,10 +6,15 @@ never by their text: the primary code is the low byte of the extended one.
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.sqlite.writers import queue_for
 from zodbsql.errors import CommitLockTimeout, DatabaseError, SchemaError
+
+#: Seconds a writer waits in SQLite's busy handler before it joins the queue of this
+#: process's writers (writers.py), and every later writer with it until it is empty.
+PATIENCE = 1.0
 
 # Primary result codes (https://sqlite.org/rescode.html).
 SQLITE_BUSY = 5
@@ -51,18 +56,44 @@ class SQLiteConnection(DBConnection):
         self.in_transaction = True
 
     def begin_write(self) -> None:
-        if self._writers is not None and not self._writing:
-            if not self._writers.acquire(self.lock_timeout):
+        writers = self._writers
+        if writers is None or (not self._writing and not writers.crowded()):
+            # Nobody of this process waits long: SQLite's busy handler, for a while.
+            patience = self.lock_timeout if writers is None else min(PATIENCE, self.lock_timeout)
+            if self._begin_immediate(patience):
+                return
+            if writers is None:
+                raise self._locked_out()
+            waited = patience
+        else:
+            waited = 0.0
+        started = time.monotonic() - waited
+        if not self._writing:
+            if not writers.acquire(self.lock_timeout - waited):
                 raise self._locked_out()
             self._writing = True
+        left = self.lock_timeout - (time.monotonic() - started)
+        if left <= 0 or not self._begin_immediate(left):
+            self._end_turn()
+            raise self._locked_out()
+
+    def _begin_immediate(self, seconds: float) -> bool:
+        """BEGIN IMMEDIATE, waiting at most ``seconds`` for the lock; False if it
+        stayed taken."""
+        if seconds != self.lock_timeout:
+            self.raw.execute(f"PRAGMA busy_timeout = {max(1, int(seconds * 1000))}")
         try:
             self.execute("BEGIN IMMEDIATE")
-        except BaseException as exc:
+        except CommitLockTimeout:
+            return False
+        except BaseException:
             self._end_turn()
-            if isinstance(exc, CommitLockTimeout):
-                raise self._locked_out() from exc.__cause__
             raise
+        finally:
+            if seconds != self.lock_timeout:
+                self.raw.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
         self.in_transaction = True
+        return True
 
     def _locked_out(self) -> CommitLockTimeout:
         return CommitLockTimeout(
