@@ -169,6 +169,15 @@ def _hold_file(path: str) -> sqlite3.Connection:
     return holder
 
 
+def _held_elsewhere(factory: Any) -> tuple[Any, WriterQueue, sqlite3.Connection]:
+    """A storage whose writers wait up to 10 s, its file's queue, and a writer of
+    another connection that holds the file's write lock."""
+    storage = factory.open(commit_lock_timeout=10)
+    writers = queue_for(factory.path)
+    assert writers is not None
+    return storage, writers, _hold_file(factory.path)
+
+
 def _crowd(writers: WriterQueue) -> None:
     deadline = time.monotonic() + 10
     while not writers.crowded():
@@ -178,12 +187,9 @@ def _crowd(writers: WriterQueue) -> None:
 
 def test_writers_after_an_impatient_one_queue_in_the_order_they_came(
         storage_factory: Any, impatient: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage = storage_factory.open(commit_lock_timeout=10)
+    storage, writers, holder = _held_elsewhere(storage_factory)
     try:
         backend = storage.shared.backend
-        writers = queue_for(storage_factory.path)
-        assert writers is not None
-        holder = _hold_file(storage_factory.path)
         order: list[int] = []
 
         def write(number: int) -> None:
@@ -215,12 +221,9 @@ def test_writers_after_an_impatient_one_queue_in_the_order_they_came(
 
 def test_a_connection_closed_with_the_turn_gives_it_back(storage_factory: Any,
                                                          impatient: None) -> None:
-    storage = storage_factory.open(commit_lock_timeout=10)
+    storage, writers, holder = _held_elsewhere(storage_factory)
     try:
         backend = storage.shared.backend
-        writers = queue_for(storage_factory.path)
-        assert writers is not None
-        holder = _hold_file(storage_factory.path)
         first, second = backend.connect(), backend.connect()
         thread = threading.Thread(target=first.begin_write)
         thread.start()
