@@ -9,8 +9,9 @@ Design note.
   retries.  The busy handler sleeps between tries, so threads that came later can win
   every try: a thread that waited ``PATIENCE`` (a second) there queues instead, and
   the threads of its process that come after queue behind it, in arrival order
-  (``writers.py``), until the queue is empty again.  Conflict detection is then one join of the staged states against the current
-  tids, inside that write transaction, so it cannot race another committer.
+  (``writers.py``), until the queue is empty again.  Conflict detection is then one
+  join of the staged states against the current tids, inside that write transaction,
+  so it cannot race another committer.
 * Journal.  WAL mode: readers never block the writer nor each other, which is what lets
   many ZODB connections in several processes read while one commits.  ``synchronous``
   defaults to FULL (the WAL is synced at each commit, as FileStorage fsyncs); NORMAL
