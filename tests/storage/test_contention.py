@@ -16,15 +16,22 @@ not move: PostgreSQL's ``pg_stat_database.deadlocks`` of a database the test cre
 (no other session counts there), MariaDB/MySQL's ``Innodb_deadlocks`` (server-wide: a
 deadlock in another session on the same server during the test counts too).  SQLite
 serialises commits with its write lock and has no such counter: its totals are checked.
+
+A third runs threads of one process whose ZODB connections come and go (more threads
+than the DB's pool keeps): every counter ends at the commits that moved it, and no
+storage instance's poll takes the database for one gone back in time.
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import random
 import threading
 from typing import Any, Iterator
 
 import pytest
 import transaction
+import transaction.interfaces
 import ZODB
 from persistent.mapping import PersistentMapping
 
@@ -286,3 +293,72 @@ def test_a_worker_that_fails_is_reported_not_waited_for(tmp_path: Any) -> None:
     missing = SQLiteOptions(path=str(tmp_path / "no-such-dir" / "db.sqlite"))
     finished = processes.run(processes.hotspot_worker, missing, True, 2, "hot", 1, 1)
     assert sorted(finished.errors) == [0, 1] and finished.retries.total == 0
+
+
+# -- threads whose ZODB connections come and go ------------------------------------------
+THREADS = 16           # churn: threads of one process
+CHURN_TRANSACTIONS = 100  # churn: transactions per thread, a ZODB connection each 1 to 3
+PAIRS = 4              # churn: objects whose two counters move together
+
+
+def test_threads_with_connections_made_and_dropped_lose_nothing_and_never_reset(
+        storage_factory: StorageFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """More threads than the DB's pool keeps connections for, so storage instances are
+    made and released all along (their first polls race the others'), each transaction
+    checking that every pair's two counters agree and half of them moving one pair:
+    every counter ends at the number of commits that moved it, and no poll took the
+    database for one gone back in time (which drops every cached state)."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage, pool_size=2)
+    with db.transaction() as conn:
+        for pair in range(PAIRS):
+            conn.root()[pair] = PersistentMapping(a=0, b=0)
+    moved = [0] * PAIRS
+    seen_apart: list[str] = []
+    lock = threading.Lock()
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        done = 0
+        while done < CHURN_TRANSACTIONS:
+            tm = transaction.TransactionManager()
+            conn = db.open(tm)
+            try:
+                for _ in range(rng.randint(1, 3)):
+                    done += 1
+                    tm.begin()
+                    root = conn.root()
+                    seen_apart.extend(f"pair {p}: {root[p]['a']} {root[p]['b']}"
+                                      for p in range(PAIRS) if root[p]["a"] != root[p]["b"])
+                    pair, move = rng.randrange(PAIRS), rng.random() < 0.5
+                    if move:
+                        root[pair]["a"] += 1
+                        root[pair]["b"] += 1
+                    try:
+                        tm.commit()
+                    except transaction.interfaces.TransientError:
+                        tm.abort()
+                        continue
+                    if move:
+                        with lock:
+                            moved[pair] += 1
+            finally:
+                conn.close()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="zodbsql"):
+            threads = [threading.Thread(target=work, args=(seed,)) for seed in range(THREADS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+        assert not any(thread.is_alive() for thread in threads)
+        assert seen_apart == []
+        with db.transaction() as conn:
+            assert [(conn.root()[p]["a"], conn.root()[p]["b"]) for p in range(PAIRS)] == [
+                (count, count) for count in moved]
+        assert sum(moved) > 0
+        assert [r.getMessage() for r in caplog.records if "back in time" in r.getMessage()] == []
+        assert storage.shared.resets == 0
+    finally:
+        db.close()
