@@ -9,6 +9,7 @@ import os
 import sqlite3
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import z64
 
 from zodbsql.backends.sqlite import connections
+from zodbsql.backends.sqlite import writers as writers_module
 from zodbsql.backends.sqlite.writers import WriterQueue, queue_for
 from zodbsql.errors import CommitLockTimeout
 
@@ -82,6 +84,40 @@ def test_one_queue_per_file_whatever_the_path_spelling(tmp_path: Any) -> None:
     assert queue_for(str(tmp_path / "link.sqlite")) is same
     assert queue_for(str(tmp_path / "other.sqlite")) is not same
     assert queue_for(":memory:") is None
+    assert queue_for("") is None
+    assert queue_for("file:x.sqlite") is not None      # a file name, not a URI
+
+
+def test_a_turn_handed_over_as_the_wait_runs_out_is_the_waiters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hand-over and the end of the wait at the same moment: the waiter's wait
+    reports a timeout, but the turn was handed to it, so it has it (and gives it back)."""
+    writers = WriterQueue()
+    assert writers.acquire(1)
+
+    class LateGate:
+        """A gate whose timed wait sees the hand-over, then reports a timeout."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            got = self.lock.acquire()
+            return got if timeout < 0 else False
+
+        def release(self) -> None:
+            self.lock.release()
+
+    monkeypatch.setattr(writers_module, "threading", types.SimpleNamespace(Lock=LateGate))
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(writers.acquire(5)))
+    waiter.start()
+    _waiting(writers, 1)
+    writers.release()                   # handed to the waiter
+    waiter.join(10)
+    assert result == [True] and writers.crowded()
+    writers.release()
+    assert not writers.crowded()
 
 
 def _voted(storage: Any) -> TransactionMetaData:
@@ -240,4 +276,73 @@ def test_a_connection_closed_with_the_turn_gives_it_back(storage_factory: Any,
         second.rollback()
         second.close()
     finally:
+        storage.close()
+
+
+def test_a_writer_that_meets_no_other_takes_no_turn_and_keeps_its_busy_timeout(
+        storage_factory: Any) -> None:
+    """The queue is for writers that waited: one that finds the lock free goes
+    straight to SQLite, and its connection's busy timeout is its commit-lock-timeout
+    again afterwards (the patience is set for the BEGIN alone)."""
+    storage = storage_factory.open(commit_lock_timeout=7)
+    try:
+        writers = queue_for(storage_factory.path)
+        assert writers is not None
+        conn = storage.shared.backend.connect()
+        conn.begin_write()
+        assert not writers.crowded()
+        assert conn.fetchone("PRAGMA busy_timeout") == (7000,)
+        conn.rollback()
+        conn.close()
+    finally:
+        storage.close()
+
+
+def test_a_writer_that_queues_after_its_patience_gives_up_at_its_timeout(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second of patience, then the queue (free), then SQLite for what is left of
+    the two seconds: two seconds in all, not the patience again on top."""
+    monkeypatch.setattr(connections, "PATIENCE", 1.0)
+    storage = storage_factory.open(commit_lock_timeout=2)
+    holder = _hold_file(storage_factory.path)
+    try:
+        conn = storage.shared.backend.connect()
+        started = time.monotonic()
+        with pytest.raises(CommitLockTimeout, match="commit-lock-timeout"):
+            conn.begin_write()
+        waited = time.monotonic() - started
+        assert 2.0 <= waited < 2.7, waited
+        assert not queue_for(storage_factory.path).crowded()   # type: ignore[union-attr]
+        conn.close()
+    finally:
+        holder.rollback()
+        holder.close()
+        storage.close()
+
+
+def test_a_writer_behind_a_queued_one_gives_up_at_its_timeout(
+        storage_factory: Any, impatient: None) -> None:
+    storage, writers, holder = _held_elsewhere(storage_factory)
+    late = storage_factory.open(commit_lock_timeout=0.5)
+    try:
+        first = storage.shared.backend.connect()
+        thread = threading.Thread(target=first.begin_write)
+        thread.start()
+        _crowd(writers)                 # the first has the turn and waits on SQLite
+        second = late.shared.backend.connect()
+        started = time.monotonic()
+        with pytest.raises(CommitLockTimeout, match="commit-lock-timeout"):
+            second.begin_write()        # queues at once, then runs out of time
+        waited = time.monotonic() - started
+        assert 0.5 <= waited < 1.5, waited
+        holder.rollback()
+        holder.close()
+        thread.join(10)
+        assert first.in_transaction
+        first.rollback()
+        first.close()
+        second.close()
+        assert not writers.crowded()
+    finally:
+        late.close()
         storage.close()

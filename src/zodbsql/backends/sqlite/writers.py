@@ -61,9 +61,10 @@ _queues_lock = threading.Lock()
 
 
 def queue_for(path: str) -> WriterQueue | None:
-    """The queue of the file at ``path``; None for an in-memory database, whose
-    connections do not share a file."""
-    if path == ":memory:" or path.startswith("file:") or path == "":
+    """The queue of the file at ``path``; None for an in-memory or a temporary
+    database (``""``), whose connections do not share a file.  (The storage opens
+    ``path`` as a file name, never as a URI.)"""
+    if path in (":memory:", ""):
         return None
     key = os.path.realpath(path)
     with _queues_lock:
