@@ -35,13 +35,13 @@ def count_sessions(backend_class: type) -> list[int]:
     """Count the server sessions (connections) every storage of this backend opens
     from now on: load, commit and listening sessions alike."""
     opened = [0]
-    connect = backend_class.connect
+    connect = getattr(backend_class, "connect")
 
     def counted(self: object, *args: object, **kwargs: object) -> object:
         opened[0] += 1
         return connect(self, *args, **kwargs)
 
-    backend_class.connect = counted   # type: ignore[attr-defined]
+    setattr(backend_class, "connect", counted)
     return opened
 
 
