@@ -65,7 +65,7 @@ def main() -> None:
         db.close()
     wall = time.perf_counter() - wall
     own = time.process_time() - own
-    others = machine_busy_seconds() - busy - own
+    others = max(0.0, machine_busy_seconds() - busy - own)
     per = 1000 / args.cycles
     print(f"per DB opened, used {args.transactions} times and closed:"
           f" {opened[0] / args.cycles:.2f} server sessions, "
