@@ -80,7 +80,8 @@ HISTORY_FREE_DDL = COMMON_DDL + (
 IN_CURRENT_SCHEMA = "(SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
 LIST_TABLES = ("SELECT relname FROM pg_class WHERE relkind IN ('r', 'p', 'f', 'v', 'm')"
                f" AND relnamespace = {IN_CURRENT_SCHEMA}")
-LIST_VIEWS = f"SELECT relname FROM pg_class WHERE relkind = 'v' AND relnamespace = {IN_CURRENT_SCHEMA}"
+LIST_VIEWS = ("SELECT relname FROM pg_class WHERE relkind = 'v'"
+              f" AND relnamespace = {IN_CURRENT_SCHEMA}")
 # From version 1 (a row per reference in the table object_ref), in one transaction.
 ADD_REFS_COLUMN = "ALTER TABLE object_state ADD COLUMN refs BIGINT[]"
 HISTORY_PRESERVING_MIGRATION = (

@@ -57,22 +57,16 @@ class SQLiteConnection(DBConnection):
 
     def begin_write(self) -> None:
         writers = self._writers
-        if writers is None or (not self._writing and not writers.crowded()):
+        deadline = time.monotonic() + self.lock_timeout
+        if not self._writing and not writers.crowded():
             # Nobody of this process waits long: SQLite's busy handler, for a while.
-            patience = self.lock_timeout if writers is None else min(PATIENCE, self.lock_timeout)
-            if self._begin_immediate(patience):
+            if self._begin_immediate(min(PATIENCE, self.lock_timeout)):
                 return
-            if writers is None:
-                raise self._locked_out()
-            waited = patience
-        else:
-            waited = 0.0
-        started = time.monotonic() - waited
         if not self._writing:
-            if not writers.acquire(self.lock_timeout - waited):
+            if not writers.acquire(max(0.0, deadline - time.monotonic())):
                 raise self._locked_out()
             self._writing = True
-        left = self.lock_timeout - (time.monotonic() - started)
+        left = deadline - time.monotonic()
         if left <= 0 or not self._begin_immediate(left):
             self._end_turn()
             raise self._locked_out()
@@ -104,7 +98,6 @@ class SQLiteConnection(DBConnection):
     def _end_turn(self) -> None:
         if self._writing:
             self._writing = False
-            assert self._writers is not None
             self._writers.release()
 
     def commit(self) -> None:

@@ -60,12 +60,9 @@ _queues: dict[str, WriterQueue] = {}
 _queues_lock = threading.Lock()
 
 
-def queue_for(path: str) -> WriterQueue | None:
-    """The queue of the file at ``path``; None for an in-memory or a temporary
-    database (``""``), whose connections do not share a file.  (The storage opens
-    ``path`` as a file name, never as a URI.)"""
-    if path in (":memory:", ""):
-        return None
+def queue_for(path: str) -> WriterQueue:
+    """The queue of the file at ``path`` (the adapter's absolute path: it opens even
+    ``:memory:`` as a file of that name, never as a URI)."""
     key = os.path.realpath(path)
     with _queues_lock:
         found = _queues.get(key)
