@@ -189,6 +189,24 @@ def test_large_states_are_compressed_with_lz4_unless_configured_otherwise(factor
     assert large_states_compression(factory, "server")[0] == server_default
 
 
+def test_whether_the_server_offers_lz4_is_asked_once_per_process(factory):
+    """The answer is kept for the process (a test opening 768 DBs asked it 2,307
+    times): a storage opened after another takes it from there, as shown by an answer
+    changed in between, which the new storage's sessions follow."""
+    from zodbsql.backends.postgresql import adapter
+    adapter._COMPRESSION_OFFERED.clear()
+    assert large_states_compression(factory, None)[0] == "lz4"
+    (key, offered), = adapter._COMPRESSION_OFFERED.items()
+    assert offered is True and key[2] == "lz4"
+    adapter._COMPRESSION_OFFERED[key] = False      # as if this server had no lz4
+    try:
+        server_default = factory.admin.execute("SHOW default_toast_compression").fetchone()[0]
+        assert server_default != "lz4", "the test tells the two apart by the server's pglz"
+        assert large_states_compression(factory, None)[0] == server_default
+    finally:
+        adapter._COMPRESSION_OFFERED.clear()
+
+
 def test_an_unknown_compression_is_refused_by_name():
     with pytest.raises(ConfigurationError, match="toast-compression must be one of lz4, pglz,"
                                                  " server, got 'zstd'"):

@@ -41,6 +41,9 @@ DATABASE_SIZE = (
 #: lists only pglz.
 OFFERS_COMPRESSION = ("SELECT %s = ANY(enumvals) FROM pg_settings"
                       " WHERE name = 'default_toast_compression'")
+#: The answers, for the whole process: (host:port, server version, method) -> offered.
+#: Asked once per storage, it was 2,307 queries of a test that opens 768 DBs.
+_COMPRESSION_OFFERED: dict[tuple[str, int, str], bool] = {}
 
 
 #: What the server says while it can't take sessions for now (libpq gives no SQLSTATE
@@ -104,8 +107,6 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
         #: What is between the storage and its primary (``pooler.probe``), learned at
         #: the first session.
         self.pooling: str | None = None
-        #: Whether each server (host:port) offers ``toast-compression``'s method.
-        self._compression_offered: dict[str, bool] = {}
 
     def _parse(self, dsn: str) -> dict[str, Any]:
         try:
@@ -226,15 +227,16 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
         return conn
 
     def _offers_compression(self, raw: Any, method: str, version: int) -> bool:
-        """Does the session's server offer ``method``?  Asked once per server (reading
-        pg_settings took 0.8 ms), before the set-up of its first session."""
+        """Does the session's server offer ``method``?  Asked once per server and
+        process (reading pg_settings took 0.8 ms), before the set-up of the first
+        session there."""
         if version < 140000:
             return False
-        server = f"{raw.info.host}:{raw.info.port}"
-        offered = self._compression_offered.get(server)
+        key = (f"{raw.info.host}:{raw.info.port}", version, method)
+        offered = _COMPRESSION_OFFERED.get(key)
         if offered is None:
             row = raw.execute(OFFERS_COMPRESSION, (method,)).fetchone()
-            offered = self._compression_offered[server] = bool(row and row[0])
+            offered = _COMPRESSION_OFFERED[key] = bool(row and row[0])
         return offered
 
     def watch_commits(self) -> CommitWatch:
