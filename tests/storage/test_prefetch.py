@@ -366,6 +366,69 @@ def test_a_prefetched_state_is_the_loading_snapshot_s(storage_factory: Any,
     other_db.close()
 
 
+def test_what_a_load_brought_is_not_served_after_the_snapshot_moves(
+        storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
+    """The instance holds what a batch brought for its loads (``Brought``), for the
+    snapshot it was read at: once the same instance polls past a commit that changed
+    them, its loads give the new states, not the ones it held."""
+    storage, db = storage_and_db
+    other_db = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    fill(db, START)
+    container = container_oid(db)
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    children = children_of(instance, container)           # brought at 0, none asked for
+    assert set(instance._brought.states) == {u64(oid) for oid in children}
+    change_all(other_db, 1)
+    instance.poll_invalidations()                         # the same instance moves on
+    assert {value_of(instance, oid) for oid in children} == {1}
+    other_db.close()
+
+
+def brought_children(storage: Any, db: Any, polled: Any) -> tuple[Any, list[bytes]]:
+    """A new instance that loaded a container of ``START`` children, cold: they came
+    along (held by the instance, and in the shared cache); the instance, and their oids."""
+    fill(db, START)
+    container = container_oid(db)
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    return instance, children_of(instance, container)
+
+
+def test_what_a_load_brought_serves_its_loads_and_counts_as_cache_hits(
+        storage_and_db: Any, polled: Any) -> None:
+    """Held by the instance, the batch serves its loads without a statement even where
+    the shared cache no longer has it; the hits are counted there all the same, before
+    the next miss or when the instance is released, and what the cache lost enters it
+    again, as a load's state would."""
+    storage, db = storage_and_db
+    instance, children = brought_children(storage, db, polled)
+    cache = storage.shared.cache
+    hits = cache.hits
+    with cache._lock:
+        cache._drop_current()            # as if the shared cache had evicted them all
+    before = storage.statement_count()
+    assert {value_of(instance, oid) for oid in children} == {0}
+    assert storage.statement_count() == before
+    assert instance._brought.states == {}
+    assert not any(cache.has(u64(oid), instance._snapshot) for oid in children)
+    instance.release()
+    assert cache.hits - hits == len(children)
+    assert all(cache.has(u64(oid), instance._snapshot) for oid in children)
+
+
+def test_nothing_held_is_served_after_the_shared_cache_is_cleared(
+        storage_and_db: Any, polled: Any) -> None:
+    """A clear (a reset: the database went back in time) ends what an instance held:
+    its loads read the database again."""
+    storage, db = storage_and_db
+    instance, children = brought_children(storage, db, polled)
+    storage.shared.cache.clear()
+    before = storage.statement_count()
+    assert {value_of(instance, oid) for oid in children} == {0}
+    assert storage.statement_count() > before
+
+
 def test_a_sparse_walk_lowers_the_bound_and_a_full_walk_raises_it(storage_and_db: Any) -> None:
     storage, db = storage_and_db
     fill(db, 3000)

@@ -1199,3 +1199,54 @@ def test_a_prefetch_keeps_the_largest_oid_an_entry_can_hold(full: bool) -> None:
     assert cache.get(LARGEST_OID + 1, 1) is None
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
+
+
+@pytest.mark.parametrize("policy", ["tinylfu", "lru"])
+def test_hits_noted_in_bulk_leave_the_cache_as_get_s_hits_do(policy: str) -> None:
+    """``note_hits`` (loads a storage instance served from a batch it held) counts,
+    marks and, as one LRU, moves, as ``get`` would have for the same hits: two caches
+    filled alike, one hit with ``get``, the other told, keep the same states through
+    the same scan afterwards."""
+    caches = []
+    for told in (False, True):
+        cache = StateCache(64 * 1024)
+        if policy == "lru":
+            cache._policy_for_comparison("lru")
+        cache.after_poll(1, 1, [])
+        for oid in range(400):                    # fills it: probation and protected
+            cache.put_loaded(oid, 1, STATE, snapshot=1)
+        hit = [oid for oid in range(400) if oid % 3 == 0 and cache.has(oid, 1)]
+        assert len(hit) > 50
+        if told:
+            cache.note_hits([(oid, 1, STATE) for oid in hit], 1, cache.epoch)
+        else:
+            for oid in hit:
+                assert cache.get(oid, 1) is not None
+        caches.append(cache)
+    plain, told = caches
+    assert told.hits == plain.hits == len(hit) and told.misses == plain.misses == 0
+    assert plain._sketch.rows == told._sketch.rows and plain._sketch.marks == told._sketch.marks
+    scan = 600 if policy == "tinylfu" else 150    # LRU: the moved hits outlive it
+    for cache in caches:
+        for oid in range(1000, 1000 + scan):      # a scan after the hits
+            if cache.get(oid, 1) is None:
+                cache.put_loaded(oid, 1, STATE, snapshot=1)
+    assert ([oid for oid in range(400) if plain.has(oid, 1)]
+            == [oid for oid in range(400) if told.has(oid, 1)])
+    assert any(told.has(oid, 1) for oid in hit)
+
+
+def test_a_hit_noted_for_a_state_the_cache_no_longer_holds_puts_it_back() -> None:
+    """As the load it replaced would have (a miss, then ``put_loaded``), at the
+    snapshot the cache is polled to only."""
+    cache = polled_cache()
+    cache.note_hits([(7, 3, STATE)], 10, cache.epoch)
+    assert cache.get(7, 10) == (STATE, 3)
+    cache.note_hits([(8, 3, STATE)], 9, cache.epoch)    # an older snapshot: not vouched for
+    assert not cache.has(8, 10)
+    assert cache.hits == 3 and cache.misses == 0
+    epoch = cache.epoch
+    cache.clear()
+    cache.after_poll(10, 10, [])
+    cache.note_hits([(9, 3, STATE)], 10, epoch)         # read before the clear: counted only
+    assert not cache.has(9, 10) and cache.hits == 4

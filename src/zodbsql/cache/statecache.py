@@ -280,6 +280,8 @@ class StateCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        #: Moves at every ``clear``: what was read before it is not put back after.
+        self.epoch = 0
 
     @property
     def enabled(self) -> bool:
@@ -508,6 +510,37 @@ class StateCache:
                 self.hits += 1
             return found
 
+    def note_hits(self, rows: list[tuple[int, int, bytes]], snapshot: int,
+                  epoch: int) -> None:
+        """Count as ``get``'s hits the loads a storage instance served, at ``snapshot``,
+        from a batch it held itself (``brought.Brought``), ``(oid, tid, state)`` each:
+        the sketch counts them, and a state kept in probation or protected is marked
+        (or, as one plain LRU, moved) as a hit there would be.  One the cache no longer
+        holds (evicted or turned away since the batch came) enters as a load's state
+        does (``put_loaded``): a hit here was a miss and a load before, and the next
+        miss finds its parent among the cached states.  Only counted if the cache was
+        cleared since the batch came in (``epoch``, as it was then): a reset forgets
+        what was read before it."""
+        if self.limit <= 0 or not rows:
+            return
+        with self._lock:
+            if epoch != self.epoch:
+                self.hits += len(rows)
+                return
+            add, mark = self._sketch.add, self._sketch.mark
+            probation, protected, window = self._probation, self._protected, self._window
+            lru = self._protected_share <= 0
+            for oid, tid, state in rows:
+                add(oid)
+                if lru and probation.holds(oid):
+                    probation.touch(oid)
+                    self._shrink(None)
+                elif not lru and (protected.holds(oid) or probation.holds(oid)):
+                    mark(oid)
+                elif oid not in window:
+                    self._put_loaded(oid, tid, state, snapshot)
+            self.hits += len(rows)
+
     def _find_current(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
         if snapshot < self.base:
             return None
@@ -682,14 +715,17 @@ class StateCache:
         if not self.enabled:
             return
         with self._lock:
-            if not self.base <= snapshot == self.polled:
-                return                          # as ``put_loaded_many`` says
-            changed = self._changed.get(oid)
-            if changed is not None and changed != tid:
-                return
-            if len(state) > self.limit // 4 or self._holds(oid):
-                return
-            self._insert(oid, tid.to_bytes(8, "big") + state)
+            self._put_loaded(oid, tid, state, snapshot)
+
+    def _put_loaded(self, oid: int, tid: int, state: bytes, snapshot: int) -> None:
+        if not self.base <= snapshot == self.polled:
+            return                          # as ``put_loaded_many`` says
+        changed = self._changed.get(oid)
+        if changed is not None and changed != tid:
+            return
+        if len(state) > self.limit // 4 or self._holds(oid):
+            return
+        self._insert(oid, tid.to_bytes(8, "big") + state)
 
     def put_loaded_many(self, rows: Iterable[tuple[int, int, bytes]], snapshot: int) -> None:
         """Remember states ``(oid, tid, state)`` the database returned as current at
@@ -1023,6 +1059,7 @@ class StateCache:
             self._revision_bytes = 0
             self._changed.clear()
             self.base = self.polled = -1
+            self.epoch += 1
 
     def close(self) -> None:
         """Give the memory back: a closed storage may stay referenced (by a test

@@ -34,6 +34,7 @@ from ZODB.utils import p64, u64
 
 from zodbsql.atrest.opening import check_keys, check_no_keys, codec_for
 from zodbsql.cache import lookahead
+from zodbsql.cache.brought import Brought
 from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState, Polled,
                                             PendingLoad, Revision, StateRow)
@@ -109,6 +110,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._resets = shared.resets           # the cache resets this instance has heard of
         # A pick sent ahead (``_load_batch``) and the snapshot it was sent at.
         self._sent_ahead: tuple[PendingLoad, int] | None = None
+        # What the last prefetches brought, until this instance's loads ask for it.
+        self._brought = Brought(shared.cache, shared.prefetcher.max_bytes)
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()
         self._pending: PendingCommit | None = None
@@ -178,6 +181,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self._load = self._replica = self._sent_ahead = None
             self._read_txn = self._on_replica = False
             self._watch_token = None
+            self._brought.drop()
 
     def sync(self, force: bool = True) -> None:
         with self._load_lock:
@@ -454,6 +458,13 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if snapshot is None:
                 row = shared.backend.mover.load_current(self._conn(), oid_int)
             else:
+                if self._brought.states:
+                    hit = self._brought.take(oid_int, snapshot)
+                    if hit is not None:
+                        prefetched = shared.prefetcher.note_hit(oid_int)
+                        if shared.metrics is not None:
+                            shared.metrics.loaded("prefetch" if prefetched else "cache")
+                        return hit[0], p64(hit[1])
                 source = "cache"
                 hit = shared.cache.get(oid_int, snapshot)
                 if hit is None and self._sent_ahead is not None:
@@ -467,6 +478,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                         shared.metrics.loaded("prefetch" if prefetched and source == "cache"
                                               else source)
                     return hit[0], p64(hit[1])
+                self._brought.note()     # its hits counted before the miss's batch enters
                 row = self._load_at(oid_int, snapshot)
                 if row is not None and row.tid > snapshot:
                     if shared.metrics is not None:
@@ -743,6 +755,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 continue                # as ``verified_by`` checks it
             cached.append(oid)
             shared_rows.append((oid, tid, state))
+        self._brought.add(shared_rows, snapshot)
         self.shared.cache.put_loaded_many(shared_rows, snapshot)
         if self.shared.metrics is not None:
             self.shared.metrics.read(sum(len(state) for _, _, state in shared_rows))
