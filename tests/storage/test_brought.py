@@ -75,8 +75,8 @@ def test_hits_are_counted_every_note_every_and_when_asked() -> None:
     assert len(cache.noted) == 2
 
 
-def test_what_is_held_stays_under_twice_the_prefetch_bytes() -> None:
-    held = Brought(Counting(), 10)
+def test_what_is_held_stays_within_the_prefetch_bytes() -> None:
+    held = Brought(Counting(), 20)
     held.add([(1, 1, b"x" * 8), (2, 1, b"x" * 8)], snapshot=1)          # 16 of 20
     assert set(held.states) == {1, 2}
     held.add([(3, 1, b"x" * 8)], snapshot=1)                            # 24: replaces
@@ -89,7 +89,7 @@ def test_what_is_held_stays_under_twice_the_prefetch_bytes() -> None:
 
 
 def test_a_state_brought_again_is_counted_once() -> None:
-    held = Brought(Counting(), 10)
+    held = Brought(Counting(), 20)
     held.add([(1, 1, b"x" * 8)], snapshot=1)
     held.add([(1, 1, b"x" * 8)], snapshot=1)       # 8 held, not 16: the next fits
     held.add([(2, 1, b"x" * 12)], snapshot=1)

@@ -417,6 +417,19 @@ def test_what_a_load_brought_serves_its_loads_and_counts_as_cache_hits(
     assert all(cache.has(u64(oid), instance._snapshot) for oid in children)
 
 
+def test_a_released_instance_holds_nothing(storage_and_db: Any, polled: Any) -> None:
+    """A ZODB connection back in its DB's pool releases its instance: what that held
+    goes (it was never asked for), its hits counted."""
+    storage, db = storage_and_db
+    instance, children = brought_children(storage, db, polled)
+    assert len(instance._brought.states) == len(children)
+    value_of(instance, children[0])
+    hits = storage.shared.cache.hits
+    instance.release()
+    assert instance._brought.states == {}
+    assert storage.shared.cache.hits == hits + 1
+
+
 def test_nothing_held_is_served_after_the_shared_cache_is_cleared(
         storage_and_db: Any, polled: Any) -> None:
     """A clear (a reset: the database went back in time) ends what an instance held:

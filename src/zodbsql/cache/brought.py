@@ -13,8 +13,9 @@ next miss and whenever the snapshot moves; a state the cache no longer holds ent
 then, as a load's would.  A state held here is the one the snapshot
 sees, whatever the shared cache kept or turned away since.
 
-Bounded: what is held stays under twice the prefetch's bytes (``limit_bytes``); a batch
-that would pass it replaces what is left, which the shared cache still serves.
+Bounded: what is held stays within the prefetch's bytes (``limit_bytes``, what one batch
+may bring); a batch that would pass it replaces what is left, which the shared cache
+still serves.  An instance released (its ZODB connection closed) holds nothing.
 """
 from __future__ import annotations
 
@@ -68,10 +69,10 @@ class Brought:
         size = sum(len(state) for _, _, state in rows)
         epoch = self._cache.epoch
         if (snapshot != self.snapshot or epoch != self._epoch
-                or self._bytes + size > 2 * self._limit_bytes):
+                or self._bytes + size > self._limit_bytes):
             self.drop()
             self.snapshot, self._epoch = snapshot, epoch
-        if size > 2 * self._limit_bytes:
+        if size > self._limit_bytes:
             return
         states = self.states
         for oid, tid, state in rows:
