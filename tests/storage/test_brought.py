@@ -100,3 +100,23 @@ def test_nothing_is_held_with_prefetch_bytes_zero() -> None:
     held = Brought(Counting(), 0)
     held.add([(1, 1, b"x")], snapshot=1)
     assert held.states == {}
+
+
+def test_the_bound_counts_what_is_still_held() -> None:
+    """Taken states give their bytes back, batches add theirs: what decides whether
+    the next batch joins the rest or replaces it."""
+    held = Brought(Counting(), 20)
+    held.add([(1, 1, b"x" * 6), (2, 1, b"x" * 8)], snapshot=1)         # 14
+    held.take(1, 1)                                                     # 8 left
+    held.add([(3, 1, b"x" * 12)], snapshot=1)                           # 20: joins
+    assert set(held.states) == {2, 3}
+    held = Brought(Counting(), 20)
+    held.add([(1, 1, b"x" * 6), (2, 1, b"x" * 8)], snapshot=1)
+    held.take(1, 1)
+    held.add([(3, 1, b"x" * 13)], snapshot=1)                           # 21: replaces
+    assert set(held.states) == {3}
+    held = Brought(Counting(), 20)
+    for oid in (1, 2):
+        held.add([(oid, 1, b"x" * 8)], snapshot=1)                      # 16 in two
+    held.add([(3, 1, b"x" * 8)], snapshot=1)                            # 24: replaces
+    assert set(held.states) == {3}
