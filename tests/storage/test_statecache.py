@@ -1236,6 +1236,25 @@ def test_hits_noted_in_bulk_leave_the_cache_as_get_s_hits_do(policy: str) -> Non
     assert any(told.has(oid, 1) for oid in hit)
 
 
+def test_hits_noted_in_bulk_mark_protected_states_as_get_does() -> None:
+    """A hit on a state in protected marks it (its second chance), told or not."""
+    plain, told = every_state_protected(), every_state_protected()
+    hit = [oid for oid in range(2000) if told._protected.holds(oid)][::3]
+    assert len(hit) > 50
+    for oid in hit:
+        assert plain.get(oid, 2) is not None
+    told.note_hits([(oid, 1, STATE) for oid in hit], 2, told.epoch)
+    assert plain._sketch.rows == told._sketch.rows and plain._sketch.marks == told._sketch.marks
+    assert plain.hits == told.hits
+
+
+def test_a_hit_is_counted_even_where_the_cache_is_too_small_to_keep_it() -> None:
+    cache = StateCache(1)
+    cache.after_poll(10, 10, [])
+    cache.note_hits([(7, 3, STATE)], 10, cache.epoch)
+    assert cache.hits == 1 and not cache.has(7, 10)
+
+
 def test_a_hit_noted_for_a_state_the_cache_no_longer_holds_puts_it_back() -> None:
     """As the load it replaced would have (a miss, then ``put_loaded``), at the
     snapshot the cache is polled to only."""
