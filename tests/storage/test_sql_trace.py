@@ -44,6 +44,10 @@ def test_every_statement_is_logged_with_its_transaction(
     assert all(" ms" in line and "parameters)" in line for line in lines)
     commit = [line for line in lines if "[commit " in line and "'traced commit'" in line]
     assert commit, lines
+    assert any("COMMIT (" in line for line in commit), commit   # PostgreSQL: "...; COMMIT"
+    if "sqlite" in type(storage.shared.backend).__module__:
+        # The read transaction a poll ends (SQLite reads inside one).
+        assert any(" ms: ROLLBACK (" in line for line in lines), lines
     assert any("[snapshot 0x" in line for line in lines)
     assert not any("do-not-log-me" in line for line in lines)
     assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == LOGGER)

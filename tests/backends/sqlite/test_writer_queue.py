@@ -345,3 +345,21 @@ def test_a_writer_behind_a_queued_one_gives_up_at_its_timeout(
     finally:
         late.close()
         storage.close()
+
+
+def test_a_transaction_ends_once(storage_factory: Any) -> None:
+    """COMMIT or ROLLBACK ends the connection's transaction: a ROLLBACK after either
+    (an abort after a finish, a release after an abort) sends nothing more."""
+    storage = storage_factory.open()
+    try:
+        conn = storage.shared.backend.connect()
+        for begin, end in ((conn.begin_write, conn.commit), (conn.begin_read, conn.rollback)):
+            begin()
+            end()
+            sent = conn.statements
+            conn.rollback()
+            conn.commit()
+            assert conn.statements == sent and not conn.in_transaction
+        conn.close()
+    finally:
+        storage.close()
