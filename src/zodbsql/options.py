@@ -147,8 +147,8 @@ class Options:
     prefetch_bytes: int = setting(
         1 << 20, zconfig="byte-size",
         doc="At most this many bytes of states come along with one load, and no more than "
-            "the state cache's window holds, where they wait for their loads (0 turns "
-            "prefetch off).")
+            "the state cache's window holds, where they wait for their loads; also what an "
+            "open ZODB connection holds of them until its loads ask (0 turns prefetch off).")
     commit_lock_timeout: float = setting(
         30.0, doc="Seconds a commit waits for the commit lock before it fails with a retryable "
                   "error (CommitLockTimeout).")
