@@ -518,9 +518,9 @@ class StateCache:
         (or, as one plain LRU, moved) as a hit there would be.  One the cache no longer
         holds (evicted or turned away since the batch came) enters as a load's state
         does (``put_loaded``): a hit here was a miss and a load before, and the next
-        miss finds its parent among the cached states.  Only counted if the cache was
-        cleared since the batch came in (``epoch``, as it was then): a reset forgets
-        what was read before it."""
+        miss finds its parent among the cached states.  If the cache was cleared since
+        the batch came (``epoch``, as it was then), the hits are counted and nothing
+        else: a reset forgets what was read before it."""
         if self.limit <= 0 or not rows:
             return
         with self._lock:

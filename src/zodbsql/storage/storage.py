@@ -458,15 +458,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if snapshot is None:
                 row = shared.backend.mover.load_current(self._conn(), oid_int)
             else:
-                if self._brought.states:
-                    hit = self._brought.take(oid_int, snapshot)
-                    if hit is not None:
-                        prefetched = shared.prefetcher.note_hit(oid_int)
-                        if shared.metrics is not None:
-                            shared.metrics.loaded("prefetch" if prefetched else "cache")
-                        return hit[0], p64(hit[1])
                 source = "cache"
-                hit = shared.cache.get(oid_int, snapshot)
+                hit = self._brought.take(oid_int, snapshot) if self._brought.states else None
+                if hit is None:
+                    hit = shared.cache.get(oid_int, snapshot)
                 if hit is None and self._sent_ahead is not None:
                     hit = self._take_sent_ahead(oid_int, snapshot)
                 if hit is None and shared.second_level is not None:
