@@ -5,7 +5,8 @@ child process only.  At the ``at``-th passage the wrapper prints ``phase NAME`` 
 sleeps ``hold`` seconds; the parent's SIGKILL lands there.  Where each one stops:
 
 * ``store``: the transaction's objects are buffered in memory, nothing sent.
-* ``vote``: states staged and row locks taken; the database transaction is open.
+* ``vote``: states staged and row locks taken, or (SQLite, ``writes_at_vote``) the
+  tid taken and the states written; the database transaction is open.
 * ``finish``: tid allocated, states moved into place; COMMIT not sent yet.
 * ``blob``: a blob's first chunk uploaded, the rest not yet (database layout).
 * ``pack``: one batch of a pack deleted, its short transaction not committed.
@@ -17,6 +18,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from zodbsql.storage import SQLStorage
+from zodbsql.storage.commit import PendingCommit
 
 PHASES = ("store", "vote", "finish", "blob", "pack")
 
@@ -65,7 +67,13 @@ def arm(storage: SQLStorage, phase: str, at: int, hold: float,
         # Instances are made per ZODB connection: patch the class (this process only).
         SQLStorage.store = stopper.after(SQLStorage.store)  # type: ignore[method-assign]
     elif phase == "vote":
+        # A commit passes one of the two: staging, or writing its states at vote.
         backend.locker.stage_and_lock = stopper.after(backend.locker.stage_and_lock)
+        backend.mover.write_states = stopper.after(backend.mover.write_states)
+    elif phase == "finish" and backend.features.writes_at_vote:
+        # The backend's finish ran in vote; finish's last step before COMMIT is this.
+        PendingCommit._raise_oid_counter = stopper.after(  # type: ignore[method-assign]
+            PendingCommit._raise_oid_counter)
     elif phase == "finish":
         backend.txncontrol.finish = stopper.after(backend.txncontrol.finish)
     elif phase == "blob":

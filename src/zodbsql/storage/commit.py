@@ -75,6 +75,8 @@ class PendingCommit:
         # revision with the same content in the shared layout).
         self.blob_files: dict[int, str] = {}
         self.blob_staged: dict[int, tuple[bytes, int, tuple[int, int] | None]] = {}
+        # The tid of a commit that wrote its states at vote (``_write_at_vote``).
+        self.written_tid: int | None = None
         # The last tid before this commit's, when finish told it (storage.py: the next
         # start need not poll when it is the committing instance's snapshot).
         self.previous_tid: int | None = None
@@ -117,8 +119,12 @@ class PendingCommit:
         rows = self._staged_rows()
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
         mover = backend.mover
-        mover.clear_staged(conn)  # before the transaction: MySQL's TRUNCATE would end it
         locker = backend.locker
+        if self._writes_at_vote(rows):
+            self._write_at_vote(conn, rows)
+            self.voted = True
+            return self.resolved
+        mover.clear_staged(conn)  # before the transaction: MySQL's TRUNCATE would end it
         if (not (rows or self.blob_files or self.data_tids or self.read_current)
                 and locker.skip_empty_lock and backend.txncontrol.finishes_with_commit):
             # Nothing to stage or lock: finish runs alone, a transaction of its own.
@@ -141,9 +147,42 @@ class PendingCommit:
             conn, mover, rows, self.read_current, begin=begin)
         for oid, expected, actual in read_conflicts:
             raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        self._resolve(conn, [c for c in conflicts if c.oid not in self.unchecked])
+        self._restage_resolved(conn, [c for c in conflicts if c.oid not in self.unchecked])
         self.voted = True
         return self.resolved
+
+    def _writes_at_vote(self, rows: list[StagedState]) -> bool:
+        """Can this commit write its states at vote (``Features.writes_at_vote``)?  Not
+        with blobs, copies or deletions, which finish's set-based steps handle."""
+        return (bool(rows) and self.shared.backend.features.writes_at_vote
+                and not (self.blob_files or self.data_tids)
+                and all(row[STAGED_STATE] is not None for row in rows))
+
+    def _write_at_vote(self, conn: ConnectionRole, rows: list[StagedState]) -> None:
+        """Check, resolve and write the states under the write lock that vote takes and
+        finish's COMMIT ends: nobody else can commit in between, so the tid is taken
+        now (``finish`` of the backend, without states) and the states go straight
+        into their table, under it, with nothing staged."""
+        shared = self.shared
+        backend = shared.backend
+        backend.locker.begin_commit(conn, shared.options.row_lock_wait)
+        checked = [row[STAGED_OID] for row in rows if row[STAGED_OID] not in self.unchecked]
+        current = backend.locker.current_tids(
+            conn, sorted(set(checked).union(self.read_current)))
+        for oid, expected in self.read_current.items():
+            actual = current.get(oid, 0)
+            if actual != expected:
+                raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
+        states = self.states
+        conflicts = [Conflict(oid, states[oid][0], current.get(oid, 0)) for oid in checked
+                     if current.get(oid, 0) != states[oid][0]]
+        if conflicts:
+            resolved = {row.oid: row for row in self._resolve(conn, conflicts)}
+            rows = [row if row[STAGED_OID] not in resolved else
+                    _staged(resolved[row[STAGED_OID]]) for row in rows]
+        self.written_tid = self._call_finish(u64(newTid(None)), False, commit=False,
+                                             has_states=False)
+        backend.mover.write_states(conn, self.written_tid, rows)
 
     def _staged_rows(self) -> list[StagedState]:
         """The rows vote stages: one per state, with the oids it refers to.
@@ -222,15 +261,20 @@ class PendingCommit:
                     + (f" ({detail})" if detail else "")
                     + "; nothing of this transaction was written")
 
-    def _resolve(self, conn: ConnectionRole, conflicts: list[Conflict]) -> None:
-        """Resolve write conflicts against the newest committed states, or raise.
+    def _restage_resolved(self, conn: ConnectionRole, conflicts: list[Conflict]) -> None:
+        """``_resolve``, the resolved states restaged in a few statements (one on
+        PostgreSQL)."""
+        if conflicts:
+            self.shared.backend.mover.restage_many(conn, self._resolve(conn, conflicts))
+
+    def _resolve(self, conn: ConnectionRole, conflicts: list[Conflict],
+                 ) -> list[ResolvedState]:
+        """Resolve write conflicts against the newest committed states, or raise; the
+        resolved states.
 
         Runs with the row locks held, so its round trips are few whatever the number of
-        conflicts: the committed states in one statement (those not in the state cache),
-        the resolved states restaged in a few (one on PostgreSQL).
+        conflicts: the committed states in one statement (those not in the state cache).
         """
-        if not conflicts:
-            return
         for oid, expected, actual in conflicts:
             if self.states[oid][1] is None or actual == 0 or expected == 0:
                 # A deletion, a vanished object or a second creation can't be merged.
@@ -264,7 +308,7 @@ class PendingCommit:
                                       len(stored), stored,
                                       references_text(references(oid, resolved))))
             self.resolved.add(p64(oid))
-        shared.backend.mover.restage_many(conn, rows)
+        return rows
 
     # -- finish -----------------------------------------------------------------------------
     def finish(self) -> int:
@@ -277,11 +321,14 @@ class PendingCommit:
         blobs = bool(self.blob_staged or self.data_tids)
         check_blobs = files is not None and not files.shared and blobs
         placing = files is not None and files.shared and blobs
-        if not placing and self.shared.backend.txncontrol.finishes_with_commit:
+        if self.written_tid is not None:
+            tid = self.written_tid    # written at vote (no blob: nothing to place)
+        elif not placing and self.shared.backend.txncontrol.finishes_with_commit:
             return self._finish_and_commit(clock_tid, check_blobs)
-        tid = self._call_finish(clock_tid, check_blobs, commit=False)
+        else:
+            tid = self._call_finish(clock_tid, check_blobs, commit=False)
         self._raise_oid_counter()
-        if files is not None and files.shared:
+        if placing and files is not None:
             # The files are in place before the commit makes the revisions visible; a
             # crash in between leaves only files no revision names (pack removes them).
             placed: dict[bytes, tuple[int, int]] = {}
@@ -317,15 +364,17 @@ class PendingCommit:
                 except OSError:
                     remove_quietly(staged)
 
-    def _call_finish(self, clock_tid: int, check_blobs: bool, commit: bool) -> int:
-        """The backend's finish of this commit (``commit``: with COMMIT)."""
+    def _call_finish(self, clock_tid: int, check_blobs: bool, commit: bool,
+                     has_states: bool = True) -> int:
+        """The backend's finish of this commit (``commit``: with COMMIT; without
+        ``has_states``, no staged state is moved)."""
         conn = self.conn
         assert conn is not None
         meta = self.transaction
         return self.shared.backend.txncontrol.finish(
             conn, clock_tid, self.requested_tid, _as_bytes(meta.user),
             _as_bytes(meta.description), _extension_bytes(meta),
-            self.shared.options.commit_lock_timeout, bool(self.states),
+            self.shared.options.commit_lock_timeout, has_states and bool(self.states),
             check_blobs=check_blobs, blobs=self._changes_blob_refs(), commit=commit)
 
     def _finish_and_commit(self, clock_tid: int, check_blobs: bool) -> int:
@@ -438,6 +487,11 @@ class PendingCommit:
         if self.conn is not None:
             self.conn.rollback()
         self.release()
+
+
+def _staged(row: ResolvedState) -> StagedState:
+    """A resolved state as the row vote stages."""
+    return (row.oid, row.prev_tid, None, row.checksum, row.size, row.state, row.refs)
 
 
 def _as_bytes(value: Any) -> bytes:

@@ -143,3 +143,58 @@ def test_staged_as_the_portable_staging_stages(storage_factory: Any, count: int,
             storage.shared.pool.release(conn)
     finally:
         storage.close()
+
+
+def written_rows(count: int) -> list[tuple[Any, ...]]:
+    """``count`` rows a commit writes at vote (no deletion, no copy), in descending oid
+    order as ZODB stores new objects: plain, referring, empty and large states."""
+    return [row for row in reversed(staged_rows(count))
+            if row[5] is not None and row[2] is None]
+
+
+@pytest.mark.parametrize("count", [1, 1100, 2500])
+@pytest.mark.parametrize("most_bytes", [16 << 20, 20_000])
+def test_written_at_vote_as_staging_and_its_move_write(storage_factory: Any, count: int,
+                                                       most_bytes: int,
+                                                       monkeypatch: Any) -> None:
+    """``write_states`` leaves object_state (and current_object) as staging the same
+    rows and moving them under the same tid does, over rows already there (history-
+    free: replaced, references dropped where the new revision has none)."""
+    monkeypatch.setattr(sqlite_mover, "STAGED_BYTES_PER_STATEMENT", most_bytes)
+    storage = storage_factory.open()
+    try:
+        backend = storage.shared.backend
+        keep_history = storage_factory.param.keep_history
+        older = [(oid, 0, None, 7, 3, b"old", "[1,2]") for oid in range(1, count + 1, 3)]
+        rows = written_rows(count)
+        assert rows and len({row[0] for row in rows}) == len(rows)
+        conn = storage.shared.pool.acquire()
+        tables = []
+        try:
+            for write in ("at vote", "staged"):
+                conn.begin_write()
+                backend.mover.write_states(conn, 5, older)
+                if write == "at vote":
+                    backend.mover.write_states(conn, 9, rows)
+                else:
+                    backend.mover.clear_staged(conn)
+                    backend.mover.stage(conn, rows)
+                    backend.mover.move_staged(conn, 9, blobs=False)
+                states = conn.fetchall("SELECT * FROM object_state ORDER BY zoid, tid")
+                current = (conn.fetchall("SELECT zoid, tid FROM current_object ORDER BY zoid")
+                           if keep_history else [])
+                tables.append((states, current))
+                conn.rollback()
+        finally:
+            conn.rollback()
+            storage.shared.pool.release(conn)
+        assert tables[0] == tables[1]
+        states, current = tables[0]
+        written = {row[0] for row in rows}
+        kept_older = [row for row in older if keep_history or row[0] not in written]
+        assert len(states) == len(rows) + len(kept_older)
+        if keep_history:
+            assert current == sorted({(row[0], 9) for row in rows}
+                                     | {(row[0], 5) for row in older if row[0] not in written})
+    finally:
+        storage.close()

@@ -311,6 +311,11 @@ class FeaturesRole(Protocol):
     @property
     def staging_emptied_by_transaction_end(self) -> bool: ...
 
+    #: Does a commit hold the database's only write lock from vote to finish?  Then a
+    #: commit of states alone writes them at vote (``MoverRole.write_states``).
+    @property
+    def writes_at_vote(self) -> bool: ...
+
 
 class SchemaRole(Protocol):
     """Creates the tables on first open and refuses a database the storage can't use."""
@@ -487,6 +492,11 @@ class MoverRole(Protocol):
 
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:
         """Stage states (each with the oids it refers to) for this commit."""
+
+    def write_states(self, conn: ConnectionRole, tid: int,
+                     states: Sequence[StagedState]) -> None:
+        """Write states (no deletion, no copy of an older revision) as the revisions of
+        ``tid``, current from the commit on; only where ``writes_at_vote``."""
 
     def load_revisions(self, conn: ConnectionRole, wanted: dict[int, int],
                        ) -> dict[int, tuple[int | None, bytes | None]]:

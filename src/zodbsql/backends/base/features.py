@@ -14,3 +14,9 @@ class Features:
     #: Are the staging tables empty at the start of every transaction (ON COMMIT DELETE
     #: ROWS)?  Then a commit does not clear them first.
     staging_emptied_by_transaction_end = False
+
+    #: Does a commit hold the database's only write lock from vote to finish (no row
+    #: locks: SQLite)?  Then a commit of states alone (no deletion, copy or blob) takes
+    #: its tid at vote and writes its states there (``MoverRole.write_states``) instead
+    #: of staging them for finish to move.
+    writes_at_vote = False

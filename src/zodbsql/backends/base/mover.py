@@ -605,6 +605,13 @@ class Mover:
         if states:
             conn.executemany(self.sql.stage_state, states)
 
+    def write_states(self, conn: ConnectionRole, tid: int,
+                     states: Sequence[StagedState]) -> None:
+        """Only a backend whose commits hold the only write lock from vote on writes
+        there (``Features.writes_at_vote``); the others stage."""
+        raise NotImplementedError(
+            f"{type(self).__name__} stages a commit's states (writes_at_vote is false)")
+
     def load_revisions(self, conn: ConnectionRole, wanted: dict[int, int],
                        ) -> dict[int, tuple[int | None, bytes | None]]:
         """``{oid: (checksum, state)}`` of the revisions ``{oid: tid}`` that exist, in one

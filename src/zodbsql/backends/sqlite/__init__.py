@@ -10,8 +10,8 @@ Design note.
   every try: a thread that waited ``PATIENCE`` (a second) there queues instead, and
   the threads of its process that come after queue behind it, in arrival order
   (``writers.py``), until the queue is empty again.  Conflict detection is then one
-  join of the staged states against the current tids, inside that write transaction,
-  so it cannot race another committer.
+  statement (the current tids of the stored objects, ``locker.py``) inside that write
+  transaction, so it cannot race another committer.
 * Journal.  WAL mode: readers never block the writer nor each other, which is what lets
   many ZODB connections in several processes read while one commits.  ``synchronous``
   defaults to FULL (the WAL is synced at each commit, as FileStorage fsyncs); NORMAL
@@ -30,8 +30,15 @@ Design note.
   transaction managers or closing connections avoid that.  A start whose connection's
   ``PRAGMA data_version`` has not changed since its last poll skips the poll
   (``wakeup.py``): nothing was committed since.
-* Staging.  Commit states go to TEMP tables (``temp_store``, ``temp_blob``), which live in
-  the connection's own temporary database and take no lock on the main file.
+* Writing at vote.  Nobody else can commit between a vote's ``BEGIN IMMEDIATE`` and
+  its COMMIT, so a commit of states alone takes its tid in vote, after the conflict
+  check and resolution, and writes the states into ``object_state`` there
+  (``features.py``, ``mover.write_states``); finish only commits.  A 1,000-object
+  commit so spends 2.2 ms in SQL before its COMMIT instead of 3.3: no staging table to
+  empty, fill and move from.  A commit with a deletion, a copied revision (undo) or a
+  blob stages its states in TEMP tables (``temp_store``, ``temp_blob``, in the
+  connection's own temporary database, no lock on the main file) for finish's
+  set-based steps, as on the servers.
 """
 from zodbsql.backends.sqlite.adapter import SQLiteBackend
 

@@ -12,6 +12,7 @@ from zodbsql.backends.sqlite.blobs import SQLiteBlobs
 from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
 from zodbsql.backends.sqlite.inspector import SQLiteInspector
+from zodbsql.backends.sqlite.locker import SQLiteLocker
 from zodbsql.backends.sqlite.mover import SQLiteMover
 from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.backends.sqlite.packer import SQLitePacker
@@ -40,6 +41,7 @@ class SQLiteBackend(Backend[SQLiteOptions]):
     mover_class = SQLiteMover
     packer_class = SQLitePacker
     inspector_class = SQLiteInspector
+    locker_class = SQLiteLocker
     blobs_class = SQLiteBlobs
 
     def __init__(self, options: SQLiteOptions, keep_history: bool, lock_timeout: float,
