@@ -2,7 +2,10 @@
 in batches (``cache/segment.py``)."""
 from __future__ import annotations
 
+import random
 import sys
+
+import pytest
 
 from zodbsql.cache.segment import Segment
 
@@ -55,3 +58,40 @@ def test_the_size_counts_a_full_batch_of_oldest_keys() -> None:
     assert segment.oldest() == 0                  # reads 256 oldest keys
     assert counted == segment.size_bytes
     assert counted >= sys.getsizeof(segment) + sys.getsizeof(segment._next)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pop_oldest_until_removes_what_pop_oldest_would(seed: int) -> None:
+    """The oldest entries until their cost reaches the excess, the same as popping
+    them one at a time, with a batch of oldest keys read and partly stale (keys that
+    left, keys that came back) and a cost that varies by entry."""
+    rng = random.Random(seed)
+    made = [Segment(batch=4), Segment(batch=4)]
+    for step in range(rng.randint(0, 60)):
+        key = rng.randrange(40)
+        touch = rng.random() < 0.5
+        for segment in made:
+            if key in segment:
+                if touch:
+                    segment.touch(key)
+                else:
+                    del segment[key]
+            else:
+                segment.push(key, bytes(key % 7 + 1))
+        if rng.random() < 0.3:
+            for segment in made:
+                segment.oldest()          # reads a batch, which later steps make stale
+    bulk, single = made
+    excess = rng.randint(-2, 60)
+    freed = bulk.pop_oldest_until(excess, len)
+    popped = 0
+    while popped < excess and single:
+        popped += len(single.pop_oldest()[1])
+    assert freed == popped
+    assert list(bulk.items()) == list(single.items())
+    # The batch is still right: what comes out next, and after new keys, agrees.
+    for segment in made:
+        segment.push(100, b"new")
+    while single:
+        assert bulk.pop_oldest() == single.pop_oldest()
+    assert not bulk

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 from itertools import islice
-from typing import Iterable
+from typing import Callable, Iterable
 
 #: How many of the oldest keys one walk over the entry table reads, at most.
 BATCH = 256
@@ -98,6 +98,25 @@ class Segment(dict[int, bytes]):
         assert key is not None
         del self._next[key]
         return key, self.pop(key)
+
+    def pop_oldest_until(self, excess: int, cost: Callable[[bytes], int]) -> int:
+        """Remove the oldest entries, oldest first, until their ``cost`` adds up to
+        ``excess`` or more (or none is left); what they cost.  The same entries as
+        ``pop_oldest`` one at a time would remove, read in one walk: a commit's new
+        revisions push out as many old ones (1,000 of them took 3 ms one at a time)."""
+        freed = 0
+        gone: list[int] = []
+        for key, value in self.items():
+            if freed >= excess:
+                break
+            freed += cost(value)
+            gone.append(key)
+        batch = self._next
+        for key in gone:
+            del self[key]
+            if batch:
+                batch.pop(key, None)
+        return freed
 
     def push_behind(self, entries: Iterable[tuple[int, bytes]]) -> None:
         """Put ``entries`` (oldest last, none in the segment) at the oldest end, behind

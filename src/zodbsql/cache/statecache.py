@@ -75,6 +75,7 @@ the cache was full); in the window a prefetched state waits for its load.
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from typing import Iterable, Sequence
@@ -145,6 +146,11 @@ def state_cost(value: bytes) -> int:
 _OID_BYTES = allocated(sys.getsizeof(1 << 59))
 _TID_BYTES = allocated(sys.getsizeof(1 << 62))
 _KEY_BYTES = allocated(sys.getsizeof(1 << 127))
+
+
+def _revision_cost(value: bytes) -> int:
+    """What an exact revision's entry costs: its state and its key."""
+    return state_cost(value) + _KEY_BYTES
 
 
 #: Counters a state cache's sketch starts with at most (two rows of 64 KB, a cache of
@@ -832,8 +838,9 @@ class StateCache:
         if first:
             while revisions:            # an older one can't stay once a newer one went
                 self._pop_revision()
-        while revisions and self._revision_bytes + kept > share:
-            self._pop_revision()
+        excess = math.ceil(self._revision_bytes + kept - share)
+        if excess > 0 and revisions:
+            self._revision_bytes -= revisions.pop_oldest_until(excess, _revision_cost)
         if kept:
             revisions.push_many(dict(list(batch.items())[first:]) if first else batch)
             self._revision_bytes += kept
