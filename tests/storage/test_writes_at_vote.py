@@ -13,6 +13,7 @@ import ZODB.tests.MinPO
 import ZODB.tests.StorageTestBase
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import POSKeyError, StorageTransactionError
+from ZODB.tests.ConflictResolution import PCounter
 from ZODB.utils import p64, u64, z64
 
 
@@ -148,4 +149,44 @@ def test_a_restored_tid_not_after_the_last_is_refused_and_writes_nothing(
         third = _commit(storage, {oid: (second, _pickle(3))})
         assert storage.load(oid) == (_pickle(3), third)
     finally:
+        storage.close()
+
+
+def _counter(value: int) -> bytes:
+    counter = PCounter()
+    counter.inc(value)
+    return ZODB.tests.StorageTestBase.zodb_pickle(counter)
+
+
+@pytest.mark.parametrize("deleting", [False, True], ids=["states alone", "with a deletion"])
+def test_a_conflict_resolved_at_vote_is_what_is_stored(storage_factory: Any,
+                                                       deleting: bool) -> None:
+    """The resolved state is written whichever way the commit goes: at vote (SQLite,
+    states alone) or staged and restaged (a deletion with it; every server commit).
+    The committed state is read from the database: the other storage committed it."""
+    storage = storage_factory.open()
+    other = storage_factory.open()
+    try:
+        oid, doomed = storage.new_oid(), storage.new_oid()
+        first = _commit(storage, {oid: (z64, _counter(0)), doomed: (z64, _pickle(1))})
+        other.poll_invalidations()
+        second = _commit(other, {oid: (first, _counter(1))})
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.store(oid, first, _counter(2), "", txn)
+        if deleting:
+            storage.deleteObject(doomed, first, txn)
+        resolved = storage.tpc_vote(txn)
+        tid = storage.tpc_finish(txn)
+        assert set(resolved or ()) == {oid}
+        for each in (storage, other):
+            each.poll_invalidations()
+            state, serial = each.load(oid)
+            assert serial == tid and u64(tid) > u64(second)
+            assert ZODB.tests.StorageTestBase.zodb_unpickle(state)._value == 3
+        if deleting:
+            with pytest.raises(POSKeyError):
+                other.load(doomed)
+    finally:
+        other.close()
         storage.close()
