@@ -564,7 +564,7 @@ class StateCache:
         if state is None:
             return None
         # Named by a poll: the revision is current now.
-        self._revision_bytes -= state_cost(state) + _KEY_BYTES
+        self._revision_bytes -= _revision_cost(state)
         self._insert(oid, changed.to_bytes(8, "big") + state)
         return state, changed
 
@@ -829,7 +829,7 @@ class StateCache:
             if key in revisions or key in batch:
                 continue
             batch[key] = state
-            costs.append(state_cost(state) + _KEY_BYTES)
+            costs.append(_revision_cost(state))
         share = REVISIONS_SHARE * self.limit
         first, kept = len(costs), 0
         while first and kept + costs[first - 1] <= share:
@@ -856,14 +856,14 @@ class StateCache:
         if current is not None and current[1] == tid:
             return                      # kept already, as the current state
         self._revisions.push(key, state)
-        self._revision_bytes += state_cost(state) + _KEY_BYTES
+        self._revision_bytes += _revision_cost(state)
         share = REVISIONS_SHARE * self.limit
         while self._revision_bytes > share and self._revisions:
             self._pop_revision()
 
     def _pop_revision(self) -> int:
         """Drop the oldest exact revision; the bytes that frees."""
-        freed = state_cost(self._revisions.pop_oldest()[1]) + _KEY_BYTES
+        freed = _revision_cost(self._revisions.pop_oldest()[1])
         self._revision_bytes -= freed
         return freed
 
