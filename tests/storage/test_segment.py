@@ -2,6 +2,7 @@
 in batches (``cache/segment.py``)."""
 from __future__ import annotations
 
+import gc
 import random
 import sys
 
@@ -38,10 +39,10 @@ def test_trim_gives_back_a_table_deletions_emptied_and_leaves_a_normal_one() -> 
         segment.push(key, b"v")
     for key in range(9_990):
         del segment[key]
-    emptied = sys.getsizeof(segment)
+    emptied = sys.getsizeof(segment.entries)
     segment.trim()
-    assert sys.getsizeof(segment) < emptied // 10
-    assert segment.table_bytes == sys.getsizeof(segment)   # the kept size follows
+    assert sys.getsizeof(segment.entries) < emptied // 10
+    assert segment.table_bytes == sys.getsizeof(segment.entries)   # the kept size follows
     assert list(segment) == list(range(9_990, 10_000))
     # A table at its normal size is left as it is, with the batch already read.
     assert segment.oldest() == 9_990
@@ -57,7 +58,7 @@ def test_the_size_counts_a_full_batch_of_oldest_keys() -> None:
     counted = segment.size_bytes
     assert segment.oldest() == 0                  # reads 256 oldest keys
     assert counted == segment.size_bytes
-    assert counted >= sys.getsizeof(segment) + sys.getsizeof(segment._next)
+    assert counted >= sys.getsizeof(segment.entries) + sys.getsizeof(segment._next)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -95,3 +96,23 @@ def test_pop_oldest_until_removes_what_pop_oldest_would(seed: int) -> None:
     while single:
         assert bulk.pop_oldest() == single.pop_oldest()
     assert not bulk
+
+
+def test_the_collector_never_walks_a_segments_entries() -> None:
+    """A segment's entries are ints and bytes in a plain dict, which CPython's collector
+    leaves untracked: a full collection never visits the cache's states (a dict
+    subclass is walked entry by entry, 7 ms a collection for 200,000 states)."""
+    segment = Segment(batch=8)
+    for key in range(1000):
+        segment.push(key, b"v")
+    segment.push_many({key: b"w" for key in range(1000, 2000)})
+    segment.push_behind([(-1, b"x"), (-2, b"y")])
+    segment.touch(5)
+    segment.pop_oldest_until(100, len)
+    for key in range(500, 1500):
+        del segment[key]
+    segment.trim()
+    gc.collect()
+    assert segment.entries
+    assert not [referent for referent in gc.get_referents(segment)
+                if gc.is_tracked(referent) and referent is not Segment]

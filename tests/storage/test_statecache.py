@@ -378,7 +378,7 @@ def assert_counts_add_up(cache: StateCache) -> None:
     assert cache._fixed_bytes == cache._sketch.size_bytes + cache._batches_bytes()
     # The table sizes kept as they change, rather than measured at every access.
     for table in (cache._window, cache._revisions):
-        assert table.table_bytes == sys.getsizeof(table)
+        assert table.table_bytes == sys.getsizeof(table.entries)
     for segment in (cache._probation, cache._protected):
         assert_log_adds_up(segment)
 

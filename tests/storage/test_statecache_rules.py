@@ -558,7 +558,7 @@ def test_the_count_follows_what_each_table_and_entry_takes() -> None:
 
     def tables() -> int:
         return (sys.getsizeof(cache._probation) + sys.getsizeof(cache._protected)
-                + sys.getsizeof(cache._window))
+                + sys.getsizeof(cache._window.entries))
     before, tables_before = cache.bytes_used, tables()
     assert cache.get(1, 10) == (STATE, 9)
     promote_asked(cache)                          # probation -> protected

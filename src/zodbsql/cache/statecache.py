@@ -42,8 +42,8 @@ issue 24 an OrderedDict of ``(oid, tid)`` tuples, counted as ``len(state) + 64``
 (32 MB kept 96,916 of those states; in logs, 123,173).
 
 **Eviction: W-TinyLFU.**  Current states live in three first-in first-out segments:
-the window is a ``Segment`` (a plain dict that hands out its oldest keys in batches:
-small, and its hits and insertions are the cheapest, where a cold read's prefetched
+the window is a ``Segment`` (a plain dict, which the collector never walks, that
+hands out its oldest keys in batches: small, and its hits and insertions are the cheapest, where a cold read's prefetched
 states wait for their loads), probation and protected are ``ArenaSegment`` logs (most
 of the states).  A new state enters the *window* (1% of the cache but at
 least 512 KB or a 16th, in caches of 4 MB and more), first in, first out, with no
@@ -376,7 +376,7 @@ class StateCache:
         calls that found nothing)."""
         in_probation = self._probation.holds
         in_protected = self._protected.holds
-        in_window = self._window.__contains__
+        in_window = self._window.entries.__contains__
         for oid in oids:
             if in_probation(oid) or in_protected(oid) or in_window(oid):
                 self._retire(oid)
@@ -499,7 +499,7 @@ class StateCache:
             if not self.enabled or self.polled < 0:
                 return -1, []
             return self.polled, [*reversed(self._protected.items()),
-                                 *reversed(self._window.items()),
+                                 *reversed(self._window.entries.items()),
                                  *reversed(self._probation.items())]
 
     # -- reading -------------------------------------------------------------------------------------
@@ -543,7 +543,7 @@ class StateCache:
                     self._shrink(None)
                 elif not lru and (protected.holds(oid) or probation.holds(oid)):
                     mark(oid)
-                elif oid not in window:
+                elif oid not in window.entries:
                     self._put_loaded(oid, tid, state, snapshot)
             self.hits += len(rows)
 
@@ -593,7 +593,7 @@ class StateCache:
         of 1,000 objects)."""
         found = self._protected.get_stamped(oid)
         if found is None:
-            value = self._window.get(oid)
+            value = self._window.entries.get(oid)
             if value is not None:
                 return value[8:], int.from_bytes(value[:8], "big")
             if self._protected_share <= 0:
@@ -681,7 +681,7 @@ class StateCache:
                 elif visible:
                     found.append(self._stamped(oid)[0])  # type: ignore[index]
                 else:
-                    found.append(self._revisions[oid << 64 | self._changed[oid]])
+                    found.append(self._revisions.entries[oid << 64 | self._changed[oid]])
             return found
 
     def _visible(self, oid: int, snapshot: int) -> bool | None:
@@ -697,14 +697,14 @@ class StateCache:
         held = self._stamped(oid)
         if held is not None:
             return True if held[1] == changed else None
-        return False if (oid << 64 | changed) in self._revisions else None
+        return False if (oid << 64 | changed) in self._revisions.entries else None
 
     def get_revision(self, oid: int, tid: int) -> bytes | None:
         """The state ``oid`` had at ``tid`` exactly, if cached (revisions never change)."""
         if not self.enabled:
             return None
         with self._lock:
-            state = self._revisions.get(oid << 64 | tid)
+            state = self._revisions.entries.get(oid << 64 | tid)
             if state is not None:
                 return state
             held = self._stamped(oid)
@@ -871,7 +871,7 @@ class StateCache:
         """The state of ``oid`` and its tid if it is kept as current, wherever it is."""
         found = self._protected.get_stamped(oid)
         if found is None:
-            value = self._window.get(oid)
+            value = self._window.entries.get(oid)
             if value is not None:
                 return value[8:], int.from_bytes(value[:8], "big")
             found = self._probation.get_stamped(oid)
@@ -884,7 +884,7 @@ class StateCache:
 
     def _holds(self, oid: int) -> bool:
         """Is a state of ``oid`` kept as current?"""
-        return (self._protected.holds(oid) or oid in self._window
+        return (self._protected.holds(oid) or oid in self._window.entries
                 or self._probation.holds(oid))
 
     def _insert(self, oid: int, value: bytes) -> None:
