@@ -660,6 +660,37 @@ def test_a_poll_retires_a_protected_state() -> None:
     assert cache.get(first, 30) == (b"s" * 60, 5)
 
 
+@pytest.mark.parametrize("largest_in", ["probation", "protected"])
+def test_a_poll_retires_the_largest_oid_held_and_skips_only_those_above(
+        largest_in: str) -> None:
+    """A poll asks the segments' indexes only of the oids up to the largest they hold
+    (``ArenaSegment.largest``): the largest itself is retired, in either segment, and
+    so is one in the window above it; the new objects above are not looked up."""
+    cache = polled_cache(limit=26_000)
+    cache._window_limit = 0
+    for oid in (3, 7, 9):
+        cache.put_loaded(oid, 5, b"s" * 60, snapshot=10)
+    if largest_in == "protected":                 # moved there as a promotion would
+        value = cache._probation.pop(9)
+        cache._protected.push(9, value)
+        cache._protected_bytes += entry_cost(value)
+    assert cache._probation.largest() == (7 if largest_in == "protected" else 9)
+    cache._window_limit = 1 << 20
+    cache.put_loaded(11, 5, b"w" * 60, snapshot=10)        # waits in the window
+    assert 11 in cache._window
+    cache.after_poll(10, 20, [(9, 20), (11, 20), (12, 20)])
+    assert cache.get(9, 20) is None and cache.get(11, 20) is None
+    assert cache.get_revision(9, 5) == b"s" * 60
+    assert cache.get(7, 20) == (b"s" * 60, 5)
+    assert_counts_add_up(cache)
+    # Retired, not only named by the index: once the index is emptied (more changes
+    # than it holds), a state left current would be served again.
+    cache.after_poll(20, 30, [(10_000 + n, 30) for n in range(cache._max_index + 1)])
+    assert cache.base == 30 and not cache._changed
+    assert cache.get(9, 30) is None and cache.get(11, 30) is None
+    assert cache.get(7, 30) == (b"s" * 60, 5)
+
+
 def test_a_poll_retires_a_state_waiting_in_the_window() -> None:
     """In a cache with a window, a state loaded a moment ago waits there: a poll that
     names it changed takes it out of the window (counted) into the exact revisions."""

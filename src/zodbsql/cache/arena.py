@@ -114,6 +114,11 @@ class ArenaSegment:
     def __contains__(self, oid: object) -> bool:
         return oid in self._index
 
+    def largest(self) -> int:
+        """The largest oid held (-1 when empty): a poll's new objects, numbered after
+        everything read before, are told apart by it without a lookup each."""
+        return self._index.maxKey() if self._count else -1
+
     def get(self, oid: int, default: bytes | None = None) -> bytes | None:
         position = self._index.get(oid)
         if position is None:

@@ -373,12 +373,17 @@ class StateCache:
         Most oids a poll names are not held here (another process's new objects, or
         states this one never read): the segments' indexes are asked first, a C call
         each, rather than ``_retire`` (a poll of 1,000 changes: 1.1 ms of ``_retire``
-        calls that found nothing)."""
-        in_probation = self._probation.holds
-        in_protected = self._protected.holds
-        in_window = self._window.entries.__contains__
-        for oid in oids:
-            if in_probation(oid) or in_protected(oid) or in_window(oid):
+        calls that found nothing).  Oids above the largest in probation and protected
+        are not asked of their indexes (a tree's lookup each): objects another process
+        created after everything this one read, most of a large poll (12,000 changes:
+        4.3 to 5.2 ms of lookups).  Each test is a ``filter``, its loop in C."""
+        probation, protected = self._probation, self._protected
+        below = max(probation.largest(), protected.largest()).__ge__
+        maybe = list(filter(below, oids))
+        held = {*filter(probation.holds, maybe), *filter(protected.holds, maybe),
+                *filter(self._window.entries.__contains__, oids)}
+        if held:
+            for oid in [oid for oid in oids if oid in held]:     # in the poll's order
                 self._retire(oid)
 
     def _retire(self, oid: int) -> None:

@@ -16,6 +16,7 @@ from zodbsql.backends.sqlite.locker import SQLiteLocker
 from zodbsql.backends.sqlite.mover import SQLiteMover
 from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.backends.sqlite.packer import SQLitePacker
+from zodbsql.backends.sqlite.poller import SQLitePoller
 from zodbsql.backends.sqlite.schema import HAS_META, SQLiteSchema, use_wal
 from zodbsql.backends.sqlite.wakeup import DataVersionWatch
 from zodbsql.errors import ConfigurationError, DatabaseError, SchemaError
@@ -42,6 +43,7 @@ class SQLiteBackend(Backend[SQLiteOptions]):
     packer_class = SQLitePacker
     inspector_class = SQLiteInspector
     locker_class = SQLiteLocker
+    poller_class = SQLitePoller
     blobs_class = SQLiteBlobs
 
     def __init__(self, options: SQLiteOptions, keep_history: bool, lock_timeout: float,

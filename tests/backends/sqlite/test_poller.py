@@ -1,0 +1,93 @@
+"""SQLite reads a poll's changed objects as two JSON arrays (backends/sqlite/poller.py):
+it must name what the portable poll names, each object once at its newest tid."""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import transaction
+from persistent.mapping import PersistentMapping
+
+from zodbsql.backends.base.poller import Poller
+from zodbsql.backends.sqlite.poller import SQLitePoller, newest_each
+
+storage_backends = ("sqlite",)
+storage_backends_reason = "SQLite's own poll statement"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_newest_each_keeps_each_objects_newest_tid_in_any_order(seed: int) -> None:
+    rng = random.Random(seed)
+    pairs = [(rng.randrange(20), rng.randrange(1, 1000)) for _ in range(rng.randrange(60))]
+    rng.shuffle(pairs)
+    expected: dict[int, int] = {}
+    for oid, tid in pairs:
+        expected[oid] = max(tid, expected.get(oid, 0))
+    found = newest_each([oid for oid, _ in pairs], [tid for _, tid in pairs])
+    assert sorted(found) == sorted(expected.items())
+    assert len(found) == len(expected)
+
+
+def test_the_poll_names_what_the_portable_poll_names(storage_factory: Any) -> None:
+    """Commits change random objects, some several times between two polls; from every
+    tid on, SQLite's poll gives the portable statement's result: the same last tid, the
+    same objects, each once at its newest revision."""
+    rng = random.Random(7)
+    storage = storage_factory.open()
+    import ZODB
+    db = ZODB.DB(storage)
+    try:
+        conn = db.open()
+        root = conn.root()
+        children = [PersistentMapping() for _ in range(40)]
+        root["children"] = children
+        transaction.commit()
+        tids = [storage.lastTransaction()]
+        for step in range(12):
+            for child in rng.sample(children, rng.randrange(1, 15)):
+                child["step"] = step
+            transaction.commit()
+            tids.append(storage.lastTransaction())
+        conn.close()
+        backend = storage.shared.backend
+        assert isinstance(backend.poller, SQLitePoller)
+        portable = Poller(backend)
+        read = storage.shared.pool.acquire()
+        try:
+            for since in [0] + [int.from_bytes(tid, "big") for tid in tids]:
+                ours = backend.poller.poll(read, since, 0)
+                theirs = portable.poll(read, since, 0)
+                assert len({oid for oid, _ in ours.changes}) == len(ours.changes)
+                assert (ours._replace(changes=sorted(ours.changes))
+                        == theirs._replace(changes=sorted(theirs.changes)))
+            newest = int.from_bytes(tids[-1], "big")
+            assert backend.poller.poll(read, newest, 0).changes == []
+            # From the first tid on, the later commits' objects: at least one came twice.
+            first = backend.poller.poll(read, int.from_bytes(tids[0], "big"), 0)
+            assert first.changes and first.upto == newest
+        finally:
+            read.rollback()
+            storage.shared.pool.release(read)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("gone_since", [None, 0, 6])
+@pytest.mark.parametrize("since", [None, 3, 40, 60])
+def test_the_arrays_parse_as_the_portable_rows(since: int | None,
+                                               gone_since: int | None) -> None:
+    """The same poll as the portable statement's rows and as SQLite's arrays: the same
+    Polled, the deletion records' floor and completeness included (kinds 2 to 4)."""
+    markers = [(0, 0, 90), (2, 4, 9), (3, 0, 50), (4, 77, 7), (4, 78, 8)]
+    portable = [markers[0], (1, 12, 70), (1, 11, 88), (1, 13, 61), *markers[1:]]
+    arrays = [markers[0], (5, "[11, 12, 11, 13]", "[80, 70, 88, 61]"), *markers[1:]]
+    expected = Poller.parse_poll(portable, since, gone_since)
+    found = SQLitePoller.parse_poll(arrays, since, gone_since)
+    assert found._replace(changes=sorted(found.changes)) == expected._replace(
+        changes=sorted(expected.changes))
+    if since is not None and gone_since is None:
+        assert found.complete == (since > 50)
+    # Nothing changed: the arrays are empty, the markers are all there is.
+    empty = SQLitePoller.parse_poll([markers[0], (5, "[]", "[]")], since, gone_since)
+    assert (empty.upto, empty.changes, empty.gone) == (90, [], [])
