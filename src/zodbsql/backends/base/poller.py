@@ -132,16 +132,18 @@ class Poller:
 
         A poll after another process's large commits names thousands of oids, all paid
         for at the transaction's start: one comprehension, not a step per row
-        (1,000 rows: ~0.45 -> ~0.2 ms)."""
+        (1,000 rows: ~0.45 -> ~0.2 ms), and the other rows (a few markers, the
+        deletions) read from what is left, not from every row again: 12,000 changes
+        on PostgreSQL took 5 to 6 ms in three passes over all rows.  The drivers give
+        BIGINT columns as ints, so the changes are taken as they come."""
         if len(rows) == 1 and len(rows[0]) == 1:   # the last tid alone
             return Polled(int(rows[0][0]), [], [], 0, 0)
-        changes: list[Revision] = [(int(oid), int(tid)) for kind, oid, tid in rows
-                                   if kind == 1]
-        gone = [int(oid) for kind, oid, _ in rows if kind == 4]
-        # The marker rows (kinds 0, 2, 3), one each: a comprehension too, not a loop
-        # over the changes.
-        markers = {kind: (int(value), int(tid)) for kind, value, tid in rows
-                   if kind != 1 and kind != 4}
+        changes: list[Revision] = [(oid, tid) for kind, oid, tid in rows if kind == 1]
+        others = [row for row in rows if row[0] != 1]
+        gone = [int(oid) for kind, oid, _ in others if kind == 4]
+        # The marker rows (kinds 0, 2, 3), one each.
+        markers = {kind: (int(value), int(tid)) for kind, value, tid in others
+                   if kind != 4}
         upto = markers.get(0, (0, 0))[1]
         floor, gone_seq = markers.get(2, (0, 0))
         floor_tid = markers.get(3, (0, 0))[1]
