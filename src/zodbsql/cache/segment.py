@@ -36,6 +36,7 @@ import sys
 from itertools import islice
 from typing import Callable, ItemsView, Iterable, Iterator, ValuesView, overload
 
+
 class _Missing:
     """No default given to ``Segment.pop``."""
 
@@ -72,14 +73,8 @@ class Segment:
     def __iter__(self) -> Iterator[int]:
         return iter(self.entries)
 
-    def __getitem__(self, key: int) -> bytes:
-        return self.entries[key]
-
     def __delitem__(self, key: int) -> None:
         del self.entries[key]
-
-    def get(self, key: int) -> bytes | None:
-        return self.entries.get(key)
 
     def items(self) -> ItemsView[int, bytes]:
         return self.entries.items()

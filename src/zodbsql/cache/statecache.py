@@ -43,8 +43,8 @@ issue 24 an OrderedDict of ``(oid, tid)`` tuples, counted as ``len(state) + 64``
 
 **Eviction: W-TinyLFU.**  Current states live in three first-in first-out segments:
 the window is a ``Segment`` (a plain dict, which the collector never walks, that
-hands out its oldest keys in batches: small, and its hits and insertions are the cheapest, where a cold read's prefetched
-states wait for their loads), probation and protected are ``ArenaSegment`` logs (most
+hands out its oldest keys in batches: small, and its hits and insertions are the
+cheapest, where a cold read's prefetched states wait for their loads), probation and protected are ``ArenaSegment`` logs (most
 of the states).  A new state enters the *window* (1% of the cache but at
 least 512 KB or a 16th, in caches of 4 MB and more), first in, first out, with no
 admission (``_touch``); what
