@@ -24,30 +24,15 @@ def test_a_key_that_leaves_and_comes_back_is_newest_though_its_batch_was_read() 
     assert segment.oldest() is None
 
 
-def test_push_behind_puts_entries_at_the_oldest_end_the_last_oldest() -> None:
+def test_a_key_that_comes_back_in_a_batch_is_newest_though_its_batch_was_read() -> None:
+    """``push_many`` strikes its keys from the batch of oldest keys, as ``push`` does."""
     segment = Segment(batch=8)
-    for key in (10, 11):
-        segment.push(key, b"v")
-    assert segment.oldest() == 10
-    segment.push_behind([(5, b"a"), (6, b"b")])   # 6 is the oldest, then 5
-    assert [segment.pop_oldest()[0] for _ in range(4)] == [6, 5, 10, 11]
-
-
-def test_trim_gives_back_a_table_deletions_emptied_and_leaves_a_normal_one() -> None:
-    segment = Segment(batch=8)
-    for key in range(10_000):
-        segment.push(key, b"v")
-    for key in range(9_990):
-        del segment[key]
-    emptied = sys.getsizeof(segment.entries)
-    segment.trim()
-    assert sys.getsizeof(segment.entries) < emptied // 10
-    assert segment.table_bytes == sys.getsizeof(segment.entries)   # the kept size follows
-    assert list(segment) == list(range(9_990, 10_000))
-    # A table at its normal size is left as it is, with the batch already read.
-    assert segment.oldest() == 9_990
-    segment.trim()
-    assert segment._next                          # not written again
+    segment.push_many({key: b"v" for key in range(1, 6)})
+    assert segment.oldest() == 1                  # reads the batch: 1 .. 5
+    value = segment.pop(2)
+    segment.push_many({2: value, 6: b"w"})        # 2 comes back with a new key
+    assert segment.table_bytes == sys.getsizeof(segment.entries)
+    assert [segment.pop_oldest()[0] for _ in range(len(segment))] == [1, 3, 4, 5, 2, 6]
 
 
 def test_the_size_counts_a_full_batch_of_oldest_keys() -> None:
@@ -106,12 +91,10 @@ def test_the_collector_never_walks_a_segments_entries() -> None:
     for key in range(1000):
         segment.push(key, b"v")
     segment.push_many({key: b"w" for key in range(1000, 2000)})
-    segment.push_behind([(-1, b"x"), (-2, b"y")])
     segment.touch(5)
     segment.pop_oldest_until(100, len)
     for key in range(500, 1500):
         del segment[key]
-    segment.trim()
     gc.collect()
     assert segment.entries
     assert not [referent for referent in gc.get_referents(segment)

@@ -12,14 +12,12 @@ ones until the next resize (measured: a second pass at half the speed of the fir
 So the segment reads its oldest keys a batch at a time (one walk over those empty slots
 for ``BATCH`` evictions) and hands them out from that batch.  A key in the batch is
 stale once it left the segment; if it came back it is at the newest end, so ``push``
-strikes it from the batch.  Every insertion goes through ``push`` (or ``push_many``,
-``push_behind``), never ``segment[key] = value``, or the batch would hand out a key that
-is no longer old.
+strikes it from the batch.  Every insertion goes through ``push`` (or ``push_many``),
+never ``segment[key] = value``, or the batch would hand out a key that is no longer old.
 
 The segment also keeps the size of its entry table (``table_bytes``), read with
-``sys.getsizeof`` after each insertion (after each batch of them, ``push_many``) and after
-a rewrite: a dict's table changes only
-when an insertion resizes it (deletions never shrink it), and the state cache reads
+``sys.getsizeof`` after each insertion (after each batch of them, ``push_many``): a
+dict's table changes only when an insertion resizes it (deletions never shrink it), and the state cache reads
 the sum of its tables on every access, where measuring all of them each time took a
 third of a cache hit.
 
@@ -34,7 +32,7 @@ from __future__ import annotations
 
 import sys
 from itertools import islice
-from typing import Callable, ItemsView, Iterable, Iterator, ValuesView, overload
+from typing import Callable, ItemsView, Iterator, ValuesView, overload
 
 
 class _Missing:
@@ -45,9 +43,6 @@ _MISSING = _Missing()
 
 #: How many of the oldest keys one walk over the entry table reads, at most.
 BATCH = 256
-#: Bytes of table per entry above which the table is written again at its size: a
-#: dict that grew by insertion takes 60 to 120 (its table is 3 to 6 slots per entry).
-TRIM_ABOVE = 160
 
 
 class Segment:
@@ -166,29 +161,6 @@ class Segment:
             if batch:
                 batch.pop(key, None)
         return freed
-
-    def push_behind(self, entries: Iterable[tuple[int, bytes]]) -> None:
-        """Put ``entries`` (oldest last, none in the segment) at the oldest end, behind
-        every key already here: the entry table is written again, once per call."""
-        behind = list(entries)
-        behind.reverse()
-        ahead = list(self.entries.items())
-        self.entries.clear()
-        self.entries.update(behind)
-        self.entries.update(ahead)
-        self._next = {}
-        self.table_bytes = sys.getsizeof(self.entries)
-
-    def trim(self) -> None:
-        """Give back an entry table that deletions left mostly empty: a dict never
-        shrinks on deletion, and a segment that lost most of its states (promoted,
-        evicted) would keep the table its peak needed."""
-        entries = self.entries
-        if self.table_bytes > TRIM_ABOVE * len(entries) + 4096:
-            kept = dict(entries)
-            entries.clear()
-            entries.update(kept)
-            self.table_bytes = sys.getsizeof(entries)
 
     def clear(self) -> None:
         self.entries.clear()
