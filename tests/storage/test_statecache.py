@@ -691,6 +691,32 @@ def test_a_poll_retires_the_largest_oid_held_and_skips_only_those_above(
     assert cache.get(7, 30) == (b"s" * 60, 5)
 
 
+@pytest.mark.parametrize("segment", ["window", "probation", "protected"])
+def test_a_poll_retires_the_root_object_in_any_segment(segment: str) -> None:
+    """Oid 0 (the root), which is false as a number: a poll that names it retires its
+    state from whichever segment holds it, as any other (a truth test standing in for a
+    lookup would keep it current, and serve it once the index is emptied)."""
+    cache = polled_cache(limit=4 << 20)           # a cache with a window
+    if segment != "window":
+        cache._window_limit = 0
+    cache.put_loaded(0, 5, b"root at 5", snapshot=10)
+    cache.put_loaded(4, 5, b"four at 5", snapshot=10)
+    if segment == "protected":                    # moved there as a promotion would
+        value = cache._probation.pop(0)
+        cache._protected.push(0, value)
+        cache._protected_bytes += entry_cost(value)
+    holder = {"window": cache._window, "probation": cache._probation,
+              "protected": cache._protected}[segment]
+    assert 0 in holder
+    cache.after_poll(10, 20, [(0, 20)])
+    assert 0 not in holder and cache.get_revision(0, 5) == b"root at 5"
+    cache.after_poll(20, 30, [(10_000 + n, 30) for n in range(cache._max_index + 1)])
+    assert not cache._changed
+    assert cache.get(0, 30) is None
+    assert cache.get(4, 30) == (b"four at 5", 5)
+    assert_counts_add_up(cache)
+
+
 def test_a_poll_retires_a_state_waiting_in_the_window() -> None:
     """In a cache with a window, a state loaded a moment ago waits there: a poll that
     names it changed takes it out of the window (counted) into the exact revisions."""
