@@ -17,29 +17,23 @@ never ``segment[key] = value``, or the batch would hand out a key that is no lon
 
 The segment also keeps the size of its entry table (``table_bytes``), read with
 ``sys.getsizeof`` after each insertion (after each batch of them, ``push_many``): a
-dict's table changes only when an insertion resizes it (deletions never shrink it), and the state cache reads
-the sum of its tables on every access, where measuring all of them each time took a
-third of a cache hit.
+dict's table changes only when an insertion resizes it (deletions never shrink it), and
+the state cache reads the sum of its tables on every access, where measuring all of them
+each time took a third of a cache hit.
 
 The segment holds its dict (``entries``) rather than being one.  CPython's collector
 leaves alone a plain dict whose keys and values hold no references (ints and bytes
 here), but walks every entry of a dict subclass at each full collection: a cache of
 200,000 states in a subclass added 7 ms to every ``gc.collect()`` (4 ms without it),
 and a process that commits or reads a lot runs one every few transactions.  Readers
-on the hot path use ``entries`` directly; writes go through the segment.
+on the hot path use ``entries`` directly, and may remove from it (a removed key left in
+the batch is stale, as after ``del``); insertions go through the segment.
 """
 from __future__ import annotations
 
 import sys
 from itertools import islice
-from typing import Callable, ItemsView, Iterator, ValuesView, overload
-
-
-class _Missing:
-    """No default given to ``Segment.pop``."""
-
-
-_MISSING = _Missing()
+from typing import Callable, ItemsView, Iterator, ValuesView
 
 #: How many of the oldest keys one walk over the entry table reads, at most.
 BATCH = 256
@@ -49,8 +43,8 @@ class Segment:
     __slots__ = ("entries", "_next", "_batch", "_batch_bytes", "table_bytes")
 
     def __init__(self, batch: int = BATCH) -> None:
-        #: The segment's states by key, oldest first.  Read it freely; change it only
-        #: through the segment's methods (or ``del``, whose key the batch drops as stale).
+        #: The segment's states by key, oldest first.  Read it and remove from it
+        #: freely (the batch drops a removed key as stale); insert only through ``push``.
         self.entries: dict[int, bytes] = {}
         self.table_bytes = sys.getsizeof(self.entries)
         # The oldest keys as last read, oldest first (a dict: ordered, and a key that
@@ -77,17 +71,10 @@ class Segment:
     def values(self) -> ValuesView[bytes]:
         return self.entries.values()
 
-    @overload
-    def pop(self, key: int) -> bytes: ...
-    @overload
-    def pop(self, key: int, default: None) -> bytes | None: ...
-
-    def pop(self, key: int, default: None | _Missing = _MISSING) -> bytes | None:
-        """Remove ``key`` and return its value (``default``, None, when it is absent;
-        KeyError without one, as a dict's)."""
-        if default is _MISSING:
-            return self.entries.pop(key)
-        return self.entries.pop(key, None)
+    def pop(self, key: int) -> bytes:
+        """Remove ``key`` (in the segment) and return its value, as ``ArenaSegment.pop``
+        does: the state cache evicts from either kind of segment."""
+        return self.entries.pop(key)
 
     @property
     def size_bytes(self) -> int:

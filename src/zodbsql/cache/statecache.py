@@ -44,15 +44,15 @@ issue 24 an OrderedDict of ``(oid, tid)`` tuples, counted as ``len(state) + 64``
 **Eviction: W-TinyLFU.**  Current states live in three first-in first-out segments:
 the window is a ``Segment`` (a plain dict, which the collector never walks, that
 hands out its oldest keys in batches: small, and its hits and insertions are the
-cheapest, where a cold read's prefetched states wait for their loads), probation and protected are ``ArenaSegment`` logs (most
-of the states).  A new state enters the *window* (1% of the cache but at
-least 512 KB or a 16th, in caches of 4 MB and more), first in, first out, with no
-admission (``_touch``); what
-leaves the window moves to *probation* if it wins admission (below) or the cache has
-room, and goes otherwise; a state asked for there moves to *protected* (80% of the
-bytes), whose oldest fall back to probation unless asked for since they came in;
-probation's oldest state not asked for is the eviction victim.  A hit moves nothing but marks the state
-(a byte per sketch counter): a marked state of probation goes to protected when it
+cheapest, where a cold read's prefetched states wait for their loads), probation and
+protected are ``ArenaSegment`` logs (most of the states).  A new state enters the
+*window* (1% of the cache but at least 512 KB or a 16th, in caches of 4 MB and more),
+first in, first out, with no admission (``_touch``); what leaves the window moves to
+*probation* if it wins admission (below) or the cache has room, and goes otherwise; a
+state asked for there moves to *protected* (80% of the bytes), whose oldest fall back
+to probation unless asked for since they came in; probation's oldest state not asked
+for is the eviction victim.  A hit moves nothing but marks the state (a byte per sketch
+counter): a marked state of probation goes to protected when it
 comes up for eviction, one of protected gets a second chance when it comes up for
 demotion (CLOCK).  An LRU's moves at every hit kept resizing the segments' tables.
 Before a newcomer from the window may push the victim out, a count-min sketch of recent accesses (2 rows
@@ -394,7 +394,7 @@ class StateCache:
             if value is not None:
                 self._protected_bytes -= entry_cost(value)
             else:
-                value = self._window.pop(oid, None)
+                value = self._window.entries.pop(oid, None)
                 if value is None:
                     return
                 self._window_bytes -= state_cost(value)
@@ -565,7 +565,7 @@ class StateCache:
             return None
         if changed is None:
             return None
-        state = self._revisions.pop(oid << 64 | changed, None)
+        state = self._revisions.entries.pop(oid << 64 | changed, None)
         if state is None:
             return None
         # Named by a poll: the revision is current now.
