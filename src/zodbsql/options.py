@@ -149,6 +149,12 @@ class Options:
         doc="At most this many bytes of states come along with one load, and no more than "
             "the state cache's window holds, where they wait for their loads; also what an "
             "open ZODB connection holds of them until its loads ask (0 turns prefetch off).")
+    poll_changes_limit: int = setting(
+        100_000, doc="At most this many changed objects a transaction start reads; past it "
+                     "(another process imported or rewrote more) it takes everything as "
+                     "changed: ZODB's connection drops its objects and the state cache "
+                     "starts afresh, rather than the process reading a list that costs "
+                     "memory and time for objects it mostly never held.  0: no limit.")
     commit_lock_timeout: float = setting(
         30.0, doc="Seconds a commit waits for the commit lock before it fails with a retryable "
                   "error (CommitLockTimeout).")
@@ -237,7 +243,8 @@ class Options:
                 "cache-persistent-interval must be a positive number of seconds, got"
                 f" {self.cache_persistent_interval}")
         for key, value in (("prefetch-count", self.prefetch_count),
-                           ("prefetch-bytes", self.prefetch_bytes)):
+                           ("prefetch-bytes", self.prefetch_bytes),
+                           ("poll-changes-limit", self.poll_changes_limit)):
             if value < 0:
                 raise ConfigurationError(f"{key} must be 0 or more, got {value} (0 turns it off)")
         if self.commit_lock_timeout <= 0:

@@ -189,7 +189,7 @@ def test_a_database_made_before_the_record_gets_it(storage_factory: Any) -> None
         polled = read_only.shared.backend.poller.poll(conn, last, 0)
     finally:
         conn.close()
-    assert tuple(polled) == (last, [], [], 0, 0, True)
+    assert tuple(polled) == (last, [], [], 0, 0, True, False)
     writer_storage = storage_factory.open()
     assert writer_storage.shared.backend.poller.reads_gone is True
     reader = storage_factory.open().new_instance()
@@ -242,8 +242,8 @@ def test_a_poll_by_tid_lists_what_went_since_and_says_when_it_cannot(
 def test_a_poll_of_the_last_tid_alone_is_read_as_such() -> None:
     """A database opened read-only without the record: the first poll reads one column."""
     from zodbsql.backends.base.poller import Poller
-    assert Poller.parse_poll([(7,)]) == (7, [], [], 0, 0, True)
+    assert Poller.parse_poll([(7,)]) == (7, [], [], 0, 0, True, False)
     assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6), (4, 11, 4), (1, 12, 7)],
-                             6, None) == (7, [(12, 7)], [11], 5, 3, False)
+                             6, None) == (7, [(12, 7)], [11], 5, 3, False, False)
     assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6)], 7, None).complete is True
     assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6)], 6, 4).complete is True

@@ -50,6 +50,25 @@ def test_a_poll_with_a_gap_resets_the_index() -> None:
     assert cache.get(7, 30) is None
 
 
+def test_a_truncated_poll_past_the_index_drops_the_current_states() -> None:
+    cache = polled_cache()
+    cache.put_loaded(7, 3, STATE, snapshot=10)
+    cache.after_poll(10, 20, [], truncated=True)     # more changed than it could list
+    assert (cache.base, cache.polled) == (20, 20)
+    assert cache.get(7, 20) is None
+
+
+def test_a_truncated_poll_that_the_index_covers_changes_nothing() -> None:
+    """Another instance polled from further back, up to where the index reaches."""
+    cache = polled_cache()
+    cache.after_poll(10, 20, [(1, 20)])
+    cache.put_loaded(7, 3, STATE, snapshot=20)
+    cache.after_poll(5, 20, [], truncated=True)
+    cache.after_poll(12, 18, [], truncated=True)
+    assert (cache.base, cache.polled) == (10, 20)
+    assert cache.get(7, 20) == (STATE, 3)
+
+
 def test_polls_feed_the_index_until_it_overflows() -> None:
     cache = polled_cache(limit=2_000_000)        # every state fits
     limit = cache._max_index

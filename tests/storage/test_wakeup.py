@@ -244,12 +244,12 @@ def test_the_first_poll_of_a_new_storage_reads_no_changes(
         def recorded(polled: Any, since: int | None) -> Any:
             seen.append((since, len(polled[1])))
             return polled
-        monkeypatch.setattr(poller, "poll", lambda conn, since, gone_since=None: recorded(
-            poll(conn, since, gone_since), since))
+        monkeypatch.setattr(poller, "poll", lambda conn, since, gone_since=None, limit=0:
+                            recorded(poll(conn, since, gone_since, limit), since))
         monkeypatch.setattr(
             poller, "begin_and_poll",
-            lambda conn, since, gone_since=None, end_first=False: recorded(
-                begin_and_poll(conn, since, gone_since, end_first), since))
+            lambda conn, since, gone_since=None, end_first=False, limit=0: recorded(
+                begin_and_poll(conn, since, gone_since, end_first, limit), since))
         instance = storage.new_instance()
         try:
             assert instance.poll_invalidations() == []
@@ -284,12 +284,13 @@ def test_a_start_after_an_own_commit_made_alone_reads_no_changes(
         poller = db.storage.shared.backend.poller
         polls: list[int | None] = []
         poll, begin_and_poll = poller.poll, poller.begin_and_poll
-        monkeypatch.setattr(poller, "poll", lambda conn, since, gone_since=None: (
-            polls.append(since), poll(conn, since, gone_since))[1])
+        monkeypatch.setattr(poller, "poll", lambda conn, since, gone_since=None, limit=0: (
+            polls.append(since), poll(conn, since, gone_since, limit))[1])
         monkeypatch.setattr(
             poller, "begin_and_poll",
-            lambda conn, since, gone_since=None, end_first=False: (
-                polls.append(since), begin_and_poll(conn, since, gone_since, end_first))[1])
+            lambda conn, since, gone_since=None, end_first=False, limit=0: (
+                polls.append(since),
+                begin_and_poll(conn, since, gone_since, end_first, limit))[1])
         first_after: list[int | None] = []   # the first poll after each commit
         own_tids = []
         for value in range(1, 4):
@@ -434,10 +435,11 @@ def test_commit_racing_with_the_poll(site: Site, monkeypatch: pytest.MonkeyPatch
     watch = watch_of(site.storage)
     hooks: dict[str, Callable[[], Any]] = {}
 
-    def racing_poll(conn: Any, since: int | None, gone_since: int | None = None) -> Any:
+    def racing_poll(conn: Any, since: int | None, gone_since: int | None = None,
+                    limit: int = 0) -> Any:
         if "before" in hooks:
             hooks.pop("before")()
-        polled = poll(conn, since, gone_since)
+        polled = poll(conn, since, gone_since, limit)
         if "after" in hooks:
             hooks.pop("after")()
         return polled

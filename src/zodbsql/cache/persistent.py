@@ -158,16 +158,17 @@ class PersistentCache:
             for _ in range(3):
                 newest = self.cache.polled
                 since = min(oldest, newest) if newest >= 0 else oldest
-                polled = self.backend.poller.poll(conn, since)
+                polled = self.backend.poller.poll(conn, since,
+                                                  limit=self.cache.index_limit)
                 conn.rollback()
                 upto = polled.upto
                 self.changes = len(polled.changes) + len(polled.gone)
                 if upto < since:
                     return False    # the database is older than the file: a restore
                 if self.cache.cover(since, upto, polled.changes, polled.gone,
-                                    polled.gone_seq, polled.complete):
+                                    polled.gone_seq, polled.complete and not polled.truncated):
                     return True
-                if upto >= self.cache.base or not polled.complete:
+                if upto >= self.cache.base or not polled.complete or polled.truncated:
                     return False    # not overtaken: too many changes, or deletions
             return False
         finally:

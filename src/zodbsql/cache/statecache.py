@@ -293,6 +293,11 @@ class StateCache:
     def enabled(self) -> bool:
         return self.limit > 0
 
+    @property
+    def index_limit(self) -> int:
+        """The changes the index names at most (:meth:`cover` takes no more)."""
+        return self._max_index
+
     def prefetch_batch(self, count: int, size: int) -> tuple[int, int]:
         """The states (``count``) and bytes (``size``) one prefetch may bring, lowered
         to what waits in the window for its loads: a state that overflows the window of
@@ -323,18 +328,23 @@ class StateCache:
 
     def after_poll(self, since: int, upto: int, changes: list[tuple[int, int]],
                    gone: Sequence[int] = (), gone_seq: int = -1, gone_floor: int = 0,
-                   complete: bool = True) -> None:
+                   complete: bool = True, truncated: bool = False) -> None:
         """Record a poll that saw ``changes`` (oid, tid) in ``(since, upto]``, and the
         objects ``gone`` (deleted, so no poll names them as changed) up to deletion record
         ``gone_seq``; the records up to ``gone_floor`` were pruned (``complete`` False: a
-        poll without a record number found some it needed pruned)."""
+        poll without a record number found some it needed pruned).  ``truncated``: more
+        changed than the poll could list (``changes`` empty)."""
         if not self.enabled:
             return
         with self._lock:
             lost = self.gone_seen < gone_floor if self.gone_seen >= 0 else not complete
+            # A truncated poll that ends where the index already reaches (an instance
+            # that polls after another instance saw the same commits, and started
+            # afresh) leaves the index as it is.
+            lost = lost or (truncated and upto > self.polled)
             if self.polled < 0 or since > self.polled or lost:
-                # First poll, a gap this poll doesn't cover, or deletions it could not
-                # list any more: start the index afresh.
+                # First poll, a gap this poll doesn't cover, deletions it could not list
+                # any more, or changes it did not list: start the index afresh.
                 self._changed.clear()
                 self._drop_current()
                 self.base = self.polled = max(upto, self.polled)

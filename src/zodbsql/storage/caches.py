@@ -52,11 +52,11 @@ def open_redis(shared: Shared, conn: ConnectionRole, database: str, url: str) ->
     checkpoint = level.read_checkpoint(newest)
     if checkpoint is None or checkpoint > newest:
         checkpoint = newest     # Redis down, or a checkpoint this database never reached
-    polled = poller.poll(conn, checkpoint)
+    polled = poller.poll(conn, checkpoint, limit=cache.index_limit)
     conn.rollback()
     upto = polled.upto
     if cache.cover(checkpoint, upto, polled.changes, polled.gone, polled.gone_seq,
-                   polled.complete):
+                   polled.complete and not polled.truncated):
         level.checkpoint = checkpoint
     elif cache.cover(upto, upto, []):
         level.publish_checkpoint(upto)      # too much changed since the shared one

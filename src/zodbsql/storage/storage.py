@@ -235,10 +235,11 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 polled = polled._replace(changes=own_commit[1] + polled.changes)
             upto, changes, gone = polled.upto, polled.changes, polled.gone
             invalidated: list[bytes] | None = []
-            if reset or not polled.complete or (
+            if reset or polled.truncated or not polled.complete or (
                     gone_since is not None and gone_since < polled.gone_floor):
-                # (The others: deletions since this instance's last poll were pruned
-                # before it could see them.)
+                # (Truncated: more changed than poll-changes-limit.  The others:
+                # deletions since this instance's last poll were pruned before it
+                # could see them.)
                 invalidated = None
             elif self._polled is not None:
                 own = self._own_tids
@@ -262,7 +263,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         shared = self.shared
         upto = polled.upto
         shared.cache.after_poll(since, upto, polled.changes, polled.gone, polled.gone_seq,
-                                polled.gone_floor, polled.complete)
+                                polled.gone_floor, polled.complete, polled.truncated)
         self._gone_seen = polled.gone_seq
         second = shared.second_level
         if second is not None and shared.cache.base > second.checkpoint:
@@ -346,16 +347,17 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         """``end_first``: the read transaction ``sync`` left open ends in the poll's
         round trip."""
         poller = self.shared.backend.poller
+        limit = self._options.poll_changes_limit
         end_first = end_first and conn.in_transaction
         if not self.shared.options.keep_history and (end_first or not conn.in_transaction):
             # History-free data has no old revisions to name: the snapshot is a
             # read transaction, held until the ZODB transaction ends (a poll that
             # failed after its BEGIN leaves it for _end_read_txn to roll back too).
             try:
-                return poller.begin_and_poll(conn, since, gone_since, end_first)
+                return poller.begin_and_poll(conn, since, gone_since, end_first, limit)
             finally:
                 self._read_txn = conn.in_transaction
-        return poller.poll(conn, since, gone_since)
+        return poller.poll(conn, since, gone_since, limit)
 
     def _poll_replica(self, since: int | None, gone_since: int | None) -> Polled | None:
         """Poll on a standby; None when none is usable or it has not replayed this

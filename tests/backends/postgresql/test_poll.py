@@ -11,6 +11,7 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import z64
 
 from tests.databases import BACKENDS, Param, PostgreSQLFactory
+from zodbsql.backends.base import trace
 from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.postgresql.connections import BEGIN_READ
 from zodbsql.backends.postgresql.poller import PostgreSQLPoller
@@ -39,7 +40,9 @@ def commit(storage: Any, changes: dict[bytes, tuple[bytes, int]]) -> bytes:
 
 
 def test_a_start_is_one_statement_after_the_rollback(factory: PostgreSQLFactory,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+                                                     caplog: pytest.LogCaptureFixture,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace, "SHOWN", 2000)     # the poll's whole text in the log
     storage = factory.open(sql_trace=True)
     oid = storage.new_oid()
     commit(storage, {oid: (z64, 1)})
@@ -53,7 +56,8 @@ def test_a_start_is_one_statement_after_the_rollback(factory: PostgreSQLFactory,
                                                                BEGIN_READ]
     polled, gone = storage._polled, storage._gone_seen
     assert (f"FROM object_state WHERE tid > {polled}"
-            " AND tid <= (SELECT last_tid FROM commit_row) UNION ALL") in sent[1]
+            " AND tid <= (SELECT last_tid FROM commit_row) LIMIT 100001) AS changed"
+            " UNION ALL") in sent[1]
     assert sent[1].endswith(f"FROM gone_oids WHERE seq > {gone} AND tid >= 0"
                             " (0 parameters)")
     assert storage.statement_count() - before == 2

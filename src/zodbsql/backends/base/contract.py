@@ -189,6 +189,9 @@ class Polled(NamedTuple):
     #: False when the deletions since ``since`` (asked without ``gone_since``) can't
     #: all be named any more: their records were pruned.
     complete: bool = True
+    #: True when more objects changed than the poll's ``limit``: ``changes`` is then
+    #: empty, and whoever keeps objects from before must take them all as changed.
+    truncated: bool = False
 
 #: Levels of a :class:`Finding`.
 OK, WARNING, ERROR = "ok", "warning", "error"
@@ -524,11 +527,13 @@ class PollerRole(Protocol):
         """The tid of the last committed transaction (0 for an empty database)."""
 
     def poll(self, conn: ConnectionRole, since: int | None,
-             gone_since: int | None = None) -> Polled:
+             gone_since: int | None = None, limit: int = 0) -> Polled:
         """The objects changed after ``since`` and deleted after record ``gone_since``
         (None: those deleted since the last commit before ``since``, for a caller that
         has no record number), as of the snapshot tid, in one statement.  With
-        ``since`` None only the snapshot tid and the newest record number are read."""
+        ``since`` None only the snapshot tid and the newest record number are read.
+        ``limit`` (0: none): more changes than that are not read, the poll is
+        ``truncated`` (SQLite counts revisions, at least as many as objects)."""
 
     @property
     def ends_with_begin(self) -> bool:
@@ -536,7 +541,8 @@ class PollerRole(Protocol):
         open in the same round trip as the new one's BEGIN and the poll?"""
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       gone_since: int | None = None, end_first: bool = False) -> Polled:
+                       gone_since: int | None = None, end_first: bool = False,
+                       limit: int = 0) -> Polled:
         """``poll`` in a read transaction begun first (``conn.begin_read``), which holds
         the poll's snapshot for the loads after it; in the same round trip where the
         backend can.  ``end_first``: the read transaction still open on ``conn`` ends

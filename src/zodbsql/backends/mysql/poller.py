@@ -22,9 +22,10 @@ class MySQLPoller(Poller):
         return int(row[0]) if row else 0
 
     def poll(self, conn: ConnectionRole, since: int | None,
-             gone_since: int | None = None) -> Polled:
+             gone_since: int | None = None, limit: int = 0) -> Polled:
         assert isinstance(conn, MySQLConnection)
         if since is None or not (conn.causal and self.keep_history):
-            return super().poll(conn, since, gone_since)
-        sql, params = self.statement(since, gone_since)
-        return self.parse_poll(conn.fetchall(conn.causal + sql, params), since, gone_since)
+            return super().poll(conn, since, gone_since, limit)
+        sql, params = self.statement(since, gone_since, limit)
+        return self.parse_poll(conn.fetchall(conn.causal + sql, params), since, gone_since,
+                               limit)

@@ -22,9 +22,11 @@ class PostgreSQLPoller(Poller):
     ends_with_begin = True
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       gone_since: int | None = None, end_first: bool = False) -> Polled:
+                       gone_since: int | None = None, end_first: bool = False,
+                       limit: int = 0) -> Polled:
         assert isinstance(conn, PostgreSQLConnection)
-        sql, params = self.statement(since, gone_since)
+        sql, params = self.statement(since, gone_since, limit)
         # The parameters are ints written into the text: nothing else ever is.
         text = sql % tuple(int(each) for each in params) if params else sql
-        return self.parse_poll(conn.begin_read_fetchall(text, end_first), since, gone_since)
+        return self.parse_poll(conn.begin_read_fetchall(text, end_first), since, gone_since,
+                               limit)

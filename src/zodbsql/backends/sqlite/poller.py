@@ -11,7 +11,8 @@ which ``json.loads`` reads in C: 6.7 ms for that poll.
 The arrays hold every revision in the range, so an object changed twice comes twice;
 ``newest_each`` keeps each object's newest tid, whatever the order the scan gave them
 in.  The markers and the deletions stay rows of their own (kinds 0, 2 to 4), as in
-the portable statement.
+the portable statement.  A caller's limit (``{limit}``, base/poller.py) counts the
+revisions read, not the objects: a poll of objects changed twice is truncated sooner.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ REVISIONS = 5
 CHANGED_AS_ARRAYS = (
     "SELECT 0, 0, last_tid FROM commit_row"
     f" UNION ALL SELECT {REVISIONS}, json_group_array(zoid), json_group_array(tid)"
-    f" FROM object_state WHERE {CHANGED_SINCE}")
+    f" FROM (SELECT zoid, tid FROM object_state WHERE {CHANGED_SINCE}{{limit}})")
 
 
 def newest_each(oids: list[int], tids: list[int]) -> list[Revision]:
@@ -51,7 +52,7 @@ class SQLitePoller(Poller):
 
     @staticmethod
     def parse_poll(rows: list[Any], since: int | None = None,
-                   gone_since: int | None = None) -> Polled:
+                   gone_since: int | None = None, limit: int = 0) -> Polled:
         arrays = [row for row in rows if row[0] == REVISIONS]
         polled = Poller.parse_poll([row for row in rows if row[0] != REVISIONS],
                                    since, gone_since)
@@ -60,5 +61,7 @@ class SQLitePoller(Poller):
         oids, tids = json.loads(arrays[0][1]), json.loads(arrays[0][2])
         if not oids:
             return polled
-        return polled._replace(upto=max(polled.upto, max(tids)),
-                               changes=newest_each(oids, tids))
+        upto = max(polled.upto, max(tids))
+        if 0 < limit < len(oids):
+            return polled._replace(upto=upto, truncated=True)
+        return polled._replace(upto=upto, changes=newest_each(oids, tids))

@@ -1,0 +1,102 @@
+"""A transaction start reads at most ``poll-changes-limit`` changes (backends/base/poller.py).
+
+Past the limit the poll is truncated: it reads one change more than the limit at most,
+lists none, and the instance is told everything changed (``poll_invalidations`` returns
+None), its process's state cache starting afresh, so no state it kept from before is
+served.  The model test (``tests/model``) runs with a limit of four changes too.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ZODB.Connection import TransactionMetaData
+from ZODB.utils import u64, z64
+
+from tests.model.nodes import node_state
+from tests.storage.test_wakeup import wait_until_heard
+from zodbsql.backends.sqlite.poller import REVISIONS
+
+
+def _commit(instance: Any, states: dict[bytes, bytes]) -> bytes:
+    """Commit ``states`` from ``instance`` at their current serials; the tid."""
+    instance.poll_invalidations()
+    txn = TransactionMetaData()
+    instance.tpc_begin(txn)
+    for oid, state in states.items():
+        try:
+            serial = instance.load(oid)[1]
+        except KeyError:
+            serial = z64
+        instance.store(oid, serial, state, "", txn)
+    instance.tpc_vote(txn)
+    tid: bytes = instance.tpc_finish(txn)
+    return tid
+
+
+def _changes_read(rows: list[Any]) -> int:
+    """The changed objects (SQLite: revisions) a poll's rows carry."""
+    arrays = [row for row in rows if row[0] == REVISIONS]
+    if arrays:
+        return len(json.loads(arrays[0][1]))
+    return sum(1 for row in rows if len(row) == 3 and row[0] == 1)
+
+
+def test_a_poll_reads_one_change_past_its_limit_at_most(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    since = u64(storage.lastTransaction())
+    oids = [storage.new_oid() for _ in range(5)]
+    tid = u64(_commit(storage, {oid: node_state(i, set()) for i, oid in enumerate(oids)}))
+    poller = storage.shared.backend.poller
+    conn = storage.shared.connect()
+    read: list[int] = []
+    fetchall = conn.fetchall
+    conn.fetchall = lambda sql, params=(): (lambda rows: (read.append(_changes_read(rows)),
+                                                          rows)[1])(fetchall(sql, params))
+    try:
+        everything = sorted((u64(oid), tid) for oid in oids)
+        for limit in (0, 5, 6):
+            polled = poller.poll(conn, since, limit=limit)
+            assert sorted(polled.changes) == everything and not polled.truncated, limit
+            assert polled.upto == tid
+        assert read == [5, 5, 5]
+        for limit in (1, 2, 4):
+            polled = poller.poll(conn, since, limit=limit)
+            assert polled.truncated and polled.changes == [], limit
+            assert polled.upto == tid and polled.complete
+            assert read[-1] == limit + 1
+        # The first poll (no ``since``) reads the last tid alone, whatever the limit.
+        assert poller.poll(conn, None, limit=1) == (tid, [], [], 0, 0, True, False)
+        conn.rollback()
+    finally:
+        conn.close()
+
+
+def test_a_start_past_the_limit_takes_everything_as_changed(storage_factory: Any) -> None:
+    """The reader's process kept the objects' states; another process changes more of
+    them than the reader's limit: its next start is told everything changed and reads
+    every new state.  One change fewer and it is told which."""
+    writer = storage_factory.open()
+    reader = storage_factory.open(poll_changes_limit=3)
+    oids = [writer.new_oid() for _ in range(4)]
+    _commit(writer, {oid: node_state(1, set()) for oid in oids})
+    instance = reader.new_instance()
+    try:
+        instance.poll_invalidations()
+        assert [instance.load(oid)[0] for oid in oids] == [node_state(1, set())] * 4
+        cache = reader.shared.cache
+        assert all(cache.get(u64(oid), u64(instance.lastTransaction())) for oid in oids)
+
+        serial = _commit(writer, {oid: node_state(2, set()) for oid in oids})
+        wait_until_heard(reader, serial)
+        assert instance.poll_invalidations() is None
+        assert u64(instance.lastTransaction()) == u64(serial)
+        assert [instance.load(oid)[0] for oid in oids] == [node_state(2, set())] * 4
+
+        serial = _commit(writer, {oid: node_state(3, set()) for oid in oids[:3]})
+        wait_until_heard(reader, serial)
+        assert sorted(instance.poll_invalidations()) == sorted(oids[:3])
+        assert [instance.load(oid)[0] for oid in oids] == [node_state(3, set())] * 3 + [
+            node_state(2, set())]
+    finally:
+        instance.release()
