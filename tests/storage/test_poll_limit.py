@@ -100,3 +100,35 @@ def test_a_start_past_the_limit_takes_everything_as_changed(storage_factory: Any
             node_state(2, set())]
     finally:
         instance.release()
+
+
+#: A poll's rows: the markers (kinds 0, 2, 3), a deletion (kind 4), three changes (1).
+ROWS = [(0, 0, 9), (2, 3, 5), (3, 0, 6), (4, 11, 4), (1, 12, 7), (1, 13, 8), (1, 14, 9)]
+
+
+def test_the_portable_rows_past_the_limit_list_no_change() -> None:
+    from zodbsql.backends.base.poller import Poller
+    full = Poller.parse_poll(ROWS, 6, 4)
+    assert full == (9, [(12, 7), (13, 8), (14, 9)], [11], 5, 3, True, False)
+    assert Poller.parse_poll(ROWS, 6, 4, 3) == full
+    for limit in (1, 2):
+        assert Poller.parse_poll(ROWS, 6, 4, limit) == (9, [], [11], 5, 3, True, True)
+
+
+def test_sqlites_arrays_past_the_limit_list_no_change() -> None:
+    from zodbsql.backends.sqlite.poller import SQLitePoller
+    rows = [row for row in ROWS if row[0] != 1] + [(REVISIONS, "[12, 13, 14]", "[7, 8, 9]")]
+    full = SQLitePoller.parse_poll(rows, 6, 4)
+    assert full == (9, [(12, 7), (13, 8), (14, 9)], [11], 5, 3, True, False)
+    assert SQLitePoller.parse_poll(rows, 6, 4, 3) == full
+    for limit in (1, 2):
+        assert SQLitePoller.parse_poll(rows, 6, 4, limit) == (9, [], [11], 5, 3, True, True)
+
+
+def test_a_limited_statement_is_written_once(storage_factory: Any) -> None:
+    """Each start asks for the statement of its limit: the text is made once."""
+    poller = storage_factory.open().shared.backend.poller
+    template = poller.sql.poll
+    assert poller.limited(template, 7) is poller.limited(template, 7)
+    assert " LIMIT 8" in poller.limited(template, 7)
+    assert "LIMIT" not in poller.limited(template, 0) and "{" not in poller.limited(template, 0)

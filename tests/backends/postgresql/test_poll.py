@@ -93,7 +93,7 @@ def test_the_poll_finds_what_the_two_statements_found(factory: PostgreSQLFactory
             polled, sent = [], []
             for begin_and_poll in (Poller.begin_and_poll, PostgreSQLPoller.begin_and_poll):
                 before = conn.statements
-                polled.append(begin_and_poll(poller, conn, since))
+                polled.append(begin_and_poll(poller, conn, since, None, False, 0))
                 sent.append(conn.statements - before)
                 assert conn.in_transaction
                 conn.rollback()

@@ -541,8 +541,7 @@ class PollerRole(Protocol):
         open in the same round trip as the new one's BEGIN and the poll?"""
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       gone_since: int | None = None, end_first: bool = False,
-                       limit: int = 0) -> Polled:
+                       gone_since: int | None, end_first: bool, limit: int) -> Polled:
         """``poll`` in a read transaction begun first (``conn.begin_read``), which holds
         the poll's snapshot for the loads after it; in the same round trip where the
         backend can.  ``end_first``: the read transaction still open on ``conn`` ends

@@ -109,7 +109,7 @@ class Poller:
         return int(row[0]) if row else 0
 
     def statement(self, since: int | None, gone_since: int | None,
-                  limit: int = 0) -> tuple[str, tuple[int, ...]]:
+                  limit: int) -> tuple[str, tuple[int, ...]]:
         """The poll's statement and its parameters."""
         if since is None:
             return (self.sql.first_poll if self.reads_gone else self.sql.last_tid), ()
@@ -140,8 +140,7 @@ class Poller:
     ends_with_begin = False
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       gone_since: int | None = None, end_first: bool = False,
-                       limit: int = 0) -> Polled:
+                       gone_since: int | None, end_first: bool, limit: int) -> Polled:
         """:meth:`poll` in a read transaction it begins (``conn.begin_read``), after
         ending the one still open when ``end_first``."""
         if end_first:

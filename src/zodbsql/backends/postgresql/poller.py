@@ -22,8 +22,7 @@ class PostgreSQLPoller(Poller):
     ends_with_begin = True
 
     def begin_and_poll(self, conn: ConnectionRole, since: int | None,
-                       gone_since: int | None = None, end_first: bool = False,
-                       limit: int = 0) -> Polled:
+                       gone_since: int | None, end_first: bool, limit: int) -> Polled:
         assert isinstance(conn, PostgreSQLConnection)
         sql, params = self.statement(since, gone_since, limit)
         # The parameters are ints written into the text: nothing else ever is.
