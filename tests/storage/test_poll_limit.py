@@ -113,6 +113,9 @@ def test_the_portable_rows_past_the_limit_list_no_change() -> None:
     assert Poller.parse_poll(ROWS, 6, 4, 3) == full
     for limit in (1, 2):
         assert Poller.parse_poll(ROWS, 6, 4, limit) == (9, [], [11], 5, 3, True, True)
+    # Without a record number, from tid 6, the records pruned up to tid 6 (kind 3) may
+    # have named deletions after it: incomplete, and truncated too.
+    assert Poller.parse_poll(ROWS, 6, None, 1) == (9, [], [11], 5, 3, False, True)
 
 
 def test_sqlites_arrays_past_the_limit_list_no_change() -> None:
