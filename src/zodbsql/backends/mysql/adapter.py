@@ -24,7 +24,8 @@ from zodbsql.backends.mysql.packer import MySQLPacker
 from zodbsql.backends.mysql.poller import MySQLPoller
 from zodbsql.backends.mysql.replicas import replica_lag
 from zodbsql.backends.mysql.schema import MySQLSchema
-from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl, server_started
+from zodbsql.backends.mysql.serverstart import server_started
+from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl, client_address
 from zodbsql.errors import ConnectionLost, DatabaseError
 from zodbsql.masking import mask_secrets
 
@@ -163,8 +164,10 @@ class MySQLBackend(Backend[MySQLOptions]):
     def connect_for_commit(self, lock_timeout: float) -> DBConnection:
         conn = self.connect()
         try:
-            # Known before COMMIT, so that a lost COMMIT can tell a restarted server.
+            # Known before COMMIT, so that a lost COMMIT can tell a restarted server,
+            # and its session from another one given the same id.
             conn.server_started = server_started(conn)
+            conn.client_address = client_address(conn)
             prepare_for_writing(conn, lock_timeout)
             self.mover.prepare_connection(conn)
         except BaseException:

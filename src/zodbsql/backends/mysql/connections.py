@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.contract import ConnectionRole
+from zodbsql.backends.mysql.serverstart import ServerStart
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseConflict, DatabaseError,
                             DeadlockError, DriverNotFound)
 
@@ -107,9 +108,11 @@ class MySQLConnection(DBConnection):
         #: The clause of a locking read that share-locks without waiting, in this
         #: server's spelling (set at connect from its version).
         self.share_lock_nowait = "LOCK IN SHARE MODE NOWAIT"
-        #: When the server started (committing connections: read before COMMIT, so that
-        #: a lost COMMIT can tell a restarted server).
-        self.server_started: float | None = None
+        #: When the server started, and the session's client address (committing
+        #: connections: read before COMMIT, so that a lost COMMIT can tell a restarted
+        #: server, and its session from another given the same id; txncontrol.py).
+        self.server_started: ServerStart | None = None
+        self.client_address: str | None = None
         self.connection_id = int(raw.thread_id())
         self.session_id = self.connection_id
         #: A node of a Galera cluster (probed at connect, ``is_galera``): rows locked

@@ -1,0 +1,43 @@
+"""When a MySQL server started, as an interval: how a lost COMMIT tells a restart.
+
+``Uptime`` counts the whole seconds a server has been up; read between two readings of
+the client's clock, it places the start in an interval a second or so wide, wider when
+the client stalled meanwhile.  Two starts are different only when one interval lies
+wholly after the other (txncontrol.py says why a false restart is the dangerous error).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from zodbsql.backends.base.contract import ConnectionRole
+
+UPTIME = "SHOW GLOBAL STATUS LIKE 'Uptime'"
+#: Seconds a server's start must follow the start seen before to count as a restart,
+#: beyond what the readings leave open (the client's clock may be stepped meanwhile).
+RESTART_MARGIN = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerStart:
+    """When a server started: between ``earliest`` and ``latest`` (Unix time)."""
+
+    earliest: float
+    latest: float
+
+    def certainly_before(self, other: "ServerStart") -> bool:
+        """Did ``other`` start after this start, whatever the readings left open?"""
+        return self.latest + RESTART_MARGIN < other.earliest
+
+
+def server_started(conn: ConnectionRole) -> ServerStart:
+    """When the server started, from its ``Uptime`` (whole seconds up, read between
+    two readings of this client's clock)."""
+    asked = time.time()
+    row = conn.fetchone(UPTIME)
+    answered = time.time()
+    if not row:
+        return ServerStart(-math.inf, math.inf)    # unknown: never a restart
+    up = float(row[1])
+    return ServerStart(asked - up - 1.0, answered - up)
