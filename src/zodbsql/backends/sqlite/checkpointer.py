@@ -48,7 +48,7 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = 0
-        #: Checkpoints run so far (the tests read it).
+        #: Checkpoints run so far (tests and ``zodbsql report`` read it).
         self.runs = 0
 
     def nudge(self) -> None:
