@@ -944,7 +944,6 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             shared = self.shared
             shared.last_commit = max(shared.last_commit, tid)
             shared.watch.committed(tid)
-            shared.backend.after_commit()
             # A generator: a list would keep a pair per stored object alive at once, each
             # counted toward the cyclic collector's next pass.
             self.shared.cache.put_revisions(
@@ -1191,7 +1190,6 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             if self.shared.metrics is not None:
                 self.shared.metrics.close()
             self.shared.watch.close()
-            self.shared.backend.close()
             self.shared.cache.close()
             self.shared.closed = True
             self.shared.close_spare()

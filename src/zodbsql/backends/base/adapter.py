@@ -180,13 +180,6 @@ class Backend(Generic[OptionsT]):
         """A watch for one storage (``wakeup.py``); the base one never skips a poll."""
         return CommitWatch()
 
-    def after_commit(self) -> None:
-        """The storage committed a transaction; a backend may do its upkeep (SQLite
-        checkpoints its WAL in a thread)."""
-
-    def close(self) -> None:
-        """The storage is closed: stop what ``after_commit`` started."""
-
     def destroy(self) -> None:
         """Remove every zodbsql table (tests and the benchmark's scratch databases)."""
         conn = self.connect()

@@ -970,9 +970,3 @@ class BackendContract(Protocol):
 
     def watch_commits(self) -> CommitWatchRole:
         """A new watch for one storage: whether a transaction start may skip its poll."""
-
-    def after_commit(self) -> None:
-        """The storage committed a transaction (durably): the backend's upkeep."""
-
-    def close(self) -> None:
-        """The storage is closed: stop what ``after_commit`` started."""

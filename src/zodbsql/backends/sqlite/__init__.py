@@ -15,9 +15,7 @@ Design note.
 * Journal.  WAL mode: readers never block the writer nor each other, which is what lets
   many ZODB connections in several processes read while one commits.  ``synchronous``
   defaults to FULL (the WAL is synced at each commit, as FileStorage fsyncs); NORMAL
-  is faster and still loses nothing when a process dies, only on power loss.  The
-  storage's connections leave the WAL's checkpoints to a thread (``checkpointer.py``)
-  up to 10,000 pages: a commit never waits for one.
+  is faster and still loses nothing when a process dies, only on power loss.
 * Polling and loading.  History-preserving loads name the snapshot tid
   (``tid <= snapshot``), so no read transaction is held between ZODB transactions and
   checkpoints are never starved by an idle connection; within a ZODB transaction its

@@ -9,7 +9,6 @@ from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.sqlite.blobs import SQLiteBlobs
-from zodbsql.backends.sqlite.checkpointer import SAFETY_PAGES, Checkpointer
 from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
 from zodbsql.backends.sqlite.inspector import SQLiteInspector
@@ -52,8 +51,6 @@ class SQLiteBackend(Backend[SQLiteOptions]):
         super().__init__(options, keep_history, lock_timeout, read_only)
         self.path = os.path.abspath(os.path.expanduser(options.path))
         self._check_path()
-        #: Checkpoints the WAL after commits, so that they need not (checkpointer.py).
-        self.checkpointer = Checkpointer(self.connect)
 
     def _check_path(self) -> None:
         directory = os.path.dirname(self.path)
@@ -116,8 +113,6 @@ class SQLiteBackend(Backend[SQLiteOptions]):
             conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = OFF")
             conn.execute("PRAGMA temp_store = MEMORY")
-            if not self.read_only:
-                conn.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_PAGES}")
         except BaseException:
             conn.close()
             raise
@@ -126,12 +121,6 @@ class SQLiteBackend(Backend[SQLiteOptions]):
 
     def watch_commits(self) -> DataVersionWatch:
         return DataVersionWatch()
-
-    def after_commit(self) -> None:
-        self.checkpointer.nudge()
-
-    def close(self) -> None:
-        self.checkpointer.close()
 
     def describe(self) -> str:
         return f"SQLite database {self.path}"
