@@ -166,9 +166,9 @@ class PersistentCache:
                 if upto < since:
                     return False    # the database is older than the file: a restore
                 if self.cache.cover(since, upto, polled.changes, polled.gone,
-                                    polled.gone_seq, polled.complete and not polled.truncated):
+                                    polled.gone_seq, polled.lists_everything):
                     return True
-                if upto >= self.cache.base or not polled.complete or polled.truncated:
+                if upto >= self.cache.base or not polled.lists_everything:
                     return False    # not overtaken: too many changes, or deletions
             return False
         finally:

@@ -56,7 +56,7 @@ def open_redis(shared: Shared, conn: ConnectionRole, database: str, url: str) ->
     conn.rollback()
     upto = polled.upto
     if cache.cover(checkpoint, upto, polled.changes, polled.gone, polled.gone_seq,
-                   polled.complete and not polled.truncated):
+                   polled.lists_everything):
         level.checkpoint = checkpoint
     elif cache.cover(upto, upto, []):
         level.publish_checkpoint(upto)      # too much changed since the shared one

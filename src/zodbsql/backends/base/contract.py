@@ -193,6 +193,11 @@ class Polled(NamedTuple):
     #: empty, and whoever keeps objects from before must take them all as changed.
     truncated: bool = False
 
+    @property
+    def lists_everything(self) -> bool:
+        """Does the poll name every change and deletion since its ``since``?"""
+        return self.complete and not self.truncated
+
 #: Levels of a :class:`Finding`.
 OK, WARNING, ERROR = "ok", "warning", "error"
 
