@@ -18,6 +18,9 @@ a lock not granted within      ``CommitLockTimeout``       yes; the message name
 commit-/row-lock-timeout                                   setting
   of which, another commit      ``RowLockTimeout`` (also a  yes, like any conflict
   holding an object's row       ``ConflictError``)
+the server restarted or failed ``ServerChangedConflict`` (a yes: the retry's poll
+over since the snapshot (seen  ``ConflictError``)          drops what was cached
+at vote)                                                   before
 the connection went away and   ``ConnectionLost``          yes
 nothing was committed
 the connection went away while ``CommitOutcomeUnknown``    no: find out first (the
@@ -89,6 +92,12 @@ class DatabaseConflict(ZodbsqlError, POSException.ConflictError):
 
 class DeadlockError(DatabaseConflict):
     """The database chose this commit as the victim of a lock deadlock."""
+
+
+class ServerChangedConflict(DatabaseConflict):
+    """The server restarted or failed over after the committing transaction's snapshot
+    was taken: what it read may be gone (a MySQL crash loses commits other sessions
+    already saw).  A ``ConflictError``: a retry starts from a fresh snapshot."""
 
 
 class CommitLockTimeout(POSException.StorageTransactionError,

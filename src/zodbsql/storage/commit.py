@@ -28,7 +28,7 @@ from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STAT
                                             ConnectionRole, ResolvedState,
                                             StagedState)
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
-                            DatabaseError)
+                            DatabaseError, ServerChangedConflict)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
 from zodbsql.storage.records import (checksum, checksummer, references, references_text,
                                       refers_to_nothing, verified)
@@ -80,6 +80,10 @@ class PendingCommit:
         # The last tid before this commit's, when finish told it (storage.py: the next
         # start need not poll when it is the committing instance's snapshot).
         self.previous_tid: int | None = None
+        #: Is the snapshot this commit's reads came from still the server's?  (Set by
+        #: the storage for an instance that polled; ``vote`` asks it once it holds a
+        #: connection, which is where a restart or failover shows.)
+        self.snapshot_current: Callable[[], bool] | None = None
 
     # -- buffering --------------------------------------------------------------------------
     def store(self, oid: int, prev_tid: int, state: bytes | None) -> None:
@@ -116,6 +120,10 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         conn = self.conn = shared.pool.acquire(shared.options.commit_lock_timeout)
+        if self.snapshot_current is not None and not self.snapshot_current():
+            raise ServerChangedConflict(
+                f"{backend.describe()} restarted or failed over since this transaction's"
+                " snapshot, which may hold commits the server no longer has: retry it")
         rows = self._staged_rows()
         self._check_sizes(conn, rows)  # before anything is sent, so nothing is half-written
         mover = backend.mover

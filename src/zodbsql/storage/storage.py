@@ -338,6 +338,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         # (``clear``) or moved on by another instance wants this start to poll too.
         cache = self.shared.cache
         quiet = quiet and (not cache.enabled or cache.polled == polled)
+        # (After a restart or failover the poll must run: it is what drops the cache.)
+        quiet = quiet and self._same_server()
         if quiet:
             self._watch_token = token
         return quiet, token
@@ -871,6 +873,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             trace.context.set(commit_label(transaction))
         self._pending = PendingCommit(self.shared, self.resolve_conflict, transaction, tid,
                                       status)
+        if self._polled is not None:
+            self._pending.snapshot_current = self._same_server
 
     def _pending_for(self, transaction: Any) -> PendingCommit:
         pending = self._pending

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -24,7 +25,7 @@ from zodbsql.backends.mysql.packer import MySQLPacker
 from zodbsql.backends.mysql.poller import MySQLPoller
 from zodbsql.backends.mysql.replicas import replica_lag
 from zodbsql.backends.mysql.schema import MySQLSchema
-from zodbsql.backends.mysql.serverstart import server_started
+from zodbsql.backends.mysql.serverstart import ServerStart, server_started
 from zodbsql.backends.mysql.txncontrol import MySQLTransactionControl, client_address
 from zodbsql.errors import ConnectionLost, DatabaseError
 from zodbsql.masking import mask_secrets
@@ -62,6 +63,11 @@ class MySQLBackend(Backend[MySQLOptions]):
         #: Each replica's options (replica-dsns).
         self.replicas = options.replicas
         self.replica_max_lag = options.replica_max_lag
+        #: When the server the last connections reached started (``_note_start``).
+        self._started: ServerStart | None = None
+        self._start_lock = threading.Lock()
+        #: Raised by one each time a connection finds the server restarted.
+        self.server_generation = 0
 
     def _where(self, o: MySQLOptions | None = None) -> str:
         o = o or self.options
@@ -121,11 +127,32 @@ class MySQLBackend(Backend[MySQLOptions]):
             # Loads read at REPEATABLE READ (the history-free snapshot); whatever the
             # server's default, say so explicitly.
             conn.set_isolation("REPEATABLE READ")
+            if not role:
+                conn.server_started = server_started(conn)
+                self._note_start(conn.server_started)
         except BaseException:
             conn.close()
             raise
         conn.statements = 0
         return conn
+
+    def _note_start(self, started: ServerStart) -> None:
+        """A connection reached a server that started at ``started``: one that started
+        after the server reached before is a restart, and raises ``server_generation``.
+        InnoDB shows a commit to other sessions before its log is on disk, so a crash
+        can lose a commit that a process already read: what it cached from before the
+        restart may name states the database no longer holds (the storage drops it at
+        its next poll, and refuses a commit whose snapshot came before)."""
+        with self._start_lock:
+            seen = self._started
+            if seen is not None and not seen.certainly_before(started):
+                return
+            self._started = started
+            if seen is not None:
+                self.server_generation += 1
+                log.warning("%s restarted (it started after the last connection's"
+                            " server did): what was read before it is dropped",
+                            self.describe())
 
     def replica_count(self) -> int:
         return len(self.replicas)
@@ -164,9 +191,9 @@ class MySQLBackend(Backend[MySQLOptions]):
     def connect_for_commit(self, lock_timeout: float) -> DBConnection:
         conn = self.connect()
         try:
-            # Known before COMMIT, so that a lost COMMIT can tell a restarted server,
-            # and its session from another one given the same id.
-            conn.server_started = server_started(conn)
+            # Known before COMMIT (the start read by ``connect``), so that a lost COMMIT
+            # can tell a restarted server, and its session from another one given the
+            # same id.
             conn.client_address = client_address(conn)
             prepare_for_writing(conn, lock_timeout)
             self.mover.prepare_connection(conn)
