@@ -13,6 +13,7 @@ the second pass's loads the state cache answered.
     python scripts/cache_memory.py --backend postgresql --sizes 0,10,32
     python scripts/cache_memory.py --backend relstorage-postgresql --sizes 0,10,32
 
+``--cache-compress zstd`` keeps zodbsql's cached states compressed.
 ``--prefetch-count 0`` turns zodbsql's prefetch off: every load that misses the state
 cache is a statement of its own, as RelStorage's are, so the second pass shows what the
 cache alone saves.  ``--admission off`` reads with the state cache's admission filter turned off (the
@@ -60,6 +61,7 @@ def open_db(args: argparse.Namespace, size_mb: float) -> ZODB.DB:
         url = (f"sqlite:///{args.dir}/cachemem.sqlite" if args.backend == "sqlite"
                else f"{PG}/{NAMES[args.backend]}")
         extra = {} if args.prefetch_count is None else {"prefetch_count": args.prefetch_count}
+        extra["cache_compress"] = args.cache_compress
         storage = zodbsql.open_storage(url, cache_size_mb=size_mb, **extra)
         if args.admission != "on":
             storage.shared.cache._policy_for_comparison(args.admission)
@@ -161,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admission", default="on", choices=["on", "off", "lru"])
     parser.add_argument("--prefetch-count", type=int,
                         help="zodbsql's prefetch-count (0: prefetch off, each load alone)")
+    parser.add_argument("--cache-compress", default="off", choices=["off", "zstd"],
+                        help="zodbsql's cache-compress")
     parser.add_argument("--one", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one is not None:
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(json.loads(out.splitlines()[-1]))
     base = next((r["peak_rss_mb"] for r in rows if r["size_mb"] == 0), None)
     print(f"{args.backend}, {args.objects} objects of {args.object_size} bytes,"
-          f" admission {args.admission}"
+          f" admission {args.admission}, cache-compress {args.cache_compress}"
           + ("" if args.prefetch_count is None else f", prefetch-count {args.prefetch_count}"))
     print("| MB | peak RSS | above size 0 | counted | entries | 1st pass/s | 2nd pass/s"
           " | 2nd/1st | served |")

@@ -108,6 +108,7 @@ def test_zconfig_defaults_are_the_dataclass_defaults(section_type: str, cls: typ
 
 #: Values of settings that take a few words only, by section type and setting.
 CHOICES = {("sqlite3", "synchronous"): "normal", ("zodbsql", "compress"): "zstd",
+           ("zodbsql", "cache_compress"): "zstd",
            ("zodbsql", "compress_level"): "9", ("postgresql", "driver"): "psycopg",
            ("postgresql", "toast_compression"): "pglz", ("mysql", "driver"): "pymysql"}
 

@@ -43,13 +43,16 @@ ACTIONS = ["value", "link", "link", "unlink", "unlink", "unlink", "new", "new"]
 class StorageMachine(RuleBasedStateMachine):
     #: Set by the test: the ``storage_factory`` of one backend x history mode cell.
     factory: Any = None
+    #: The state cache's ``cache-compress`` (set by a test too).
+    cache_compress = "off"
 
     def __init__(self) -> None:
         super().__init__()
         factory = self.factory
         self.keep_history = factory.param.keep_history
         self.storage = factory.open(factory.new_path(), cache_size_mb=TINY_CACHE_MB,
-                                    poll_changes_limit=POLL_LIMIT)
+                                    poll_changes_limit=POLL_LIMIT,
+                                    cache_compress=self.cache_compress)
         self.storage.shared.cache._max_index = TINY_INDEX   # test knob: reset often
         self.model = Model(self.keep_history)
         self.instances = [self.storage.new_instance() for _ in range(INSTANCES)]

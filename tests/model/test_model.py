@@ -21,8 +21,18 @@ SHRINK = os.environ.get("ZODBSQL_MODEL_SHRINK", "1") != "0"
 
 
 def test_storage_agrees_with_the_model(storage_factory: Any) -> None:
-    machine = type("Machine", (StorageMachine,), {"factory": storage_factory})
+    run_model(storage_factory, "off", EXAMPLES)
+
+
+def test_storage_with_a_compressed_cache_agrees_with_the_model(storage_factory: Any) -> None:
+    """``cache-compress zstd``: the cache's main segments keep states packed."""
+    run_model(storage_factory, "zstd", max(1, EXAMPLES // 4))
+
+
+def run_model(storage_factory: Any, cache_compress: str, examples: int) -> None:
+    machine = type("Machine", (StorageMachine,), {"factory": storage_factory,
+                                                  "cache_compress": cache_compress})
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        max_examples=examples, stateful_step_count=STEPS, deadline=None,
         suppress_health_check=list(HealthCheck),
         phases=list(Phase) if SHRINK else [p for p in Phase if p is not Phase.shrink]))

@@ -299,16 +299,19 @@ def test_a_load_at_an_older_snapshot_does_not_vouch_for_the_present() -> None:
     assert cache.get(6, 30) == (b"tid 7", 7)
 
 
-def test_random_histories_never_serve_a_stale_state() -> None:
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
+def test_random_histories_never_serve_a_stale_state(compress: bool) -> None:
     """Random commits, polls by instances at different points, loads at their
     snapshots and small caches (evictions, retired states, exact revisions), against
     the true history: ``get`` answers nothing or the revision current at the snapshot,
     ``has`` says exactly whether ``get`` would answer, ``get_revision`` nothing or the
-    exact revision."""
+    exact revision, ``peek_many`` what ``get`` would, and ``current_states`` (what the
+    persistent cache saves) the revisions current at ``polled``.  With compression the
+    states of 40 and 300 zeros are kept packed, the short ones tagged as they are."""
     rng = random.Random(23)
     for run in range(40):
         oids = range(1, rng.choice([4, 12, 40]))
-        cache = StateCache(rng.choice([6000, 16384, 1 << 20]))
+        cache = StateCache(rng.choice([6000, 16384, 1 << 20]), compress=compress)
         history: dict[int, list[tuple[int, bytes]]] = {oid: [(1, b"%d@1" % oid)] for oid in oids}
         last = 1
         snapshots = [1]                           # tids some instance polled up to
@@ -342,6 +345,13 @@ def test_random_histories_never_serve_a_stale_state() -> None:
                 old_tid, old_state = rng.choice(history[oid])
                 exact = cache.get_revision(oid, old_tid)
                 assert exact in (None, old_state), (run, oid, old_tid)
+                peeked = cache.peek_many([oid], snapshot)[0]
+                assert peeked in (None, state), (run, oid, snapshot)
+            if step > 0.97:
+                polled, kept = cache.current_states()
+                for oid, value in kept:
+                    tid = int.from_bytes(value[:8], "big")
+                    assert (tid, value[8:]) == [r for r in history[oid] if r[0] <= polled][-1]
             assert_counts_add_up(cache)
 
 
@@ -1345,3 +1355,24 @@ def test_a_hit_noted_for_a_state_the_cache_no_longer_holds_puts_it_back() -> Non
     cache.after_poll(10, 10, [])
     cache.note_hits([(9, 3, STATE)], 10, epoch)         # read before the clear: counted only
     assert not cache.has(9, 10) and cache.hits == 4
+
+
+@pytest.mark.parametrize("saved_by,read_by", [(False, True), (True, False), (True, True)])
+def test_saved_states_read_back_with_either_compression(saved_by: bool, read_by: bool) -> None:
+    """What the persistent cache saves (``current_states``) is tid + state as it came,
+    and ``adopt`` takes it into a cache of either setting, which serves it whole."""
+    states = {oid: b"%d" % oid + bytes(oid % 3 * 100) for oid in range(1, 400)}
+    saving = StateCache(1 << 20, compress=saved_by)
+    saving.after_poll(-1, 10, [])
+    for oid, state in states.items():
+        saving.put_loaded(oid, 5, state, 10)
+    polled, kept = saving.current_states()
+    assert polled == 10 and len(kept) == len(states)
+    assert all(value == (5).to_bytes(8, "big") + states[oid] for oid, value in kept)
+    reading = StateCache(1 << 20, compress=read_by)
+    reading.after_poll(-1, 10, [])
+    taken, more = reading.adopt([(oid, 5, value) for oid, value in kept], 10)
+    assert taken == len(states) and more
+    for oid, state in states.items():
+        assert reading.get(oid, 10) == (state, 5)
+    assert_counts_add_up(reading)

@@ -81,6 +81,7 @@ import threading
 from typing import Iterable, Sequence
 
 from .arena import CHUNK_OBJECT_BYTES, LARGEST_OID, ArenaSegment, entry_cost
+from .compression import StateCompressor
 from .segment import BATCH, Segment
 
 # Roughly what one entry of ``changed`` costs, to bound its length by the cache's bytes.
@@ -248,8 +249,11 @@ class FrequencySketch:
 
 
 class StateCache:
-    def __init__(self, size_bytes: int) -> None:
+    def __init__(self, size_bytes: int, compress: bool = False) -> None:
         self.limit = size_bytes
+        #: Packs what enters probation (``compression.py``); None keeps states as they
+        #: came, everywhere.
+        self._packer = StateCompressor() if compress and size_bytes > 0 else None
         # Current states (as of ``polled``), oid -> tid (8 bytes, big-endian) + state.
         # A small cache reads fewer of its oldest keys at a time (see Segment).
         batch = max(8, min(BATCH, size_bytes // 8192))
@@ -399,8 +403,10 @@ class StateCache:
     def _retire(self, oid: int) -> None:
         """A poll saw ``oid`` change: its current state is now only an exact revision."""
         value = self._probation.pop(oid, None)
+        packed = value is not None
         if value is None:
             value = self._protected.pop(oid, None)
+            packed = value is not None
             if value is not None:
                 self._protected_bytes -= entry_cost(value)
             else:
@@ -410,7 +416,9 @@ class StateCache:
                 self._window_bytes -= state_cost(value)
                 self._current_bytes += entry_cost(value) - state_cost(value)
         self._current_bytes -= entry_cost(value)
-        self._put_revision(oid, int.from_bytes(value[:8], "big"), value[8:])
+        packer = self._packer
+        state = packer.unpack(value[8:]) if packed and packer is not None else value[8:]
+        self._put_revision(oid, int.from_bytes(value[:8], "big"), state)
 
     def _drop_current(self) -> None:
         self._window.clear()
@@ -471,6 +479,8 @@ class StateCache:
                 if (tid > as_of or (changed is not None and changed != tid)
                         or oid > LARGEST_OID or self._holds(oid)):
                     continue
+                if self._packer is not None:
+                    value = self._packer.pack(value)
                 cost = entry_cost(value)
                 self._probation.push(oid, value)
                 self._current_bytes += cost
@@ -513,9 +523,16 @@ class StateCache:
         with self._lock:
             if not self.enabled or self.polled < 0:
                 return -1, []
-            return self.polled, [*reversed(self._protected.items()),
-                                 *reversed(self._window.entries.items()),
-                                 *reversed(self._probation.items())]
+            packer = self._packer
+            if packer is None:
+                return self.polled, [*reversed(self._protected.items()),
+                                     *reversed(self._window.entries.items()),
+                                     *reversed(self._probation.items())]
+            unpack = packer.unpack_value
+            return self.polled, [
+                *((oid, unpack(value)) for oid, value in reversed(self._protected.items())),
+                *reversed(self._window.entries.items()),
+                *((oid, unpack(value)) for oid, value in reversed(self._probation.items()))]
 
     # -- reading -------------------------------------------------------------------------------------
     def get(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
@@ -617,12 +634,19 @@ class StateCache:
                     return None
                 self._probation.touch(oid)
                 self._shrink(None)              # its old place may be a hole now
-                return self._probation.get_stamped(oid)
+                return self._unpacked(self._probation.get_stamped(oid))
             found = self._probation.get_stamped(oid)
             if found is None:
                 return None                         # a miss: nothing moved
         self._sketch.mark(oid)
-        return found
+        return self._unpacked(found)
+
+    def _unpacked(self, found: tuple[bytes, int] | None) -> tuple[bytes, int] | None:
+        """A main segment's ``get_stamped`` answer with its state as it came."""
+        packer = self._packer
+        if packer is None or found is None:
+            return found
+        return packer.unpack(found[0]), found[1]
 
     def _tables(self) -> int:
         return (self._protected.table_bytes + self._probation.table_bytes
@@ -709,7 +733,7 @@ class StateCache:
             return None
         if changed is None:
             return True if self._holds(oid) else None
-        held = self._stamped(oid)
+        held = self._stamped_as_kept(oid)
         if held is not None:
             return True if held[1] == changed else None
         return False if (oid << 64 | changed) in self._revisions.entries else None
@@ -867,7 +891,7 @@ class StateCache:
         key = oid << 64 | tid
         if key in self._revisions or len(state) > self.limit // 4:
             return
-        current = self._stamped(oid)
+        current = self._stamped_as_kept(oid)
         if current is not None and current[1] == tid:
             return                      # kept already, as the current state
         self._revisions.push(key, state)
@@ -884,6 +908,17 @@ class StateCache:
 
     def _stamped(self, oid: int) -> tuple[bytes, int] | None:
         """The state of ``oid`` and its tid if it is kept as current, wherever it is."""
+        found = self._protected.get_stamped(oid)
+        if found is None:
+            value = self._window.entries.get(oid)
+            if value is not None:
+                return value[8:], int.from_bytes(value[:8], "big")
+            found = self._probation.get_stamped(oid)
+        return self._unpacked(found)
+
+    def _stamped_as_kept(self, oid: int) -> tuple[bytes, int] | None:
+        """``_stamped`` with the state as its segment keeps it (packed in probation
+        and protected, with compression): for a look at the tid alone."""
         found = self._protected.get_stamped(oid)
         if found is None:
             value = self._window.entries.get(oid)
@@ -937,6 +972,8 @@ class StateCache:
             while self._window_bytes > self._window_limit and window:
                 candidate, value = window.pop_oldest()
                 cost = state_cost(value)
+                if self._packer is not None:
+                    value = self._packer.pack(value)
                 entry = entry_cost(value)
                 self._window_bytes -= cost
                 self._current_bytes += entry - cost     # counted as in probation
@@ -980,6 +1017,9 @@ class StateCache:
         entries = list(entering.items())
         moving = len(entries) - staying
         leaving.update(entries[:moving])
+        if leaving and self._packer is not None:
+            pack = self._packer.pack
+            leaving = {oid: pack(value) for oid, value in leaving.items()}
         if leaving:
             self._probation.push_many(leaving)
             self._current_bytes += sum(map(entry_cost, leaving.values()))

@@ -43,7 +43,8 @@ class Shared:
         self.matches = matcher(codec.checksum_key)
         backend.use_codec(codec)
         self.options = options
-        self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024))
+        self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024),
+                                compress=options.cache_compress == "zstd")
         self.prefetcher = Prefetcher(*self.cache.prefetch_batch(options.prefetch_count,
                                                                  options.prefetch_bytes),
                                      held=self.cache.holds)
