@@ -733,9 +733,9 @@ class StateCache:
             return None
         if changed is None:
             return True if self._holds(oid) else None
-        held = self._stamped_as_kept(oid)
+        held = self._kept_tid(oid)
         if held is not None:
-            return True if held[1] == changed else None
+            return True if held == changed else None
         return False if (oid << 64 | changed) in self._revisions.entries else None
 
     def get_revision(self, oid: int, tid: int) -> bytes | None:
@@ -891,8 +891,7 @@ class StateCache:
         key = oid << 64 | tid
         if key in self._revisions or len(state) > self.limit // 4:
             return
-        current = self._stamped_as_kept(oid)
-        if current is not None and current[1] == tid:
+        if self._kept_tid(oid) == tid:
             return                      # kept already, as the current state
         self._revisions.push(key, state)
         self._revision_bytes += _revision_cost(state)
@@ -916,16 +915,16 @@ class StateCache:
             found = self._probation.get_stamped(oid)
         return self._unpacked(found)
 
-    def _stamped_as_kept(self, oid: int) -> tuple[bytes, int] | None:
-        """``_stamped`` with the state as its segment keeps it (packed in probation
-        and protected, with compression): for a look at the tid alone."""
+    def _kept_tid(self, oid: int) -> int | None:
+        """The tid of the state of ``oid`` kept as current, if one is (its state not
+        unpacked)."""
         found = self._protected.get_stamped(oid)
         if found is None:
             value = self._window.entries.get(oid)
             if value is not None:
-                return value[8:], int.from_bytes(value[:8], "big")
+                return int.from_bytes(value[:8], "big")
             found = self._probation.get_stamped(oid)
-        return found
+        return None if found is None else found[1]
 
     def holds(self, oid: int) -> bool:
         """Is a state of ``oid`` kept as current?  (Unlocked: an answer for a hint,
