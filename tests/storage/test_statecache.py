@@ -1376,3 +1376,17 @@ def test_saved_states_read_back_with_either_compression(saved_by: bool, read_by:
     for oid, state in states.items():
         assert reading.get(oid, 10) == (state, 5)
     assert_counts_add_up(reading)
+
+
+def test_a_compressed_cache_keeps_a_batch_larger_than_its_window() -> None:
+    """What a batch sends on to probation is packed there, and all of it is kept and
+    served whole (the window keeps the newest as they came)."""
+    cache = StateCache(4 << 20, compress=True)
+    cache.after_poll(-1, 10, [])
+    states = {oid: b"%d" % oid + bytes(300) for oid in range(3000)}
+    cache.put_loaded_many([(oid, 9, state) for oid, state in states.items()], snapshot=10)
+    assert len(cache) == len(states) and len(cache._probation) > 0 and len(cache._window) > 0
+    assert all(value[8] == 0 for value in cache._probation.values())    # packed (TAG_ZSTD)
+    for oid, state in states.items():
+        assert cache.get(oid, 10) == (state, 9)
+    assert_counts_add_up(cache)
