@@ -120,10 +120,11 @@ class Options:
         64.0, doc="Size of the state cache shared by all connections of this storage in the "
                   "process, in MB (0 turns it off).")
     cache_compress: str = setting(
-        "off", doc="zstd: the state cache keeps the states it holds beyond its window "
-                   "compressed (zstd, level 1), so that about twice as many small ones fit "
-                   "in cache-size-mb, for ~1 us more a hit and ~4 us a state entering "
-                   "(needs the atrest extra); off: kept as they are.")
+        "auto", doc="auto: once the state cache has been full, it keeps the states it holds "
+                   "beyond its window compressed (zstd, level 1), so that about twice as many "
+                   "small ones fit in cache-size-mb; a cache that holds all it is given pays "
+                   "nothing.  zstd: compressed from the start.  Compressed, a hit costs ~1 us "
+                   "more and a state entering ~4 us.  off: kept as they are.")
     heap_trim_interval: float = setting(
         60.0, doc="Seconds between two returns of the memory the process freed to the "
                   "system (glibc's malloc_trim, at a transaction start): glibc keeps freed "
@@ -267,9 +268,9 @@ class Options:
             raise ConfigurationError(
                 f"pack-duty-cycle must be in (0, 1], got {self.pack_duty_cycle}")
 
-        if self.cache_compress not in ("off", "zstd"):
+        if self.cache_compress not in ("off", "zstd", "auto"):
             raise ConfigurationError(
-                f"cache-compress must be off or zstd, got {self.cache_compress!r}")
+                f"cache-compress must be off, zstd or auto, got {self.cache_compress!r}")
         if self.compress not in ("off", "zstd"):
             raise ConfigurationError(f"compress must be off or zstd, got {self.compress!r}")
         if not 1 <= self.compress_level <= 22:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -24,9 +25,12 @@ def test_storage_agrees_with_the_model(storage_factory: Any) -> None:
     run_model(storage_factory, "off", EXAMPLES)
 
 
-def test_storage_with_a_compressed_cache_agrees_with_the_model(storage_factory: Any) -> None:
-    """``cache-compress zstd``: the cache's main segments keep states packed."""
-    run_model(storage_factory, "zstd", max(1, EXAMPLES // 4))
+@pytest.mark.parametrize("cache_compress", ["zstd", "auto"])
+def test_storage_with_a_compressed_cache_agrees_with_the_model(storage_factory: Any,
+                                                                cache_compress: str) -> None:
+    """``cache-compress zstd``: the cache's main segments keep states packed; ``auto``:
+    as they came until the (small) cache is first full, then packed and squeezed."""
+    run_model(storage_factory, cache_compress, max(1, EXAMPLES // 4))
 
 
 def run_model(storage_factory: Any, cache_compress: str, examples: int) -> None:

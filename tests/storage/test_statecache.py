@@ -299,15 +299,16 @@ def test_a_load_at_an_older_snapshot_does_not_vouch_for_the_present() -> None:
     assert cache.get(6, 30) == (b"tid 7", 7)
 
 
-@pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
-def test_random_histories_never_serve_a_stale_state(compress: bool) -> None:
+@pytest.mark.parametrize("compress", ["off", "zstd", "auto"])
+def test_random_histories_never_serve_a_stale_state(compress: str) -> None:
     """Random commits, polls by instances at different points, loads at their
     snapshots and small caches (evictions, retired states, exact revisions), against
     the true history: ``get`` answers nothing or the revision current at the snapshot,
     ``has`` says exactly whether ``get`` would answer, ``get_revision`` nothing or the
     exact revision, ``peek_many`` what ``get`` would, and ``current_states`` (what the
     persistent cache saves) the revisions current at ``polled``.  With compression the
-    states of 40 and 300 zeros are kept packed, the short ones tagged as they are."""
+    states of 40 and 300 zeros are kept packed, the short ones tagged as they are; with
+    ``auto`` as they came until the cache is first full, then squeezed."""
     rng = random.Random(23)
     for run in range(40):
         oids = range(1, rng.choice([4, 12, 40]))
@@ -1357,8 +1358,9 @@ def test_a_hit_noted_for_a_state_the_cache_no_longer_holds_puts_it_back() -> Non
     assert not cache.has(9, 10) and cache.hits == 4
 
 
-@pytest.mark.parametrize("saved_by,read_by", [(False, True), (True, False), (True, True)])
-def test_saved_states_read_back_with_either_compression(saved_by: bool, read_by: bool) -> None:
+@pytest.mark.parametrize("saved_by,read_by", [("off", "zstd"), ("zstd", "off"), ("zstd", "zstd"),
+                                             ("auto", "zstd"), ("zstd", "auto")])
+def test_saved_states_read_back_with_either_compression(saved_by: str, read_by: str) -> None:
     """What the persistent cache saves (``current_states``) is tid + state as it came,
     and ``adopt`` takes it into a cache of either setting, which serves it whole."""
     states = {oid: b"%d" % oid + bytes(oid % 3 * 100) for oid in range(1, 400)}
@@ -1381,7 +1383,7 @@ def test_saved_states_read_back_with_either_compression(saved_by: bool, read_by:
 def test_a_compressed_cache_keeps_a_batch_larger_than_its_window() -> None:
     """What a batch sends on to probation is packed there, and all of it is kept and
     served whole (the window keeps the newest as they came)."""
-    cache = StateCache(4 << 20, compress=True)
+    cache = StateCache(4 << 20, compress="zstd")
     cache.after_poll(-1, 10, [])
     states = {oid: b"%d" % oid + bytes(300) for oid in range(3000)}
     cache.put_loaded_many([(oid, 9, state) for oid, state in states.items()], snapshot=10)

@@ -1,4 +1,4 @@
-"""States kept compressed in the state cache's main segments (``cache-compress zstd``).
+"""States kept compressed in the state cache's main segments (``cache-compress``).
 
 A state of a few hundred bytes costs its pickle and ~60 bytes of bookkeeping in an
 arena segment (``arena.py``), so a cache fills with pickles: at 32 MB about 58% of a
@@ -20,7 +20,10 @@ from __future__ import annotations
 from zodbsql.errors import ConfigurationError
 
 TAG_ZSTD = 0
+#: Kept as it came: small, or no smaller compressed.
 TAG_PLAIN = 1
+#: Kept as it came, not tried yet (``auto`` before the cache was first full).
+TAG_RAW = 2
 #: States shorter than this are kept as they are: zstd's frame header (6 to 9 bytes)
 #: would take most of what it saves.
 SMALLEST = 48
@@ -31,20 +34,38 @@ class StateCompressor:
     """Packs the state cache's values (``tid + state``) and unpacks their states.
     Not thread-safe (zstd's contexts are not): the state cache calls it under its lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, eager: bool = True) -> None:
         try:
             import zstandard
         except ImportError as exc:
             raise ConfigurationError(
-                "cache-compress zstd needs the zstandard package"
-                f" (pip install 'zodbsql[atrest]'): {exc}") from None
+                f"cache-compress {'zstd' if eager else 'auto'} needs the zstandard package"
+                f" (a dependency of zodbsql: pip install zstandard): {exc}") from None
+        #: Does ``pack`` compress?  From the start (``zstd``) or from ``start`` (``auto``).
+        self.compressing = eager
         self._compress = zstandard.ZstdCompressor(level=LEVEL, write_content_size=True,
                                                   write_checksum=False).compress
         self._decompress = zstandard.ZstdDecompressor().decompress
 
+    def start(self) -> None:
+        """The cache is full: from now on ``pack`` compresses."""
+        self.compressing = True
+
     def pack(self, value: bytes) -> bytes:
         """``value`` (tid + state) as the main segments keep it."""
-        state = memoryview(value)[8:]
+        if not self.compressing:
+            return value[:8] + bytes((TAG_RAW,)) + value[8:]
+        return self._packed(value, memoryview(value)[8:])
+
+    def squeeze(self, kept: bytes) -> bytes | None:
+        """A kept value (tid + tag + ...) of a state not tried yet, compressed as ``pack``
+        does once compressing; None for one already tried."""
+        if kept[8] != TAG_RAW:
+            return None
+        return self._packed(kept, memoryview(kept)[9:])
+
+    def _packed(self, value: bytes, state: memoryview) -> bytes:
+        """``value``'s tid and ``state``, tagged, compressed where that saves bytes."""
         if len(state) >= SMALLEST:
             packed = self._compress(state)
             if len(packed) < len(state):

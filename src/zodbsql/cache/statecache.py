@@ -122,6 +122,9 @@ ADMISSION_MARGIN = 1
 #: The states of probation promoted in one step at most: a run is held outside both
 #: segments while it moves (all of a 32 MB cache's took 32 MB more of peak RSS).
 PROMOTION_RUN = 256
+#: Raw states compressed at most to make room for one newcomer (``_squeeze``): a few
+#: microseconds each, so a load never pays for a whole cache's.
+SQUEEZE_RUN = 8
 
 
 def allocated(size: int) -> int:
@@ -249,11 +252,17 @@ class FrequencySketch:
 
 
 class StateCache:
-    def __init__(self, size_bytes: int, compress: bool = False) -> None:
+    def __init__(self, size_bytes: int, compress: str = "off") -> None:
+        # (``compress`` defaults to off here, for the tests of the policy; the storage
+        # passes its ``cache-compress``, auto by default.)
         self.limit = size_bytes
-        #: Packs what enters probation (``compression.py``); None keeps states as they
+        #: Packs what enters probation (``compression.py``): from the start with
+        #: ``zstd``, once the cache is full with ``auto``; None keeps states as they
         #: came, everywhere.
-        self._packer = StateCompressor() if compress and size_bytes > 0 else None
+        self._packer = (StateCompressor(eager=compress == "zstd")
+                        if compress != "off" and size_bytes > 0 else None)
+        #: ``auto``: raw states are compressed to make room once the cache is full.
+        self._squeezing = self._packer is not None and compress == "auto"
         # Current states (as of ``polled``), oid -> tid (8 bytes, big-endian) + state.
         # A small cache reads fewer of its oldest keys at a time (see Segment).
         batch = max(8, min(BATCH, size_bytes // 8192))
@@ -797,7 +806,14 @@ class StateCache:
                         or self._holds(oid)):
                     continue
                 entering[oid] = tid.to_bytes(8, "big") + state
-            if self._fits_without_eviction(rows):
+            fits = self._fits_without_eviction(rows)
+            if not fits and self._squeezing and entering:
+                # Room made for the whole batch at once, so that it still enters in
+                # one step: one newcomer at a time (``_enter_each``) took twice as long.
+                self._squeeze(self._bytes() + self._room_for(rows) - self.limit,
+                              4 * len(entering))
+                fits = self._fits_without_eviction(rows)
+            if fits:
                 self._enter_all(entering)       # nothing is evicted on the way
             else:
                 self._enter_each(entering.items())
@@ -806,20 +822,23 @@ class StateCache:
     def _fits_without_eviction(self, rows: list[tuple[int, int, bytes]]) -> bool:
         """Would ``rows`` all fit, whatever the tables and the sketch grow to?  Then
         none of them meets admission or evicts anything (``_enter_each``): a filling cache
-        spent half of each insertion measuring itself for a test that could not fail.
+        spent half of each insertion measuring itself for a test that could not fail."""
+        return self._bytes() + self._room_for(rows) <= self.limit
+
+    def _room_for(self, rows: list[tuple[int, int, bytes]]) -> int:
+        """The bytes ``rows`` could take at most (``_fits_without_eviction``).
         Counted high: each state with its tid and its entry (``ROOM_PER_STATE``); the
         window's table doubled; the chunks probation's log may open on the way, one
         for each chunk's worth written (what the window holds may move there too) and
         two more; a sketch of two rows of twice the states, whole."""
         if not rows:
-            return True
+            return 0
         count = len(rows)
         entries = len(self._probation) + len(self._protected) + len(self._window) + count
         written = sum(len(state) for _, _, state in rows) + count * ROOM_PER_STATE
         opened = (written + self._window_bytes) // self._probation.chunk_size + 2
-        need = (written + 2 * self._window.table_bytes + opened * CHUNK_OBJECT_BYTES
+        return (written + 2 * self._window.table_bytes + opened * CHUNK_OBJECT_BYTES
                 + 4 * entries)
-        return self._bytes() + need <= self.limit
 
     def put_revision(self, oid: int, tid: int, state: bytes) -> None:
         """Remember an exact revision (a commit's own states)."""
@@ -962,6 +981,7 @@ class StateCache:
         mostly does: a loser changes neither the victim nor its count."""
         window = self._window
         count = self._sketch.count
+        packer = self._packer
         bar: int | None = None
         for oid, value in entering:
             cost = state_cost(value)
@@ -971,20 +991,56 @@ class StateCache:
             while self._window_bytes > self._window_limit and window:
                 candidate, value = window.pop_oldest()
                 cost = state_cost(value)
-                if self._packer is not None:
-                    value = self._packer.pack(value)
-                entry = entry_cost(value)
                 self._window_bytes -= cost
-                self._current_bytes += entry - cost     # counted as in probation
-                if self._admission and self._bytes() > self.limit:
-                    if bar is None:
-                        bar = self._admission_bar()
-                    if count(candidate) <= bar:
-                        self._current_bytes -= entry    # turned away
-                        continue
+                self._current_bytes -= cost
+                # Admission is judged on the state as it came, so that one turned away
+                # is never compressed for nothing.
+                room = entry_cost(value) + (1 if packer is not None else 0)
+                if self._admission and self._bytes() + room > self.limit:
+                    if (self._squeezing
+                            and self._squeeze(self._bytes() + room - self.limit, SQUEEZE_RUN)):
+                        bar = None              # the victim may have changed
+                    if self._bytes() + room > self.limit:
+                        if bar is None:
+                            bar = self._admission_bar()
+                        if count(candidate) <= bar:
+                            continue            # turned away
+                if packer is not None:
+                    value = packer.pack(value)
+                self._current_bytes += entry_cost(value)
                 self._probation.push(candidate, value)
                 self._shrink(candidate)
                 bar = None
+
+    def _squeeze(self, excess: int, most: int) -> bool:
+        """The cache is full: in ``auto``, compression starts, and raw states at
+        probation's old end (``TAG_RAW``, kept before it started) are compressed and
+        moved to its new end, until they saved ``excess`` bytes or ``most`` were
+        compressed.  Each state is squeezed once at most: its tag says it was tried.
+        Did any move?"""
+        packer = self._packer
+        assert packer is not None
+        packer.start()
+        probation = self._probation
+        moved = False
+        for _ in range(most):
+            oid = self._oldest_unmarked(None)
+            if oid is None:
+                break
+            kept = probation.get(oid)
+            assert kept is not None
+            squeezed = packer.squeeze(kept)
+            if squeezed is None:
+                break
+            del probation[oid]
+            probation.push(oid, squeezed)
+            saved = entry_cost(kept) - entry_cost(squeezed)
+            self._current_bytes -= saved
+            moved = True
+            excess -= saved
+            if excess <= 0:
+                break
+        return moved
 
     def _enter_all(self, entering: dict[int, bytes]) -> None:
         """``_enter_each`` of ``entering`` (oid -> tid + state, none cached) in their
@@ -1055,6 +1111,9 @@ class StateCache:
                     return
                 self._pop_revision()
                 continue
+            packer = self._packer
+            if self._squeezing and packer is not None:
+                packer.start()
             source, victim = self._victim(newcomer)
             value = source.pop(victim)
             if source is self._window:

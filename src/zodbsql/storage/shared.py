@@ -44,7 +44,7 @@ class Shared:
         backend.use_codec(codec)
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024),
-                                compress=options.cache_compress == "zstd")
+                                compress=options.cache_compress)
         self.prefetcher = Prefetcher(*self.cache.prefetch_batch(options.prefetch_count,
                                                                  options.prefetch_bytes),
                                      held=self.cache.holds)
