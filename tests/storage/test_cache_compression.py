@@ -127,3 +127,84 @@ def test_a_newcomer_turned_away_is_not_compressed() -> None:
     scan(cache, range(100_000, 120_000))
     assert len(cache) >= held - 100          # the newcomers lost admission
     assert len(calls) < 100
+
+
+def test_a_full_auto_cache_squeezes_just_enough_for_a_newcomer() -> None:
+    """Once the cache is full of raw states, the next state to leave the window gets
+    in without evicting any: the oldest raw states are compressed until it fits, a
+    few of them, not a run's worth."""
+    cache = StateCache(1 << 20, compress="auto")
+    cache.after_poll(-1, 10, [])
+    oid = 0
+    while cache._packer is not None and not cache._packer.compressing:
+        scan(cache, range(oid, oid + 1))
+        oid += 1
+    # The first state to meet a full cache started compression and made its own room.
+    held = len(cache)
+    assert held == oid and 0 < kept_tags(cache).count(TAG_ZSTD) <= 3
+    for more in range(oid, oid + 20):
+        scan(cache, range(more, more + 1))
+        assert len(cache) == more + 1                   # nothing turned away or evicted
+        squeezed = kept_tags(cache).count(TAG_ZSTD)
+        assert squeezed <= 3 * (more + 2 - oid)         # two or three each, not eight
+    assert cache.bytes_used <= cache.limit
+
+
+def test_auto_batches_stay_raw_until_full_then_enter_whole() -> None:
+    """Prefetched batches (``put_loaded_many``) into an ``auto`` cache: kept as they
+    came while they fit; the first that does not fit has its room squeezed out of the
+    raw states and enters whole; the cache ends up holding about what ``zstd`` holds."""
+    cache = StateCache(1 << 20, compress="auto")
+    cache.after_poll(-1, 10, [])
+    packer = cache._packer
+    assert packer is not None
+
+    def batch(start: int) -> None:
+        cache.put_loaded_many([(oid, 9, b"%d" % oid + PICKLE)
+                               for oid in range(start, start + 200)], 10)
+
+    start = 0
+    while cache._fits_without_eviction([(0, 9, b"%d" % 0 + PICKLE)] * 200):
+        batch(start)
+        start += 200
+        assert not packer.compressing and set(kept_tags(cache)) <= {TAG_RAW}
+    assert len(cache) == start
+    # The first that does not fit enters in one step, not newcomer by newcomer.
+    one_by_one = cache._enter_each
+    cache._enter_each = lambda entering: pytest.fail("entered one by one")  # type: ignore
+    batch(start)
+    cache._enter_each = one_by_one                  # type: ignore[method-assign]
+    assert packer.compressing and len(cache) == start + 200
+    assert kept_tags(cache).count(TAG_ZSTD) > 200  # squeezed to make its room
+    first = start + 200
+    while start < 20_000:
+        start += 200
+        batch(start)
+    assert 6_000 < len(cache) <= 7_000            # 6,795 kept by zstd one at a time
+    assert cache.bytes_used <= cache.limit
+    # Once nothing raw is left, admission guards the cache as before: the batches after
+    # it filled were turned away, not let in over what it held.
+    held = [oid for oid in range(start + 200) if cache.has(oid, 10)]
+    assert sum(oid < first + 2_000 for oid in held) > 0.8 * len(held)
+    for oid in range(start + 200):
+        found = cache.get(oid, 10)
+        assert found is None or found == (b"%d" % oid + PICKLE, 9)
+
+
+def test_a_batch_of_large_states_squeezes_only_its_room() -> None:
+    """Where each squeeze frees more than a newcomer takes (large states that compress
+    well), a batch's room is squeezed out of fewer raw states than the cap of four a
+    state allows."""
+    cache = StateCache(4 << 20, compress="auto")
+    cache.after_poll(-1, 10, [])
+    big = bytes(2000)
+    start = 0
+    while cache._fits_without_eviction([(0, 9, b"0" + big)] * 100):
+        cache.put_loaded_many([(oid, 9, b"%d" % oid + big)
+                               for oid in range(start, start + 100)], 10)
+        start += 100
+    cache.put_loaded_many([(oid, 9, b"%d" % oid + big) for oid in range(start, start + 100)],
+                          10)
+    assert len(cache) == start + 100
+    # ~100 newcomers' room (2,200 bytes each, counted high) from ~2,000 bytes a squeeze.
+    assert kept_tags(cache).count(TAG_ZSTD) < 100 + 200

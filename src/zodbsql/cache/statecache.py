@@ -997,8 +997,8 @@ class StateCache:
                 # is never compressed for nothing.
                 room = entry_cost(value) + (1 if packer is not None else 0)
                 if self._admission and self._bytes() + room > self.limit:
-                    if (self._squeezing
-                            and self._squeeze(self._bytes() + room - self.limit, SQUEEZE_RUN)):
+                    if self._squeezing:
+                        self._squeeze(self._bytes() + room - self.limit, SQUEEZE_RUN)
                         bar = None              # the victim may have changed
                     if self._bytes() + room > self.limit:
                         if bar is None:
@@ -1012,17 +1012,15 @@ class StateCache:
                 self._shrink(candidate)
                 bar = None
 
-    def _squeeze(self, excess: int, most: int) -> bool:
+    def _squeeze(self, excess: int, most: int) -> None:
         """The cache is full: in ``auto``, compression starts, and raw states at
         probation's old end (``TAG_RAW``, kept before it started) are compressed and
         moved to its new end, until they saved ``excess`` bytes or ``most`` were
-        compressed.  Each state is squeezed once at most: its tag says it was tried.
-        Did any move?"""
+        compressed.  Each state is squeezed once at most: its tag says it was tried."""
         packer = self._packer
         assert packer is not None
         packer.start()
         probation = self._probation
-        moved = False
         for _ in range(most):
             oid = self._oldest_unmarked(None)
             if oid is None:
@@ -1036,11 +1034,9 @@ class StateCache:
             probation.push(oid, squeezed)
             saved = entry_cost(kept) - entry_cost(squeezed)
             self._current_bytes -= saved
-            moved = True
             excess -= saved
             if excess <= 0:
                 break
-        return moved
 
     def _enter_all(self, entering: dict[int, bytes]) -> None:
         """``_enter_each`` of ``entering`` (oid -> tid + state, none cached) in their
