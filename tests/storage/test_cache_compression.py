@@ -182,6 +182,7 @@ def test_auto_batches_stay_raw_until_full_then_enter_whole() -> None:
         batch(start)
     assert 6_000 < len(cache) <= 7_000            # 6,795 kept by zstd one at a time
     assert cache.bytes_used <= cache.limit
+    assert not cache._squeezing                     # every raw state came round once
     # Once nothing raw is left, admission guards the cache as before: the batches after
     # it filled were turned away, not let in over what it held.
     held = [oid for oid in range(start + 200) if cache.has(oid, 10)]

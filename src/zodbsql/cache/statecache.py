@@ -261,7 +261,8 @@ class StateCache:
         #: came, everywhere.
         self._packer = (StateCompressor(eager=compress == "zstd")
                         if compress != "off" and size_bytes > 0 else None)
-        #: ``auto``: raw states are compressed to make room once the cache is full.
+        #: ``auto``: raw states are compressed to make room once the cache is full,
+        #: until none is left at probation's old end (``_squeeze``).
         self._squeezing = self._packer is not None and compress == "auto"
         # Current states (as of ``polled``), oid -> tid (8 bytes, big-endian) + state.
         # A small cache reads fewer of its oldest keys at a time (see Segment).
@@ -1029,6 +1030,11 @@ class StateCache:
             assert kept is not None
             squeezed = packer.squeeze(kept)
             if squeezed is None:
+                # Compressed or tried: every raw state has come round once.  None is
+                # made raw once compression has started, so squeezing is over (those
+                # a promotion kept in protected stay raw), and a full cache's
+                # newcomers no longer pay a look at probation's oldest for it.
+                self._squeezing = False
                 break
             del probation[oid]
             probation.push(oid, squeezed)
