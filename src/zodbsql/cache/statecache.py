@@ -997,15 +997,16 @@ class StateCache:
                 # Admission is judged on the state as it came, so that one turned away
                 # is never compressed for nothing.
                 room = entry_cost(value) + (1 if packer is not None else 0)
-                if self._admission and self._bytes() + room > self.limit:
-                    if self._squeezing:
-                        self._squeeze(self._bytes() + room - self.limit, SQUEEZE_RUN)
-                        bar = None              # the victim may have changed
-                    if self._bytes() + room > self.limit:
-                        if bar is None:
-                            bar = self._admission_bar()
-                        if count(candidate) <= bar:
-                            continue            # turned away
+                over = self._bytes() + room - self.limit if self._admission else 0
+                if over > 0 and self._squeezing:
+                    self._squeeze(over, SQUEEZE_RUN)
+                    bar = None                  # the victim may have changed
+                    over = self._bytes() + room - self.limit
+                if over > 0:
+                    if bar is None:
+                        bar = self._admission_bar()
+                    if count(candidate) <= bar:
+                        continue                # turned away
                 if packer is not None:
                     value = packer.pack(value)
                 self._current_bytes += entry_cost(value)
