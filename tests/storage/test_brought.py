@@ -2,7 +2,10 @@
 bounded in bytes, its hits counted in the shared cache in bulk."""
 from __future__ import annotations
 
-from zodbsql.cache.brought import NOTE_EVERY, Brought
+from zodbsql.cache.brought import HELD_ENTRY_BYTES, NOTE_EVERY, Brought, held_cost
+
+#: Room for two held states and 20 bytes of their pickles.
+TWO_AND_20 = 2 * HELD_ENTRY_BYTES + 20
 
 
 class Counting:
@@ -76,7 +79,7 @@ def test_hits_are_counted_every_note_every_and_when_asked() -> None:
 
 
 def test_what_is_held_stays_within_the_prefetch_bytes() -> None:
-    held = Brought(Counting(), 20)
+    held = Brought(Counting(), TWO_AND_20)
     held.add([(1, 1, b"x" * 8), (2, 1, b"x" * 8)], snapshot=1)          # 16 of 20
     assert set(held.states) == {1, 2}
     held.add([(3, 1, b"x" * 8)], snapshot=1)                            # 24: replaces
@@ -84,14 +87,28 @@ def test_what_is_held_stays_within_the_prefetch_bytes() -> None:
     held.take(3, 1)                                                     # 0 held again
     held.add([(4, 1, b"x" * 12), (5, 1, b"x" * 8)], snapshot=1)         # 20 fits
     assert set(held.states) == {4, 5}
-    held.add([(6, 1, b"x" * 21)], snapshot=1)                           # alone too big
+    held.add([(6, 1, b"x" * (TWO_AND_20 - HELD_ENTRY_BYTES + 1))], snapshot=1)
+    assert held.states == {}                                            # alone too big
+
+
+def test_a_held_state_costs_its_pickle_and_what_python_spends_around_it() -> None:
+    """The pickles alone let a process hold 2.2 times the bound (states of 175 bytes):
+    the bound counts each state's tuple, ints, header and dict slot too."""
+    assert held_cost(b"x" * 175) == 175 + HELD_ENTRY_BYTES
+    held = Brought(Counting(), 10 * held_cost(b"x" * 100))
+    held.add([(oid, 1, b"x" * 100) for oid in range(10)], snapshot=1)
+    assert len(held.states) == 10
+    held.add([(10, 1, b"x")], snapshot=1)                               # one too many
+    assert set(held.states) == {10}
+    held = Brought(Counting(), 10 * held_cost(b"x" * 100))
+    held.add([(oid, 1, b"x" * 100) for oid in range(11)], snapshot=1)  # 11 alone
     assert held.states == {}
 
 
 def test_a_state_brought_again_is_counted_once() -> None:
-    held = Brought(Counting(), 20)
+    held = Brought(Counting(), TWO_AND_20)
     held.add([(1, 1, b"x" * 8)], snapshot=1)
-    held.add([(1, 1, b"x" * 8)], snapshot=1)       # 8 held, not 16: the next fits
+    held.add([(1, 1, b"x" * 8)], snapshot=1)       # once held, not twice: the next fits
     held.add([(2, 1, b"x" * 12)], snapshot=1)
     assert set(held.states) == {1, 2}
 
@@ -105,17 +122,17 @@ def test_nothing_is_held_with_prefetch_bytes_zero() -> None:
 def test_the_bound_counts_what_is_still_held() -> None:
     """Taken states give their bytes back, batches add theirs: what decides whether
     the next batch joins the rest or replaces it."""
-    held = Brought(Counting(), 20)
+    held = Brought(Counting(), TWO_AND_20)
     held.add([(1, 1, b"x" * 6), (2, 1, b"x" * 8)], snapshot=1)         # 14
     held.take(1, 1)                                                     # 8 left
     held.add([(3, 1, b"x" * 12)], snapshot=1)                           # 20: joins
     assert set(held.states) == {2, 3}
-    held = Brought(Counting(), 20)
+    held = Brought(Counting(), TWO_AND_20)
     held.add([(1, 1, b"x" * 6), (2, 1, b"x" * 8)], snapshot=1)
     held.take(1, 1)
     held.add([(3, 1, b"x" * 13)], snapshot=1)                           # 21: replaces
     assert set(held.states) == {3}
-    held = Brought(Counting(), 20)
+    held = Brought(Counting(), TWO_AND_20)
     for oid in (1, 2):
         held.add([(oid, 1, b"x" * 8)], snapshot=1)                      # 16 in two
     held.add([(3, 1, b"x" * 8)], snapshot=1)                            # 24: replaces

@@ -136,6 +136,33 @@ def test_the_memory_bound_holds() -> None:
     assert cache.bytes_used == empty
 
 
+def test_a_reserve_counts_against_the_bound() -> None:
+    """Memory spent for the cache outside it (a prefetch's batches) is counted as part
+    of it: the cache keeps fewer states, and a second reserve replaces the first."""
+    def kept(reserved: int) -> int:
+        cache = StateCache(64 * 1024)
+        empty = cache.bytes_used
+        cache.reserve(reserved)
+        cache.reserve(reserved)                   # replaces, never adds
+        assert cache.bytes_used == empty + reserved
+        cache.after_poll(1, 1, [])
+        for oid in range(2000):
+            cache.put_loaded(oid, 1, STATE, snapshot=1)
+            cache.get(oid, 1)
+            assert cache.bytes_used <= cache.limit
+        assert_counts_add_up(cache)
+        return len(cache)
+    plain, reserved = kept(0), kept(16 * 1024)
+    assert 0 < reserved < plain * 0.85
+    tiny = StateCache(8 * 1024)                   # the model test's: a quarter at most
+    empty = tiny.bytes_used
+    tiny.reserve(18_000)
+    assert tiny.bytes_used == empty + 2 * 1024
+    disabled = StateCache(0)
+    disabled.reserve(16 * 1024)
+    assert disabled.bytes_used == 0 and disabled._reserved == 0
+
+
 def test_the_count_is_what_python_allocates() -> None:
     """tracemalloc sees what the cache's objects take (requested sizes, so a little
     less than the count, which rounds up to pymalloc's blocks): never more than the
@@ -276,6 +303,10 @@ def test_exact_revisions_are_served_whatever_the_index() -> None:
     assert cache.get_revision(7, 200) == b"seven at 200"
     assert cache.get_revision(7, 150) is None
     assert cache.get_revision(8, 100) is None
+    tiny = StateCache(8 * 1024)                   # the model test's: a quarter at most
+    empty = tiny.bytes_used
+    tiny.reserve(18_000)
+    assert tiny.bytes_used == empty + 2 * 1024
     disabled = StateCache(0)
     disabled.put_revision(7, 100, b"seven at 100")
     assert disabled.get_revision(7, 100) is None
@@ -405,7 +436,8 @@ def assert_counts_add_up(cache: StateCache) -> None:
     assert (cache._protected_bytes, cache._window_bytes, cache._current_bytes,
             cache._revision_bytes) == (protected, window, current, revisions)
     # The sketch's rows as they are now, however often they grew.
-    assert cache._fixed_bytes == cache._sketch.size_bytes + cache._batches_bytes()
+    assert cache._fixed_bytes == (cache._sketch.size_bytes + cache._batches_bytes()
+                                  + cache._reserved)
     # The table sizes kept as they change, rather than measured at every access.
     for table in (cache._window, cache._revisions):
         assert table.table_bytes == sys.getsizeof(table.entries)
@@ -1075,6 +1107,10 @@ def test_peek_many_answers_as_get_without_counting_or_marking() -> None:
     assert not cache._sketch.take_mark(1)
     for oid in (1, 2, 3, 4, 5):
         assert cache.has(oid, 13) == (cache.get(oid, 13) is not None)
+    tiny = StateCache(8 * 1024)                   # the model test's: a quarter at most
+    empty = tiny.bytes_used
+    tiny.reserve(18_000)
+    assert tiny.bytes_used == empty + 2 * 1024
     disabled = StateCache(0)
     assert disabled.peek_many([1, 2], 12) == [None, None]
 

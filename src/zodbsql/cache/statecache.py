@@ -106,6 +106,8 @@ WINDOW_FROM = 1 << 20
 # (5,700 with the cache off); its batches are now sized to the window (``prefetch_batch``),
 # and it has one from 1 MB (WINDOW_FROM).
 WINDOW_FLOOR = 512 << 10
+#: What ``reserve`` counts at most, as a share of the bound.
+RESERVE_SHARE = 0.25
 #: The states a batch brings at least, however small the window, or without one (a
 #: cache of a few KB, as the model test's, still prefetches).
 SMALLEST_BATCH = 8
@@ -290,6 +292,9 @@ class StateCache:
         self._sketch_entries = size_bytes // 128
         self._sketch = FrequencySketch(min(self._sketch_entries, SKETCH_START))
         self._fixed_bytes = self._sketch.size_bytes + self._batches_bytes()
+        #: Memory the process spends for this cache outside it (``reserve``), in
+        #: ``_fixed_bytes`` too.
+        self._reserved = 0
         self._protected_share = PROTECTED_SHARE
         self._admission = True
         self.base = -1          # no instance has polled yet
@@ -322,6 +327,20 @@ class StateCache:
         room = int(self._window_limit)
         fitting = max(room // ROOM_PER_STATE, SMALLEST_BATCH)
         return min(count, fitting), min(size, max(room, SMALLEST_BATCH * ROOM_PER_STATE))
+
+    def reserve(self, nbytes: int) -> None:
+        """Count ``nbytes`` against the bound: memory spent for this cache outside it
+        (``prefetch.working_bytes``: a prefetch's batch on its way in, what an
+        instance holds of it), so that the process spends what ``cache-size-mb`` says.
+        At most a quarter of the bound (``RESERVE_SHARE``): in a cache of a few KB a
+        prefetch of 8 states takes more than the cache.  Called before anything is
+        cached; a disabled cache reserves nothing."""
+        with self._lock:
+            if not self.enabled:
+                return
+            nbytes = min(nbytes, int(self.limit * RESERVE_SHARE))
+            self._fixed_bytes += nbytes - self._reserved
+            self._reserved = nbytes
 
     def _policy_for_comparison(self, name: str) -> None:
         """For ``scripts/cache_memory.py`` only: ``off`` drops the admission filter

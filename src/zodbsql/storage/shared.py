@@ -17,7 +17,7 @@ from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.cache import StateCache
 from zodbsql.cache.persistent import PersistentCache
 from zodbsql.cache.lookahead import ReferenceMemo
-from zodbsql.cache.prefetch import Prefetcher
+from zodbsql.cache.prefetch import Prefetcher, working_bytes
 from zodbsql.cache.secondlevel import RedisCache
 from zodbsql.backends.base.trace import Tracer
 from zodbsql.options import Options
@@ -45,9 +45,9 @@ class Shared:
         self.options = options
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024),
                                 compress=options.cache_compress)
-        self.prefetcher = Prefetcher(*self.cache.prefetch_batch(options.prefetch_count,
-                                                                 options.prefetch_bytes),
-                                     held=self.cache.holds)
+        batch = self.cache.prefetch_batch(options.prefetch_count, options.prefetch_bytes)
+        self.cache.reserve(working_bytes(*batch))
+        self.prefetcher = Prefetcher(*batch, held=self.cache.holds)
         #: The references of cached states, for the client's lookahead (SQLite).
         self.references_of = ReferenceMemo(references)
         self.statements = StatementTally()
