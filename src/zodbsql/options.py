@@ -118,7 +118,8 @@ class Options:
         True, doc="Create the tables when the database is empty.")
     cache_size_mb: float = setting(
         64.0, doc="Size of the state cache shared by all connections of this storage in the "
-                  "process, in MB (0 turns it off).")
+                  "process, in MB (0 turns it off); what prefetch and compression take beside "
+                  "it counts against it too.")
     cache_compress: str = setting(
         "auto", doc="auto: once the state cache has been full, it keeps the states it holds "
                    "beyond its window compressed (zstd, level 1), so that about twice as many "

@@ -28,6 +28,10 @@ TAG_RAW = 2
 #: would take most of what it saves.
 SMALLEST = 48
 LEVEL = 1
+#: What a process's RSS grows by for compressing (the state cache counts it): importing
+#: ``zstandard`` and first using a compressor and a decompressor, measured on this
+#: machine: 704 KB of the library's pages and 240 KB of anonymous memory.
+LIBRARY_BYTES = 944 << 10
 
 
 class StateCompressor:

@@ -81,7 +81,7 @@ import threading
 from typing import Iterable, Sequence
 
 from .arena import CHUNK_OBJECT_BYTES, LARGEST_OID, ArenaSegment, entry_cost
-from .compression import StateCompressor
+from .compression import LIBRARY_BYTES, StateCompressor
 from .segment import BATCH, Segment
 
 # Roughly what one entry of ``changed`` costs, to bound its length by the cache's bytes.
@@ -106,8 +106,9 @@ WINDOW_FROM = 1 << 20
 # (5,700 with the cache off); its batches are now sized to the window (``prefetch_batch``),
 # and it has one from 1 MB (WINDOW_FROM).
 WINDOW_FLOOR = 512 << 10
-#: What ``reserve`` counts at most, as a share of the bound.
-RESERVE_SHARE = 0.25
+#: What is counted for memory outside the cache (``reserve``) at most, as a share of
+#: the bound: at 1 MB the prefetch's and the compressor's (1.5 MB) would leave nothing.
+RESERVE_SHARE = 0.5
 #: The states a batch brings at least, however small the window, or without one (a
 #: cache of a few KB, as the model test's, still prefetches).
 SMALLEST_BATCH = 8
@@ -292,9 +293,11 @@ class StateCache:
         self._sketch_entries = size_bytes // 128
         self._sketch = FrequencySketch(min(self._sketch_entries, SKETCH_START))
         self._fixed_bytes = self._sketch.size_bytes + self._batches_bytes()
-        #: Memory the process spends for this cache outside it (``reserve``), in
-        #: ``_fixed_bytes`` too.
+        #: Memory the process spends for this cache outside it (the compressor's
+        #: library and contexts, and what ``reserve`` is told), in ``_fixed_bytes`` too.
         self._reserved = 0
+        self._compressor_bytes = LIBRARY_BYTES if self._packer is not None else 0
+        self._count_outside(0)
         self._protected_share = PROTECTED_SHARE
         self._admission = True
         self.base = -1          # no instance has polled yet
@@ -332,15 +335,21 @@ class StateCache:
         """Count ``nbytes`` against the bound: memory spent for this cache outside it
         (``prefetch.working_bytes``: a prefetch's batch on its way in, what an
         instance holds of it), so that the process spends what ``cache-size-mb`` says.
-        At most a quarter of the bound (``RESERVE_SHARE``): in a cache of a few KB a
-        prefetch of 8 states takes more than the cache.  Called before anything is
-        cached; a disabled cache reserves nothing."""
+        Called before anything is cached (again: it replaces); a disabled cache
+        reserves nothing."""
         with self._lock:
-            if not self.enabled:
-                return
-            nbytes = min(nbytes, int(self.limit * RESERVE_SHARE))
-            self._fixed_bytes += nbytes - self._reserved
-            self._reserved = nbytes
+            if self.enabled:
+                self._count_outside(nbytes)
+
+    def _count_outside(self, reserved: int) -> None:
+        """``reserved`` and the compressor's memory, counted as fixed: at most half the
+        bound (``RESERVE_SHARE``), and nothing in a cache under ``WINDOW_FROM``
+        (1 MB), whose prefetch brings 8 states (its 20 KB and the compressor's would
+        take more than a cache of a few KB, as the model test's)."""
+        share = RESERVE_SHARE if self.limit >= WINDOW_FROM else 0
+        nbytes = min(reserved + self._compressor_bytes, int(self.limit * share))
+        self._fixed_bytes += nbytes - self._reserved
+        self._reserved = nbytes
 
     def _policy_for_comparison(self, name: str) -> None:
         """For ``scripts/cache_memory.py`` only: ``off`` drops the admission filter
