@@ -18,7 +18,8 @@ Bounded: what is held stays within the prefetch's bytes (``limit_bytes``, what o
 may bring), counted as CPython holds it (``HELD_ENTRY_BYTES`` a state besides its
 pickle); a batch that would pass it replaces what is left, which the shared cache
 still serves.  Counting the pickles alone let it hold 2.2 times its bound: a 10 MB
-cache's process held ~1.1 MB here where 512 KB was meant.  An instance released (its ZODB connection closed) holds nothing.
+cache's process held ~1.1 MB here where 512 KB was meant.  An instance released (its
+ZODB connection closed) holds nothing.
 """
 from __future__ import annotations
 

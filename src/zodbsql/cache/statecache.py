@@ -1219,6 +1219,7 @@ class StateCache:
         with self._lock:
             self.limit = 0
             self._sketch = FrequencySketch(0)
+            self._reserved = 0          # what is counted outside it goes with it
             self._fixed_bytes = self._sketch.size_bytes + self._batches_bytes()
 
     def __len__(self) -> int:
