@@ -22,8 +22,8 @@ from ZODB.utils import p64, u64
 from tests.storage.test_verify import CORRUPT, run_sql
 from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.cache.compression import LIBRARY_BYTES
-from zodbsql.cache.prefetch import (FRESH_ENTRY_BYTES, IN_FLIGHT_ENTRY_BYTES, START,
-                                     working_bytes)
+from zodbsql.cache.prefetch import (FRESH_ENTRY_BYTES, IN_FLIGHT_ENTRY_BYTES,
+                                     QUEUED_ENTRY_BYTES, START, working_bytes)
 from zodbsql.errors import CorruptRecordError, DatabaseError
 from zodbsql.backends.base.contract import StateRow
 from zodbsql.storage.records import verified
@@ -344,6 +344,12 @@ def test_the_state_cache_counts_what_prefetch_takes_outside_it(storage_factory: 
             # The compressor's memory too (cache-compress auto, the default).
             assert cache._reserved == working + LIBRARY_BYTES
             assert cache.bytes_used >= cache._reserved
+            # References read and never loaded (a querier's, whose bound stays 0) fill
+            # the queue for the process's whole life: the cache counts them as they come.
+            prefetcher.loaded(-1, [], [(1, oid) for oid in range(10 ** 9, 10 ** 9 + 4000)])
+            cost = prefetcher.bookkeeping_bytes()
+            assert cost >= 4000 * QUEUED_ENTRY_BYTES
+            assert cache._reserved == working + cost + LIBRARY_BYTES
         finally:
             storage.close()
     storage = storage_factory.open(cache_size_mb=10, prefetch_count=0)

@@ -4,8 +4,14 @@ docstring; the decisions only change how many statements a read takes, so these 
 the tests that notice when a rule drifts."""
 from __future__ import annotations
 
-from zodbsql.cache.prefetch import (DEAD_SLACK, MAX_QUEUED, MAX_TAILS, NEAR, NO_PARENT, PROBE,
-                                    PROBE_EVERY, RECENT, START, WINDOW, Prefetcher)
+from zodbsql.cache.prefetch import (DEAD_SLACK, DEAD_SLOT_BYTES, NEAR, NO_PARENT, PROBE,
+                                    PROBE_EVERY, QUEUED_BATCHES, QUEUED_ENTRY_BYTES, RECENT,
+                                    REPORT_STEP, START, TAIL_BATCHES, TAIL_ENTRY_BYTES, WINDOW,
+                                    Prefetcher)
+
+#: The queue's and the tails' limits of a prefetcher whose bound goes up to 1,000.
+MAX_QUEUED = QUEUED_BATCHES * 1000
+MAX_TAILS = TAIL_BATCHES * 1000
 
 
 def queued(prefetcher: Prefetcher, *oids: int) -> None:
@@ -164,6 +170,37 @@ def test_a_queue_past_max_queued_keeps_its_newest_half() -> None:
     assert len(prefetcher._position) == (MAX_QUEUED + 1) - (MAX_QUEUED + 1) // 2
     assert 1 not in prefetcher._position and MAX_QUEUED + 1 in prefetcher._position
     assert prefetcher._queue[0] == (MAX_QUEUED + 1) // 2 + 1
+
+
+def test_the_queue_and_the_tails_are_bounded_in_batches_of_the_limit() -> None:
+    assert (Prefetcher(1000, 1 << 20).max_queued, Prefetcher(1000, 1 << 20).max_tails) == (
+        MAX_QUEUED, MAX_TAILS) == (20_000, 4_000)
+    small = Prefetcher(8, 1 << 20)           # a tiny cache's: still a window's worth
+    assert (small.max_queued, small.max_tails) == (QUEUED_BATCHES * WINDOW, TAIL_BATCHES * WINDOW)
+
+
+def test_what_the_queue_and_the_tails_cost_is_counted_and_reported_by_steps() -> None:
+    told: list[int] = []
+    prefetcher = Prefetcher(1000, 1 << 20, report=told.append)
+    assert prefetcher.bookkeeping_bytes() == 0
+    queued(prefetcher, 1, 2, 3)                   # three live, one tail (-1 -> 3)
+    assert prefetcher.bookkeeping_bytes() == 3 * QUEUED_ENTRY_BYTES + TAIL_ENTRY_BYTES
+    assert told == []                             # under a step: not told
+    prefetcher.note_hit(2)                        # its slot is dead now
+    assert prefetcher.bookkeeping_bytes() == (2 * QUEUED_ENTRY_BYTES + DEAD_SLOT_BYTES
+                                              + TAIL_ENTRY_BYTES)
+    many = REPORT_STEP // QUEUED_ENTRY_BYTES + 1
+    queued(prefetcher, *range(10, 10 + many))     # a step more: told what it costs now
+    assert told == [prefetcher.bookkeeping_bytes()] and told[0] >= REPORT_STEP
+    queued(prefetcher, 10 ** 6)                   # one more: not told again
+    assert len(told) == 1
+    more = 2 * many
+    queued(prefetcher, *range(10 ** 7, 10 ** 7 + more))
+    top = max(told)
+    for oid in range(10 ** 7, 10 ** 7 + more):    # loads take oids off: the cost falls
+        prefetcher.loaded(oid, [], [])
+    assert told[-1] < top                         # and the cache is told, by steps
+    assert abs(told[-1] - prefetcher.bookkeeping_bytes()) < REPORT_STEP
 
 
 def test_the_queue_is_compacted_only_past_max_queued() -> None:

@@ -168,6 +168,22 @@ def test_a_reserve_counts_against_the_bound() -> None:
     assert disabled.bytes_used == 0 and disabled._reserved == 0
 
 
+def test_a_reserve_that_grows_on_a_full_cache_makes_room_at_once() -> None:
+    """The prefetcher's queue grows while the cache is in use: a larger reserve evicts
+    states there and then, so the count never stays over the bound."""
+    cache = StateCache(2 << 20)
+    cache.after_poll(1, 1, [])
+    for oid in range(20_000):
+        cache.put_loaded(oid, 1, STATE, snapshot=1)
+    full, held = cache.bytes_used, len(cache)
+    assert full > cache.limit - (64 << 10)
+    cache.reserve(256 << 10)
+    assert cache.bytes_used <= cache.limit and len(cache) < held
+    assert_counts_add_up(cache)
+    cache.reserve(0)                              # it falls: room, nothing evicted
+    assert cache.bytes_used <= cache.limit - (200 << 10)
+
+
 def test_the_compressor_s_memory_counts_against_the_bound() -> None:
     """Importing zstandard and using its contexts adds ~0.9 MB to RSS, only where the
     cache compresses: counted as fixed (within half the bound, from 1 MB)."""

@@ -56,12 +56,26 @@ PROBE = 8
 #: A miss this many queue slots (or oids) or fewer after the previous one is a
 #: sequential walk's.
 NEAR = 4
-#: Queued references kept at most (the oldest go first).
-MAX_QUEUED = 200_000
+#: Queued references kept at most, in batches of the bound's limit (the oldest go
+#: first): a walk reads a batch's references at its next few misses.  What it never
+#: reads stays until then: a soak's querier (its bound at 0, reading the newest of
+#: each bucket's documents) queued 2,300 a minute, and with a fixed 200,000 queued and
+#: 65,536 tails its RSS grew 24 MB in an hour.  At 20 and 4 batches the bench's cold,
+#: warm, sparse and btree-walk tests take the same statements as at those.
+QUEUED_BATCHES = 20
 #: Dead slots (oids loaded since they were queued) tolerated beyond the live ones.
 DEAD_SLACK = 4096
-#: Tails remembered at most (the oldest go first).
-MAX_TAILS = 65_536
+#: Tails remembered at most, in batches of the bound's limit (the oldest go first).
+TAIL_BATCHES = 4
+#: What the queue and the tails cost, measured with ``tracemalloc``: a queued oid (its
+#: slot, its ``int``, its position's dict entry and ``int``) 120 bytes; a dead slot its
+#: pointer and the oid's ``int``; a tail (an ``OrderedDict`` entry, two ``int``) 125,
+#: counted high.
+QUEUED_ENTRY_BYTES = 120
+DEAD_SLOT_BYTES = 40
+TAIL_ENTRY_BYTES = 160
+#: How much that cost moves before the state cache is told again (``report``).
+REPORT_STEP = 64 << 10
 #: States touched last, offered as the parent of a miss: as many as a load statement
 #: tests.
 RECENT = PARENTS
@@ -100,8 +114,15 @@ class Prefetcher:
     """The queue of found references and the adaptive bound of one storage."""
 
     def __init__(self, limit: int, max_bytes: int,
-                 held: Callable[[int], bool] = lambda oid: False) -> None:
+                 held: Callable[[int], bool] = lambda oid: False,
+                 report: Callable[[int], None] = lambda cost: None) -> None:
         self.limit = max(0, limit)
+        self.max_queued = QUEUED_BATCHES * max(self.limit, WINDOW)
+        self.max_tails = TAIL_BATCHES * max(self.limit, WINDOW)
+        #: Told what the queue and the tails cost (``bookkeeping_bytes``) when it moved
+        #: by ``REPORT_STEP`` since: the state cache counts it against its bound.
+        self._report = report
+        self._reported = 0
         #: Is a state of this oid in the state cache?  Its load will be a hit, so it
         #: is not queued: a walk that found it there passed it for good, and a
         #: reference found again (a parent's references after a miss, read anew at
@@ -194,7 +215,7 @@ class Prefetcher:
                 else:
                     # Loaded alone, never reported to ``loaded``: its slot goes now, or
                     # the queue keeps every reference a walk at bound 0 reaches (up to
-                    # ``MAX_QUEUED``: ~37 MB of peak RSS over 200,000 objects).
+                    # its limit: ~37 MB of peak RSS over 200,000 objects at 200,000).
                     self._position.pop(oid, None)
                     return 0, []
             return bound, self._following(oid, bound)
@@ -204,42 +225,60 @@ class Prefetcher:
         """Record a load of ``oid`` that cached the ``prefetched`` states and found the
         ``references`` ``(from, to)`` of the states it returned."""
         with self._lock:
-            fetched = {oid, *prefetched}
-            for each in fetched:
-                self._position.pop(each, None)
-            self._fresh.pop(oid, None)
-            for each in prefetched:
-                self._fresh[each] = True
-            self._window_prefetched += len(prefetched)
-            self.prefetched += len(prefetched)
-            while len(self._fresh) > fresh_bound(self.limit):
-                self._fresh.popitem(last=False)
-            # Queued in the order their states came (the loaded one's first, then the
-            # batch's order, which a walk follows: a BTree's buckets one after the
-            # other), not the order the database listed the references in, so that a
-            # miss brings what follows it (unordered: a statement a bucket).
-            rank = {each: index for index, each in enumerate(prefetched)}
-            rank[oid] = -1                  # the loaded state's own come first
-            last = len(rank)
-            tails: dict[int, int] = {}
-            held = self._held
-            for from_oid, to_oid in sorted(references, key=lambda ref: rank.get(ref[0], last)):
-                tails[from_oid] = max(tails.get(from_oid, to_oid), to_oid)
-                if (to_oid not in fetched and to_oid not in self._position
-                        and not held(to_oid)):
-                    self._position[to_oid] = len(self._queue)
-                    self._queue.append(to_oid)
-            for from_oid, tail in tails.items():
-                self._tails[tail] = from_oid
-                self._tails.move_to_end(tail)
-            while len(self._tails) > MAX_TAILS:
-                self._tails.popitem(last=False)
-            if len(self._queue) > MAX_QUEUED:
-                self._compact()
-            elif len(self._queue) > 2 * len(self._position) + DEAD_SLACK:
-                self._drop_loaded()
+            self._record(oid, prefetched, references)
+            cost = self.bookkeeping_bytes()
+            moved = abs(cost - self._reported) >= REPORT_STEP
+            if moved:
+                self._reported = cost
+        if moved:          # outside the lock: the cache takes its own
+            self._report(cost)
+
+    def bookkeeping_bytes(self) -> int:
+        """What the queue and the tails take now, counted as measured (a queued oid
+        ``QUEUED_ENTRY_BYTES``, a dead slot ``DEAD_SLOT_BYTES``, a tail
+        ``TAIL_ENTRY_BYTES``): at most ~3 MB at the default limit of 1,000."""
+        live = len(self._position)
+        return (live * QUEUED_ENTRY_BYTES + max(0, len(self._queue) - live) * DEAD_SLOT_BYTES
+                + len(self._tails) * TAIL_ENTRY_BYTES)
 
     # -- inside the lock ------------------------------------------------------------------
+    def _record(self, oid: int, prefetched: list[int],
+                references: Iterable[tuple[int, int]]) -> None:
+        fetched = {oid, *prefetched}
+        for each in fetched:
+            self._position.pop(each, None)
+        self._fresh.pop(oid, None)
+        for each in prefetched:
+            self._fresh[each] = True
+        self._window_prefetched += len(prefetched)
+        self.prefetched += len(prefetched)
+        while len(self._fresh) > fresh_bound(self.limit):
+            self._fresh.popitem(last=False)
+        # Queued in the order their states came (the loaded one's first, then the
+        # batch's order, which a walk follows: a BTree's buckets one after the
+        # other), not the order the database listed the references in, so that a
+        # miss brings what follows it (unordered: a statement a bucket).
+        rank = {each: index for index, each in enumerate(prefetched)}
+        rank[oid] = -1                  # the loaded state's own come first
+        last = len(rank)
+        tails: dict[int, int] = {}
+        held = self._held
+        for from_oid, to_oid in sorted(references, key=lambda ref: rank.get(ref[0], last)):
+            tails[from_oid] = max(tails.get(from_oid, to_oid), to_oid)
+            if (to_oid not in fetched and to_oid not in self._position
+                    and not held(to_oid)):
+                self._position[to_oid] = len(self._queue)
+                self._queue.append(to_oid)
+        for from_oid, tail in tails.items():
+            self._tails[tail] = from_oid
+            self._tails.move_to_end(tail)
+        while len(self._tails) > self.max_tails:
+            self._tails.popitem(last=False)
+        if len(self._queue) > self.max_queued:
+            self._compact()
+        elif len(self._queue) > 2 * len(self._position) + DEAD_SLACK:
+            self._drop_loaded()
+
     def _reconsider(self) -> None:
         if self._window_prefetched < max(1, min(WINDOW, self.bound)):
             return
@@ -272,7 +311,7 @@ class Prefetcher:
         """Forget the slots of oids loaded since they were queued (and, with
         ``keep_from``, the oldest live ones): a walk loads nearly everything it
         queues, and the dead slots (and the ints they hold) grew the queue to
-        ``MAX_QUEUED`` before, ~8 MB at its peak over an OOBTree walk."""
+        its limit before, ~8 MB at its peak over an OOBTree walk at 200,000."""
         live = [oid for index, oid in enumerate(self._queue)
                 if self._position.get(oid) == index]
         self._queue = live[keep_from:]

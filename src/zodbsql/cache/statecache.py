@@ -334,12 +334,13 @@ class StateCache:
     def reserve(self, nbytes: int) -> None:
         """Count ``nbytes`` against the bound: memory spent for this cache outside it
         (``prefetch.working_bytes``: a prefetch's batch on its way in, what an
-        instance holds of it), so that the process spends what ``cache-size-mb`` says.
-        Called before anything is cached (again: it replaces); a disabled cache
-        reserves nothing."""
+        instance holds of it; then the prefetcher's queue as it grows), so that the
+        process spends what ``cache-size-mb`` says.  Each call replaces the last; what
+        it adds is made room for at once.  A disabled cache reserves nothing."""
         with self._lock:
             if self.enabled:
                 self._count_outside(nbytes)
+                self._shrink(None)
 
     def _count_outside(self, reserved: int) -> None:
         """``reserved`` and the compressor's memory, counted as fixed: at most half the

@@ -46,8 +46,13 @@ class Shared:
         self.cache = StateCache(int(options.cache_size_mb * 1024 * 1024),
                                 compress=options.cache_compress)
         batch = self.cache.prefetch_batch(options.prefetch_count, options.prefetch_bytes)
-        self.cache.reserve(working_bytes(*batch))
-        self.prefetcher = Prefetcher(*batch, held=self.cache.holds)
+        working = working_bytes(*batch)
+        self.cache.reserve(working)
+        # The queue's and the tails' cost grows with what the process reads and never
+        # uses: counted as it moves, so the process keeps to cache-size-mb for hours.
+        self.prefetcher = Prefetcher(
+            *batch, held=self.cache.holds,
+            report=lambda cost: self.cache.reserve(working + cost))
         #: The references of cached states, for the client's lookahead (SQLite).
         self.references_of = ReferenceMemo(references)
         self.statements = StatementTally()
