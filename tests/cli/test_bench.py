@@ -396,11 +396,53 @@ def test_sparse_and_walk_read_their_shared_structures() -> None:
     db.close()
 
 
+def test_a_caught_up_reader_polls_nothing_of_what_was_written_before(
+        tmp_path: pathlib.Path) -> None:
+    """Each repetition begins with the workers caught up (``Unit.catch_up``): the
+    next transaction's poll holds only what was committed after (the warm test reads
+    add's objects, and its poll is not the last repetition's pack of 100 x n)."""
+    url = f"sqlite:///{tmp_path}/bench.sqlite"
+    writer_db, reader_db = zodbsql.open_db(url), zodbsql.open_db(url)
+    workloads.setup_database(writer_db, 0)
+    params = workloads.Params(objects=30)
+    writer = workloads.Unit("writer", 0, params)
+    reader = workloads.Unit("reader", 0, params)
+    writer.connect(writer_db)
+    reader.connect(reader_db)
+    reader.catch_up()
+    writer.make_container("before")
+    writer.tm.begin()
+    writer.fill(writer.container(), 30)
+    writer.tm.commit()
+    instance = reader.conn._storage
+    reader.catch_up()
+    writer.make_container("after")
+    # The bench's mapping and the new container; nothing of the 30 objects before.
+    assert sorted(instance.poll_invalidations() or ()) == sorted(
+        [writer.root()._p_oid, writer.container()._p_oid])
+    assert instance.poll_invalidations() == []
+    reader.close()
+    writer.close()
+    reader.catch_up()          # closed: nothing to do
+    writer_db.close()
+    reader_db.close()
+
+
+def test_every_repetition_begins_caught_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    found = _three_contenders()
+    monkeypatch.setattr(runner, "Round", lambda *a: _Round(*a, fails={}))
+    _Round.caught_up = 0
+    session.execute(session.Plan(tests=["warm"], repetitions=2, warmup=1), found,
+                    lambda run: None)
+    assert _Round.caught_up == 3 * 3          # three contenders, three repetitions
+
+
 class _Round:
     """A stand-in for runner.Round: ``fails`` maps a test to its failure."""
 
     entered = 0
     recovered = 0
+    caught_up = 0
 
     def __init__(self, contender: Any, params: Any, profile_dir: Any, needs_readers: bool,
                  fails: dict[str, str], fail_on_enter: str = "") -> None:
@@ -420,6 +462,9 @@ class _Round:
 
     def run(self, test: str, rep: int, tag: str) -> list[dict[str, Any]]:
         return []
+
+    def catch_up(self) -> None:
+        _Round.caught_up += 1
 
     def recover(self) -> None:
         _Round.recovered += 1

@@ -99,6 +99,10 @@ def host_main(spec: HostSpec, commands: Any, results: Any, barriers: dict[str, A
                     for unit in units:
                         unit.connect(db)
                     reply: Any = None
+                elif command == "catch-up":
+                    for unit in units:
+                        unit.catch_up()
+                    reply = None
                 elif command == "verify":
                     reply = _verify(units, **args)
                 else:
@@ -308,6 +312,12 @@ class Round:
             raise BenchFailure(f"worker process {dead[0]} of {self.contender.name} died")
         for barrier in self.barriers.values():
             barrier.reset()
+
+    def catch_up(self) -> None:
+        """Every worker sees the database as it is now, outside any measurement."""
+        for _, commands in self.hosts:
+            commands.put(("catch-up", {}))
+        self._collect(range(len(self.hosts)), "done")
 
     def run(self, test: str, rep: int, tag: str) -> list[dict[str, Any]]:
         for _, commands in self.hosts:

@@ -7,7 +7,9 @@ on the machine it was measured on).
 Tests (--tests / --exclude; default: all but soak):
   add          new objects, committed (one transaction per worker)
   update       change every object written by add
-  warm         another process reads them; storage caches as they are
+  warm         another process reads them; storage caches as they are (each
+               repetition begins with every worker caught up with the database, so
+               its poll holds add's and update's changes, not the last pack's)
   cold         all caches cleared: a new DB and storage instance (a new zodbsql state
                cache), then read; with sqlite-redis or postgresql-redis the writer
                process filled the shared Redis level, and redis_hits counts what it
