@@ -90,6 +90,9 @@ def test_the_share_used_halves_keeps_or_grows_the_bound() -> None:
     assert decided(4, bound=200) == 200                   # 1/4 exactly: kept
     assert decided(8, bound=200) == 200                   # 1/2 exactly: kept
     assert decided(9, bound=200) == 800                   # over half: fourfold
+    assert decided(15, bound=20) == 80                    # all but one: fourfold
+    assert decided(16, bound=20) == 320                   # every one: sixteenfold
+    assert decided(16, bound=0) == PROBE                  # from 0: a probe's worth
     assert decided(16) == 1000                            # at the limit already
 
 
