@@ -46,11 +46,13 @@ def test_the_size_counts_a_full_batch_of_oldest_keys() -> None:
     assert counted >= sys.getsizeof(segment.entries) + sys.getsizeof(segment._next)
 
 
+@pytest.mark.parametrize("taking", [False, True])
 @pytest.mark.parametrize("seed", range(20))
-def test_pop_oldest_until_removes_what_pop_oldest_would(seed: int) -> None:
+def test_pop_oldest_until_removes_what_pop_oldest_would(seed: int, taking: bool) -> None:
     """The oldest entries until their cost reaches the excess, the same as popping
     them one at a time, with a batch of oldest keys read and partly stale (keys that
-    left, keys that came back) and a cost that varies by entry."""
+    left, keys that came back) and a cost that varies by entry; ``take_oldest_until``
+    returns those entries, oldest first."""
     rng = random.Random(seed)
     made = [Segment(batch=4), Segment(batch=4)]
     for step in range(rng.randint(0, 60)):
@@ -69,11 +71,18 @@ def test_pop_oldest_until_removes_what_pop_oldest_would(seed: int) -> None:
                 segment.oldest()          # reads a batch, which later steps make stale
     bulk, single = made
     excess = rng.randint(-2, 60)
-    freed = bulk.pop_oldest_until(excess, len)
+    if taking:
+        taken, freed = bulk.take_oldest_until(excess, len)
+    else:
+        freed = bulk.pop_oldest_until(excess, len)
     popped = 0
+    singles: list[tuple[int, bytes]] = []
     while popped < excess and single:
-        popped += len(single.pop_oldest()[1])
+        singles.append(single.pop_oldest())
+        popped += len(singles[-1][1])
     assert freed == popped
+    if taking:
+        assert list(taken.items()) == singles
     assert list(bulk.items()) == list(single.items())
     # The batch is still right: what comes out next, and after new keys, agrees.
     for segment in made:

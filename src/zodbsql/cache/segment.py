@@ -134,20 +134,25 @@ class Segment:
         ``excess`` or more (or none is left); what they cost.  The same entries as
         ``pop_oldest`` one at a time would remove, read in one walk: a commit's new
         revisions push out as many old ones (1,000 of them took 3 ms one at a time)."""
+        return self.take_oldest_until(excess, cost)[1]
+
+    def take_oldest_until(self, excess: float, cost: Callable[[bytes], int],
+                          ) -> tuple[dict[int, bytes], int]:
+        """``pop_oldest_until``, and the entries removed, oldest first."""
         entries = self.entries
         freed = 0
-        gone: list[int] = []
+        gone: dict[int, bytes] = {}
         for key, value in entries.items():
             if freed >= excess:
                 break
             freed += cost(value)
-            gone.append(key)
+            gone[key] = value
         batch = self._next
         for key in gone:
             del entries[key]
             if batch:
                 batch.pop(key, None)
-        return freed
+        return gone, freed
 
     def clear(self) -> None:
         self.entries.clear()
