@@ -1102,6 +1102,23 @@ def test_a_batch_larger_than_the_window_leaves_its_newest_there() -> None:
     assert_counts_add_up(cache)
 
 
+def test_a_batch_one_byte_over_the_window_pushes_its_oldest_out() -> None:
+    """A batch that would leave the window one byte over its limit pushes the oldest
+    state out to probation (in one walk, ``take_oldest_until``): the window never ends
+    over its limit, however little.  States of 256 bytes, a limit one byte short of
+    1,024 of them."""
+    cache = polled_cache(limit=4 << 20)
+    cache._window_limit = 1024 * 256 - 1
+    state = bytes(215)
+    cache.put_loaded_many([(oid, 9, state) for oid in range(1023)], snapshot=10)
+    assert len(cache._window) == 1023 and not cache._probation
+    cache.put_loaded_many([(5000, 9, state)], snapshot=10)
+    assert list(cache._probation) == [0]
+    assert list(cache._window) == [*range(1, 1023), 5000]
+    assert cache._window_bytes == 1023 * 256 <= cache._window_limit
+    assert_counts_add_up(cache)
+
+
 def test_a_batch_is_roomy_only_while_it_fits() -> None:
     cache = StateCache(8 << 20)
     cache.after_poll(1, 1, [])
