@@ -524,6 +524,41 @@ def test_foreign_notification_polls(pg: PostgreSQLFactory, site: Site) -> None:
     assert site.start() == (0, 0)
 
 
+def test_a_pack_that_deletes_is_announced(pg: PostgreSQLFactory, site: Site) -> None:
+    """A pack makes no tid, but the deletions it records are announced (a payload that
+    names none): the next start polls and takes them in, where it kept its snapshot
+    until the next commit before."""
+    site.other_tm.begin()
+    site.other_root["doomed"] = PersistentMapping(v=1)
+    site.other_tm.commit()
+    site.other_tm.begin()
+    del site.other_root["doomed"]
+    site.other_tm.commit()
+    watch = watch_of(site.storage)
+    wait_until(notified(watch, int.from_bytes(site.other.lastTransaction(), "big")))
+    site.start()                             # the two commits: polled
+    assert site.start() == (0, 0)            # quiet since
+    cache = site.storage.shared.cache
+    seen_before = cache.position()[1] or 0
+    session = watch._session
+    assert session is not None and session.gone == seen_before
+    site.other_db.pack(time.time() + 1)      # collects the mapping: a deletion record
+    wait_until(lambda: notified(watch, 0)() and session.gone > seen_before)
+    assert not session.unknown               # a record's number, not a foreign payload
+    value, sent = site.start()
+    assert value == 0 and sent > 0           # polled: the pack's record came with it
+    assert cache.position()[1] == session.gone
+    assert site.root._p_jar._storage._gone_seen == session.gone
+    assert site.start() == (0, 0)            # and quiet again
+    # A heartbeat reads the newest record too (a pack while the session was lost).
+    stop_heartbeats(watch)
+    with psycopg.connect(pg.dsn, autocommit=True) as other:
+        other.execute(f'SET search_path TO "{pg.path}"')
+        other.execute("UPDATE gone_row SET last_seq = last_seq + 1")
+    watch._beat()
+    assert session.gone == seen_before + 2 and site.start()[1] > 0
+
+
 def test_old_procedures_poll(pg: PostgreSQLFactory) -> None:
     made = ZODB.DB(pg.open())               # the schema, its procedures, a root
     with made.transaction() as conn:

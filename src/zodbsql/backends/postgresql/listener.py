@@ -16,6 +16,12 @@ libpq only consumes input already there) and keeps its snapshot if ``high`` equa
 went back in time) is polled, so the storage notices.  A commit of this process raises
 ``high`` at once, for every storage on the same database in the process.
 
+A pack makes no tid, but the deletions it records must reach the polls too (see
+``base/poller.py``): each of its batches announces its record's number (``gone:N``),
+and the heartbeat reads the newest number with the last tid.  The token a check returns
+is that number; a start skips its poll only while no newer one was heard since the
+check that preceded its last poll.
+
 A silent session (a firewall that dropped an idle connection) would deliver nothing and
 look quiet, so a background thread proves the session alive with a heartbeat every
 ``HEARTBEAT_INTERVAL``: one ``SELECT last_tid`` on the listening session, whose reply
@@ -56,7 +62,12 @@ log = logging.getLogger(__name__)
 HAS_CHANNEL = (f"SELECT 1 FROM pg_proc WHERE pronamespace = {IN_CURRENT_SCHEMA}"
                " AND proname = 'zodbsql_channel'")
 CHANNEL = "SELECT zodbsql_channel()"
-LAST_TID = "SELECT last_tid FROM commit_row"
+#: The last tid, and the last number given to a record of deletions (a pack's).
+LAST_TID = ("SELECT last_tid, (SELECT MAX(last_seq) FROM gone_row) FROM commit_row")
+#: A pack's batch of deletions announces its record's number as ``gone:N``
+#: (``packer.ANNOUNCE_GONE``): a pack makes no tid, so the tids alone would leave every
+#: start quiet until the next commit, which then took in all of the pack's deletions.
+GONE_PREFIX = "gone:"
 #: Seconds between heartbeats (and between attempts to listen again).
 HEARTBEAT_INTERVAL = 1.0
 #: A start skips its poll only if the last heartbeat was sent less than this ago.
@@ -91,10 +102,18 @@ class _Session:
         self.conn = conn
         self.pid = os.getpid()
         self.high = -1
+        #: The newest record of deletions announced or read (``GONE_PREFIX``).
+        self.gone = -1
         self.unknown = False     # a notification naming no tid arrived: ask for the tid
         self.heard = 0.0         # when the last answered heartbeat was sent
 
-    def note(self, payload: bytes | str) -> None:
+    def note(self, payload: bytes | str, gone: int | None = None) -> None:
+        if gone is not None:
+            self.gone = max(self.gone, gone)
+        text = payload.decode() if isinstance(payload, bytes) else payload
+        if text.startswith(GONE_PREFIX) and text[len(GONE_PREFIX):].isdigit():
+            self.gone = max(self.gone, int(text[len(GONE_PREFIX):]))
+            return
         try:
             tid = int(payload)
         except ValueError:
@@ -110,7 +129,8 @@ class _Session:
         sent = time.monotonic()
         self.unknown = False      # a foreign notification in the reply sets it again
         row = self.conn.fetchone(LAST_TID)
-        self.note(str(int(row[0]) if row else 0))
+        self.note(str(int(row[0]) if row else 0),
+                  int(row[1]) if row and row[1] is not None else None)
         self.heard = sent
 
 
@@ -149,12 +169,15 @@ class CommitListener(CommitWatch):
             if (session is None or session.pid != os.getpid()
                     or not self._take_arrived(session)):
                 return False, None
+            high, gone = session.high, session.gone
             if session.unknown or time.monotonic() - session.heard > LIVENESS:
-                return False, None
-            high = session.high
+                return False, gone
         finally:
             self._lock.release()
-        return max(high, local_high(self._key)) == snapshot, None
+        # The token is the newest record of deletions known at this check: a poll
+        # after it takes in every record up to it, so a start may skip its poll only
+        # while none newer was announced (or read by a heartbeat, after a lost session).
+        return max(high, local_high(self._key)) == snapshot and token == gone, gone
 
     def committed(self, tid: int) -> None:
         note_local_commit(self._key, tid)

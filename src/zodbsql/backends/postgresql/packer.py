@@ -31,6 +31,13 @@ ANALYZE_STORED = "ANALYZE object_state"
 DELETE_OLD = ("DELETE FROM {table} x USING unnest(%b::BIGINT[], %b::BIGINT[]) AS k (zoid, tid)"
               " WHERE x.zoid = k.zoid AND x.tid < k.tid")
 OLD_REVISION_TABLES = ("object_state", "blob_ref")
+#: A batch of deletions announced, with its record's number, on the channel commits
+#: are announced on (``listener.py``), delivered when the batch commits: a listening
+#: process polls at its next start and drops what the pack deleted then.  Unannounced
+#: (a pack makes no tid), it kept its snapshot until the next commit and paid for every
+#: deletion at that start: in the bench, a writer's commit after a pack of 100,000
+#: objects took 100 ms more.
+ANNOUNCE_GONE = "SELECT pg_notify(zodbsql_channel(), 'gone:' || last_seq) FROM gone_row"
 
 
 class PostgreSQLPacker(Packer):
@@ -48,6 +55,10 @@ class PostgreSQLPacker(Packer):
 
     def listed(self, oids: Sequence[int]) -> tuple[str, list[Any]]:
         return any_of(oids)
+
+    def record_gone(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
+        super().record_gone(conn, oids)
+        conn.execute(ANNOUNCE_GONE)
 
     def delete_old_revisions(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
         columns = [[oid for oid, _ in keep], [tid for _, tid in keep]]
