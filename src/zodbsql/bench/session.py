@@ -165,8 +165,9 @@ class _Turn:
         c, n = self.cell["concurrency"], self.cell["objects_per_txn"]
         tag = f"c{c}-n{n}-r{rep}"
         warmup = rep < plan.warmup
-        # The readers see what the last repetition wrote (large, pack's 100 x n objects)
-        # now, so that "warm" pays for reading add's and update's objects, not for that.
+        # Every worker sees what the last repetition wrote (large, pack's 100 x n
+        # objects) now, so that "warm" pays for reading add's and update's objects,
+        # not for that.
         self.round.catch_up()
         if needs_objects and "add" not in plan.tests:
             self.round.run("add", rep, tag)      # the objects, not measured

@@ -99,8 +99,7 @@ class Unit:
         """Begin and end a transaction: the connection polls for what others
         committed, so the next test does not pay for an earlier test's writes."""
         if self.conn is not None:
-            self.tm.begin()
-            self.conn.root()
+            self.tm.begin()      # the connection's newTransaction: the poll
             self.tm.abort()
 
     def close(self) -> None:

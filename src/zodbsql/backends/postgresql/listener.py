@@ -107,9 +107,7 @@ class _Session:
         self.unknown = False     # a notification naming no tid arrived: ask for the tid
         self.heard = 0.0         # when the last answered heartbeat was sent
 
-    def note(self, payload: bytes | str, gone: int | None = None) -> None:
-        if gone is not None:
-            self.gone = max(self.gone, gone)
+    def note(self, payload: bytes | str) -> None:
         text = payload.decode() if isinstance(payload, bytes) else payload
         if text.startswith(GONE_PREFIX) and text[len(GONE_PREFIX):].isdigit():
             self.gone = max(self.gone, int(text[len(GONE_PREFIX):]))
@@ -129,8 +127,9 @@ class _Session:
         sent = time.monotonic()
         self.unknown = False      # a foreign notification in the reply sets it again
         row = self.conn.fetchone(LAST_TID)
-        self.note(str(int(row[0]) if row else 0),
-                  int(row[1]) if row and row[1] is not None else None)
+        if row and row[1] is not None:
+            self.gone = max(self.gone, int(row[1]))
+        self.note(str(int(row[0]) if row else 0))
         self.heard = sent
 
 
