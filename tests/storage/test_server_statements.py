@@ -47,8 +47,8 @@ def test_server_and_client_count_the_same_statements(
             root["x"][i] = i
             tm.commit()
         instance = conn._storage    # the connection's own instance counts its statements
-        # The commit listener's heartbeat (history-preserving only) is not the commit's.
-        listener = (watch_of(storage).session_pid if keep_history else "none")
+        # The commit listener's heartbeat is not the commit's (both modes listen).
+        listener = watch_of(storage).session_pid
         admin = factory.admin.info.backend_pid      # it sends the markers
 
         def count(name: str, work: Callable[[], Any]) -> tuple[int, int]:

@@ -35,15 +35,16 @@ from zodbsql.storage import SQLStorage
 #: Statements of 20 idle transactions (begin, read, abort: ZODB polls at the begin and
 #: again after the abort).  PostgreSQL history-preserving listens: none.  SQLite reads
 #: PRAGMA data_version at each poll it skips (history-free inside the read transaction
-#: that is the snapshot, begun and ended around it).  History-free PostgreSQL and MySQL
-#: poll: BEGIN, the poll and ROLLBACK history-free, where PostgreSQL sends the BEGIN
-#: and the poll as one query (backends/postgresql/poller.py), and at the begin the
-#: end (COMMIT) of the snapshot the abort's poll took goes in that query too.
+#: that is the snapshot, begun and ended around it).  History-free MySQL polls: BEGIN,
+#: the poll and ROLLBACK.  History-free PostgreSQL sends the BEGIN and the poll as one
+#: query (backends/postgresql/poller.py) after the abort's ROLLBACK, and listens: the
+#: begin that follows keeps the read transaction that poll began (2 a transaction; 3
+#: before it listened, the begin's poll carrying the COMMIT of that snapshot).
 IDLE_STATEMENTS = {
     ("sqlite", True): 40,
     ("sqlite", False): 120,
     ("postgresql", True): 0,
-    ("postgresql", False): 60,
+    ("postgresql", False): 40,
     ("mysql", True): 40,
     ("mysql", False): 120,
 }
@@ -591,6 +592,61 @@ def test_listen_for_commits_false_polls(pg: PostgreSQLFactory) -> None:
         assert idle_statements(storage, tm, root, 5) == 10
     finally:
         db.close()
+
+
+def test_history_free_start_keeps_only_an_open_snapshot() -> None:
+    """History-free PostgreSQL listens too, but a start keeps its snapshot only while
+    the read transaction its last poll began is open: after ZODB's afterCompletion
+    poll (a plain transaction manager), not after an explicit one's abort, which ends
+    it with no poll; and a commit heard before the start makes it poll."""
+    hf = PostgreSQLFactory(Param("postgresql", False))
+    storage = hf.open()
+    other = hf.open()
+    db = ZODB.DB(storage)
+    other_db = ZODB.DB(other)
+    try:
+        assert isinstance(storage.shared.watch, CommitListener)
+        tm = transaction.TransactionManager()
+        root = db.open(tm).root()
+        root["x"] = PersistentMapping(v=0)
+        tm.commit()
+        idle_statements(storage, tm, root, 3)
+        # ROLLBACK at afterCompletion, then its poll (BEGIN and the poll, one query);
+        # the begin keeps that read transaction.
+        assert idle_statements(storage, tm, root, 5) == 10
+        instance = root._p_jar._storage
+        tm.begin()
+        assert instance._read_txn      # the snapshot the afterCompletion poll began
+        tm.abort()
+        # Another storage commits; once heard, the next start polls and sees it.
+        other_tm = transaction.TransactionManager()
+        other_root = db_root(other_db, other_tm)
+        other_root["x"]["v"] = 1
+        other_tm.commit()
+        wait_until_heard(storage, other_root["x"]._p_serial)
+        tm.begin()
+        assert root["x"]["v"] == 1
+        tm.abort()
+        # Explicit: nothing polls after the abort, which ended the read transaction,
+        # so every begin polls (COMMIT-less: BEGIN and the poll), and ROLLBACK.
+        explicit = transaction.TransactionManager(explicit=True)
+        explicit_root = db.open(explicit).root()
+        explicit_storage = explicit_root._p_jar._storage
+        for _ in range(2):
+            explicit.begin()
+            assert explicit_root["x"]["v"] == 1
+            explicit.abort()
+        before = explicit_storage.statement_count()
+        for _ in range(5):
+            explicit.begin()
+            assert explicit_root["x"]["v"] == 1
+            explicit.abort()
+        assert explicit_storage.statement_count() - before == 10
+        explicit.begin()    # DB.close aborts every connection's transaction manager
+    finally:
+        other_db.close()
+        db.close()
+        hf.cleanup()
 
 
 # -- PostgreSQL: the server's own count -------------------------------------------------

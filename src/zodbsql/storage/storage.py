@@ -340,6 +340,12 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         quiet = quiet and (not cache.enabled or cache.polled == polled)
         # (After a restart or failover the poll must run: it is what drops the cache.)
         quiet = quiet and self._same_server()
+        if quiet and not (self._options.keep_history or watch.reads_connection):
+            # History-free, the snapshot is the read transaction its poll began: kept
+            # only while that one is still open (the start after ZODB's afterCompletion
+            # poll, whose transaction ``sync`` left for this poll to end).  Begun anew
+            # at a load, it could see a later commit, a read conflict.
+            quiet = self._read_txn and not self._on_replica
         if quiet:
             self._watch_token = token
         return quiet, token

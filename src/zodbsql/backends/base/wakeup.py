@@ -24,7 +24,8 @@ class CommitWatch:
     #: Does the check read the load connection?  Then, history-free, the storage runs
     #: it inside the read transaction that is the snapshot, so a skipped poll still
     #: leaves the snapshot fixed at the transaction start.  A watch that reads nothing
-    #: leaves that read transaction to begin at the first load the caches miss.
+    #: lets a history-free start skip only while the read transaction of the last poll
+    #: is still open (otherwise the first load would begin one, at a later snapshot).
     reads_connection = False
 
     def start(self) -> None:

@@ -69,6 +69,9 @@ Design note.
   storage listens (``listener.py``, ``listen-for-commits``).  After its own commit, a
   start skips the poll too when ``zodbsql_finish`` returned, with the tid, the tid
   before it, and that was the instance's snapshot: the changes are its own objects.
+  History-free storages listen too, and a start skips its poll only while the read
+  transaction its last poll began is open (ZODB's begin after its afterCompletion
+  poll): begun at a load instead, it could see a later commit.
 * Storing.  Oids and tids are BIGINT, states BYTEA.  A commit stages into session-local
   TEMPORARY tables (no WAL, invisible to others) and moves them with set-based
   ``INSERT ... SELECT``/``ON CONFLICT`` statements.  Oids come from a SEQUENCE, which

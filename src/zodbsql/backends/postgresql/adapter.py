@@ -240,10 +240,9 @@ class PostgreSQLBackend(Backend[PostgreSQLOptions]):
         return offered
 
     def watch_commits(self) -> CommitWatch:
-        # History-free, the snapshot is the read transaction the poll begins: a start
-        # that skipped it would begin it at its first load instead, and a commit in
-        # between would make that load a read conflict.  So that mode polls.
-        if not (self.options.listen_for_commits and self.keep_history):
+        # History-free too: a start skips its poll there only while the read
+        # transaction of the last poll is open (``SQLStorage._unchanged``).
+        if not self.options.listen_for_commits:
             return CommitWatch()
         return CommitListener(self, lambda: self.connect(**LISTENER_PARAMETERS))
 

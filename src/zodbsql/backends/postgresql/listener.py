@@ -32,7 +32,9 @@ heartbeat and the notifications that arrived: normally a commit of another proce
 seen by the first start after its notification (well under a millisecond after that
 process's COMMIT returned, like a ZEO client without ``server-sync``), at worst
 ``LIVENESS`` after it while the session is failing unnoticed.  ``listen-for-commits
-false`` polls at every start instead.
+false`` polls at every start instead.  History-free, a quiet start also needs the read
+transaction of the instance's last poll to be still open (``SQLStorage._unchanged``):
+that transaction is the snapshot.
 
 When the session is lost (pg_terminate_backend, a restart, a failover), every start
 polls until the thread has listened again (one attempt per ``HEARTBEAT_INTERVAL``).
@@ -245,10 +247,9 @@ class CommitListener(CommitWatch):
                 self._lost(exc)
 
     def _lost(self, exc: Exception) -> None:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         log.warning("zodbsql: %s: the session listening for commits was lost (%s); every"
                     " transaction start polls until it listens again",
-                    self._backend.describe(), first_line)
+                    self._backend.describe(), _first_line(exc))
         self._drop()
         self._failing = True
 
@@ -284,9 +285,12 @@ class CommitListener(CommitWatch):
             if conn is not None:
                 conn.close()
             # Said once per outage: the thread tries again every HEARTBEAT_INTERVAL.
+            # The message, not the exception: a kept log record (a test's capture)
+            # would keep its traceback's frames, and through them the caller's storages
+            # and their open read transactions (history-free), alive.
             log.log(logging.DEBUG if self._failing else logging.WARNING,
                     "zodbsql: %s: cannot listen for commits (%s); every transaction"
-                    " start polls until it can", self._backend.describe(), exc)
+                    " start polls until it can", self._backend.describe(), _first_line(exc))
             self._failing = True
             return
         with self._lock:
@@ -312,6 +316,12 @@ def _run(watch: "weakref.ref[CommitListener]", stop: threading.Event) -> None:
             return
         listener._beat()
         del listener
+
+
+def _first_line(exc: Exception) -> str:
+    """The first line of ``exc``'s message (its repr when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
 
 
 def _raw(conn: ConnectionRole) -> Any:

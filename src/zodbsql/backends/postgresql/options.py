@@ -40,8 +40,10 @@ class PostgreSQLOptions(BackendOptions):
     listen_for_commits: bool = setting(
         True, doc="One session per storage LISTENs for the commits of its schema, so a"
                   " transaction start sends no statement while nothing was committed"
-                  " (false: poll at every start).  Another process's commit is seen once"
-                  " its notification has arrived, normally within a millisecond.")
+                  " (history-free: the start after ZODB's poll at the end of the last"
+                  " transaction, whose read transaction is still open; false: poll at"
+                  " every start).  Another process's commit is seen once its"
+                  " notification has arrived, normally within a millisecond.")
     failover_dsns: str | None = setting(
         None, doc="More primaries, tried in order when the one dsn names is down or in"
                   " recovery (a promoted standby takes over): connection strings or URLs"
