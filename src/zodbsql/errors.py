@@ -34,6 +34,8 @@ from __future__ import annotations
 import transaction.interfaces
 from ZODB import POSException
 
+from zodbsql.masking import mask_secrets
+
 
 class ZodbsqlError(Exception):
     """Base class of every error zodbsql raises itself."""
@@ -142,3 +144,13 @@ class RecordKeyError(ZodbsqlError, POSException.StorageError):
     def __init__(self, message: str, key_id: str) -> None:
         super().__init__(message)
         self.key_id = key_id
+
+
+def described(exc: BaseException) -> str:
+    """What a log line says of ``exc``: its message's first line, secrets masked (its
+    repr when it has no message).  A log call is given this text, never the exception:
+    a handler that keeps records (a test's capture, a buffering handler) kept the
+    exception's traceback with it, its frames, and what they held, such as storages
+    and their open read transactions, which a test's DROP SCHEMA then waited for."""
+    text = str(exc).strip()
+    return mask_secrets(text.splitlines()[0] if text else repr(exc))

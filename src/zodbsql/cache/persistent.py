@@ -31,6 +31,7 @@ from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.cache import cachefile
 from zodbsql.cache.cachefile import CacheFileError, Identity, Segment
 from zodbsql.cache.statecache import StateCache
+from zodbsql.errors import described
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class PersistentCache:
         try:
             segments = cachefile.read(self.path, self.identity, self._breather())
         except (CacheFileError, OSError) as exc:
-            log.warning("zodbsql: ignoring the state cache file %s: %s", self.path, exc)
+            log.warning("zodbsql: ignoring the state cache file %s: %s", self.path, described(exc))
             return 0
         self.found = sum(len(s.entries) for s in segments)
         if not segments or self._stop.is_set():

@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Iterable, TypeVar
 
 from zodbsql.cache.statecache import StateCache
+from zodbsql.errors import described
 from zodbsql.masking import mask_secrets
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class RedisCache:
                     self._warned = True
                     log.warning("zodbsql: the Redis cache at %s is unreachable (%s);"
                                 " loading from the database, trying again every %d s",
-                                self.where, mask_secrets(str(exc)), RETRY)
+                                self.where, described(exc), RETRY)
             return None
         if self._warned:
             with self._lock:

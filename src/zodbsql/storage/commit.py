@@ -28,7 +28,7 @@ from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STAT
                                             ConnectionRole, ResolvedState,
                                             StagedState)
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
-                            DatabaseError, ServerChangedConflict)
+                            DatabaseError, ServerChangedConflict, described)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
 from zodbsql.storage.records import (checksum, checksummer, references, references_text,
                                       refers_to_nothing, verified)
@@ -454,7 +454,7 @@ class PendingCommit:
                 assert tid is not None, "commit_outcome found the commit, not its tid"
             log.warning("COMMIT of transaction 0x%016x on %s reported %s, but the"
                         " transaction is in the database: it counts as committed",
-                        tid, where, error)
+                        tid, where, described(error))
             return tid
         which = (f"transaction 0x{tid:016x}" if tid is not None else
                  "a transaction (its tid was not known yet)")

@@ -9,7 +9,7 @@ from typing import Callable
 from ZODB.serialize import referencesf
 from ZODB.utils import p64, u64
 
-from zodbsql.errors import CorruptRecordError
+from zodbsql.errors import CorruptRecordError, described
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def references(oid: int, state: bytes | None) -> set[int]:
     try:
         return {u64(ref) for ref in referencesf(state)}
     except Exception as exc:  # any unpickling error
-        log.warning("could not read the references of oid 0x%016x: %s", oid, exc)
+        log.warning("could not read the references of oid 0x%016x: %s", oid, described(exc))
         return set()
 
 

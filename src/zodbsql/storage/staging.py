@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 
+from zodbsql.errors import described
 from zodbsql.storage.privatedir import NOFOLLOW
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class StagingArea:
         except FileNotFoundError:
             fd = -1  # its storage was closed, or a cleaner found it dead
         except OSError as exc:
-            log.warning("cannot check %s: %s", lock_path, exc)
+            log.warning("cannot check %s: %s", lock_path, described(exc))
             return 0
         try:
             if fd >= 0:

@@ -39,7 +39,7 @@ from zodbsql.backends.base import oidalloc, trace
 from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, LoadedState, Polled,
                                             PendingLoad, Revision, StateRow)
 from zodbsql.backends.base.mover import REFERENCES_EACH
-from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError
+from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError, described
 from zodbsql.options import Options
 from zodbsql.storage import caches, heap, history, identity, iteration, metrics, pack, records
 from zodbsql.storage.blobs import BlobFiles
@@ -388,7 +388,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         try:
             polled = self._poll(replica, since, gone_since)
         except ZodbsqlError as exc:
-            log.info("standby poll failed, reading from the primary: %s", exc)
+            log.info("standby poll failed, reading from the primary: %s", described(exc))
             replica.rollback()
             replica.close()
             self._replica, self._read_txn = None, False
@@ -687,7 +687,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             sent = self.shared.backend.mover.send_load_many_with_references(
                 conn, oids, snapshot, room, REFERENCES_EACH)
         except ZodbsqlError as exc:     # the load itself has its row: not its failure
-            log.debug("%s: a pick could not be sent ahead (%s)", self.__name__, exc)
+            log.debug("%s: a pick could not be sent ahead (%s)", self.__name__, described(exc))
             return
         self._sent_ahead = (sent, snapshot)
 
@@ -703,7 +703,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             loaded, references = sent.result()
         except ZodbsqlError as exc:
             log.debug("%s: a pick sent ahead failed (%s); loading without it",
-                      self.__name__, exc)
+                      self.__name__, described(exc))
             return None
         cached = self._cache_rows(loaded, snapshot)
         # No miss loaded these: the first of them stands for it.

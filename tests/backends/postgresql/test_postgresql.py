@@ -1104,3 +1104,25 @@ def test_integer_arrays_reach_the_server_as_they_are(factory):
     finally:
         conn.close()
         storage.close()
+
+
+def test_a_schema_is_dropped_past_a_session_left_in_it(factory):
+    """The test factories' cleanup: a session a test left holding a lock in its schema
+    (an open read transaction) is ended, with a warning, and the schema dropped; it
+    stalled DROP SCHEMA for ever."""
+    import psycopg
+
+    from tests.databases import drop_postgresql_schema
+    schema = factory.new_path()
+    storage = factory.open(schema)
+    storage.close()
+    left = psycopg.connect(POSTGRESQL_DSN)          # a transaction left open
+    left.execute(f'SELECT count(*) FROM "{schema}".object_state').fetchone()
+    with pytest.warns(UserWarning, match="1 session"):
+        drop_postgresql_schema(factory.admin, schema)
+    found = factory.admin.execute(
+        "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    assert found == (0,)
+    with pytest.raises(psycopg.OperationalError):
+        left.execute("SELECT 1")                    # it was ended
+    left.close()

@@ -28,7 +28,7 @@ from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.base.schema import Schema
 from zodbsql.backends.base.txncontrol import TransactionControl
 from zodbsql.backends.base.wakeup import CommitWatch
-from zodbsql.errors import DatabaseError
+from zodbsql.errors import DatabaseError, described
 
 #: The type of a backend's own options (``SQLiteOptions``, ...).
 OptionsT = TypeVar("OptionsT", bound=BackendOptions)
@@ -122,12 +122,12 @@ class Backend(Generic[OptionsT]):
             try:
                 conn = self.open_replica((start + step) % count)
             except DatabaseError as exc:
-                log.info("replica skipped: %s", exc)
+                log.info("replica skipped: %s", described(exc))
                 continue
             try:
                 lag = self.replica_lag(conn)
             except DatabaseError as exc:
-                log.info("replica skipped: %s", exc)
+                log.info("replica skipped: %s", described(exc))
                 conn.close()
                 continue
             if lag <= self.replica_max_lag:

@@ -56,7 +56,7 @@ from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.backends.base.wakeup import CommitWatch
 from zodbsql.backends.postgresql import pooler
 from zodbsql.backends.postgresql.schema import IN_CURRENT_SCHEMA
-from zodbsql.errors import ZodbsqlError
+from zodbsql.errors import ZodbsqlError, described
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,9 @@ HAS_CHANNEL = (f"SELECT 1 FROM pg_proc WHERE pronamespace = {IN_CURRENT_SCHEMA}"
 CHANNEL = "SELECT zodbsql_channel()"
 #: The last tid, and the last number given to a record of deletions (a pack's).
 LAST_TID = ("SELECT last_tid, (SELECT MAX(last_seq) FROM gone_row) FROM commit_row")
+#: The same in a database made before deletions were recorded, opened read-only (its
+#: poller does not read them either: ``PollerRole.reads_gone``).
+LAST_TID_ALONE = "SELECT last_tid, NULL FROM commit_row"
 #: A pack's batch of deletions announces its record's number as ``gone:N``
 #: (``packer.ANNOUNCE_GONE``): a pack makes no tid, so the tids alone would leave every
 #: start quiet until the next commit, which then took in all of the pack's deletions.
@@ -100,8 +103,9 @@ def local_high(key: str) -> int:
 class _Session:
     """The listening session and what it told."""
 
-    def __init__(self, conn: ConnectionRole) -> None:
+    def __init__(self, conn: ConnectionRole, reads_gone: bool = True) -> None:
         self.conn = conn
+        self._last_tid = LAST_TID if reads_gone else LAST_TID_ALONE
         self.pid = os.getpid()
         self.high = -1
         #: The newest record of deletions announced or read (``GONE_PREFIX``).
@@ -128,7 +132,7 @@ class _Session:
         """One round trip: every notification sent before it arrives with its reply."""
         sent = time.monotonic()
         self.unknown = False      # a foreign notification in the reply sets it again
-        row = self.conn.fetchone(LAST_TID)
+        row = self.conn.fetchone(self._last_tid)
         if row and row[1] is not None:
             self.gone = max(self.gone, int(row[1]))
         self.note(str(int(row[0]) if row else 0))
@@ -249,7 +253,7 @@ class CommitListener(CommitWatch):
     def _lost(self, exc: Exception) -> None:
         log.warning("zodbsql: %s: the session listening for commits was lost (%s); every"
                     " transaction start polls until it listens again",
-                    self._backend.describe(), _first_line(exc))
+                    self._backend.describe(), described(exc))
         self._drop()
         self._failing = True
 
@@ -276,7 +280,7 @@ class CommitListener(CommitWatch):
                 self._disable("its commit procedures predate announcing commits (a"
                               " writable storage opened on it installs them)")
                 return
-            session = _Session(conn)
+            session = _Session(conn, self._backend.poller.reads_gone)
             # Notifications that come with the replies to statements on the session.
             _raw(conn).add_notify_handler(lambda notify: session.note(notify.payload))
             conn.execute(f'LISTEN "{channel}"')
@@ -290,7 +294,7 @@ class CommitListener(CommitWatch):
             # and their open read transactions (history-free), alive.
             log.log(logging.DEBUG if self._failing else logging.WARNING,
                     "zodbsql: %s: cannot listen for commits (%s); every transaction"
-                    " start polls until it can", self._backend.describe(), _first_line(exc))
+                    " start polls until it can", self._backend.describe(), described(exc))
             self._failing = True
             return
         with self._lock:
@@ -316,12 +320,6 @@ def _run(watch: "weakref.ref[CommitListener]", stop: threading.Event) -> None:
             return
         listener._beat()
         del listener
-
-
-def _first_line(exc: Exception) -> str:
-    """The first line of ``exc``'s message (its repr when it has none)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else repr(exc)
 
 
 def _raw(conn: ConnectionRole) -> Any:
