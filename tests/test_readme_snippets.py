@@ -123,3 +123,26 @@ def test_every_zodbsql_command_is_one_the_tools_accept(
             parser.parse_args(argv)
         except SystemExit:
             pytest.fail(f"README: {command!r}: {capsys.readouterr().err.strip()}")
+
+
+def _anchor(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped (not
+    ``-`` or ``_``), spaces to ``-``."""
+    text = heading.strip().lower().replace("`", "")
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_every_link_within_the_readme_reaches_a_heading() -> None:
+    text = FENCE.sub("", README.read_text())    # a "#" line in a code block is no heading
+    anchors: dict[str, int] = {}
+    for line in text.splitlines():
+        if match := re.match(r"#{1,6} (.+)$", line):
+            anchor = _anchor(match.group(1))
+            count = anchors.get(anchor, 0)
+            anchors[anchor] = count + 1
+            if count:
+                anchors[f"{anchor}-{count}"] = 1
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert links
+    missing = sorted({link for link in links if link not in anchors})
+    assert not missing, f"links to no heading: {missing}"
