@@ -94,6 +94,32 @@ def test_batched_pack_removes_every_unreachable_object(storage_factory: Any) -> 
         db.close()
 
 
+def test_batches_are_not_re_checked_when_nothing_was_committed(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a commit during the pack the rescue before each batch reaches nothing,
+    so the batch's candidates are still garbage: no re-check statement (a batch's
+    re-check after a commit that links garbage again: the tests above)."""
+    storage, db = _open_db(storage_factory)
+    try:
+        with db.transaction() as conn:
+            for i in range(12):
+                conn.root()[i] = PersistentMapping(v=i)
+        with db.transaction() as conn:
+            for i in range(12):
+                del conn.root()[i]
+        packer = storage.shared.backend.packer
+        rechecked: list[int] = []
+        unreached = packer.unreached
+        monkeypatch.setattr(packer, "unreached", lambda conn, oids: (
+            rechecked.append(len(oids)), unreached(conn, oids))[1])
+        counts = pack.pack(storage, time.time(), batch_size=3)
+        assert counts["garbage"] == 12
+        assert rechecked == []
+        assert len(storage) == 1
+    finally:
+        db.close()
+
+
 class TestBatchedPackOfDeletedObjects:
     history_modes = (True,)
     history_modes_reason = (
