@@ -197,7 +197,7 @@ class _Pack:
             # so each is still garbage.  (The re-check was a statement a batch, ~8 ms
             # of the commit lock's time on PostgreSQL: a quarter of a pack of 100,000
             # objects that nothing links again.)
-            return list(oids)
+            return oids
         return self.backend.packer.unreached(conn, oids)
 
     def _delete_objects(self, candidates: Callable[[ConnectionRole, int, int], list[int]],
