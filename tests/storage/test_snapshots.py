@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import transaction
 import ZODB
+from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
+from ZODB.utils import u64
 
 
 def test_old_snapshot_ignores_newer_cached_states(storage_factory: Any) -> None:
@@ -269,3 +271,86 @@ def test_a_first_poll_racing_another_instances_poll_is_not_a_database_gone_back(
             instance.release()
         writer_db.close()
         storage.close()
+
+
+def test_a_retired_state_is_kept_only_while_a_transaction_reads_before_it(
+        storage_factory: Any) -> None:
+    """A poll that sees a cached state change keeps the old one as an exact revision
+    (conflict resolution asks for the revision its transaction read) while another
+    instance of the process is in a transaction at an older snapshot; with none, the
+    old state goes (a reader alone in its process paid 4-5 ms a start to keep 1,000)."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    writer_db = ZODB.DB(storage_factory.open())     # another process: no shared cache
+    cache = storage.shared.cache
+
+    def change(value: int) -> None:
+        with writer_db.transaction() as conn:
+            conn.root()["a"]["v"] = value
+
+    try:
+        with writer_db.transaction() as conn:
+            conn.root()["a"] = PersistentMapping({"v": 0})
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        c1, c2 = db.open(tm1), db.open(tm2)
+        tm1.begin()
+        a = c1.root()["a"]
+        assert a["v"] == 0
+        oid, first = u64(a._p_oid), u64(a._p_serial)
+        tm2.begin()                     # c2 reads at the snapshot of state 0 ...
+        change(1)
+        tm1.abort()                     # ... when c1's poll retires it
+        assert cache.get_revision(oid, first) is not None
+        assert c2.root()["a"]["v"] == 0
+        tm2.abort()
+        c2.close()                      # no other instance reads at an older snapshot
+        tm1.begin()
+        assert a["v"] == 1
+        second = u64(a._p_serial)
+        change(2)
+        tm1.abort()
+        assert cache.get_revision(oid, second) is None
+        tm1.begin()
+        assert a["v"] == 2
+        tm1.abort()
+        c1.close()
+    finally:
+        writer_db.close()
+        db.close()
+
+
+def test_conflict_resolution_reads_the_retired_revision_from_the_cache(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two connections of one process change a ``Length``; the second to commit
+    resolves the conflict with the state its transaction read, which the first one's
+    poll retired while the second was still in its transaction: no load for it."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["n"] = Length(0)
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        c1, c2 = db.open(tm1), db.open(tm2)
+        for tm, conn in ((tm1, c1), (tm2, c2)):
+            conn.cacheMinimize()
+            tm.begin()
+            conn.root()["n"].change(1)      # both read state 0 (the cache's current)
+        tm1.commit()                        # c1's next poll retires state 0
+        serials: list[int] = []
+        mover = storage.shared.backend.mover
+        load_serial = mover.load_serial
+
+        def counted(conn: Any, oid: int, tid: int) -> Any:
+            serials.append(tid)
+            return load_serial(conn, oid, tid)
+
+        monkeypatch.setattr(mover, "load_serial", counted)
+        tm2.commit()                        # a conflict, resolved
+        assert serials == []
+        tm1.begin()
+        assert c1.root()["n"]() == 2
+        tm1.abort()
+        for conn in (c1, c2):
+            conn.close()
+    finally:
+        db.close()

@@ -7,6 +7,7 @@ they call; none imports storage.py, so the core has no import cycle.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Protocol
 
@@ -100,6 +101,32 @@ class Shared:
         #: Whether a transaction start may keep its snapshot (backends/base/wakeup.py);
         #: started by the storage once its schema is ready.
         self.watch = backend.watch_commits()
+        # The snapshots instances may read at (an instance's number -> its snapshot):
+        # from its poll (or a start that kept its snapshot) to its afterCompletion.
+        self._reading: dict[int, int] = {}
+        self._reading_lock = threading.Lock()
+        self._instance_numbers = itertools.count()
+
+    def instance_number(self) -> int:
+        """A number no other instance of this storage has (``reading_at``)."""
+        return next(self._instance_numbers)
+
+    def reading_at(self, instance: int, snapshot: int | None) -> None:
+        """Instance ``instance`` may read at ``snapshot`` from now on (None: at none
+        until its next poll)."""
+        with self._reading_lock:
+            if snapshot is None:
+                self._reading.pop(instance, None)
+            else:
+                self._reading[instance] = snapshot
+
+    def others_read_before(self, instance: int, tid: int) -> bool:
+        """May an instance other than ``instance`` read at a snapshot before ``tid``?
+        Only then is a state a poll up to ``tid`` retires worth keeping as an exact
+        revision (``StateCache.after_poll``)."""
+        with self._reading_lock:
+            return any(snapshot < tid for number, snapshot in self._reading.items()
+                       if number != instance)
 
     def counted(self, conn: ConnectionRole) -> ConnectionRole:
         """Add ``conn``'s statements from now on to this storage's running total, and

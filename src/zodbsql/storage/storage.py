@@ -118,6 +118,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._resolving = False              # inside vote's conflict resolution
         self._last_commit: int | None = None
         self._db: Any = None
+        self._number = shared.instance_number()     # its key in ``shared.reading_at``
 
     @staticmethod
     def _open_checked(backend: BackendContract, options: Options,
@@ -182,6 +183,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             self._read_txn = self._on_replica = False
             self._watch_token = None
             self._brought.drop()
+        self.shared.reading_at(self._number, None)
 
     def sync(self, force: bool = True) -> None:
         with self._load_lock:
@@ -196,6 +198,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def afterCompletion(self) -> None:
         self._end_read_txn()
+        # ZODB polls next (a plain transaction manager), or at the next begin: nothing is
+        # read at this snapshot before, so no exact revision is kept for it.
+        self.shared.reading_at(self._number, None)
 
     def poll_invalidations(self) -> list[bytes] | None:
         """Move this instance's snapshot to the newest commit; return the oids changed
@@ -221,6 +226,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 since, gone_since = shared.cache.position()
             quiet, token = self._unchanged()
             if quiet:
+                shared.reading_at(self._number, self._snapshot)
                 return []
             self._watch_token = None    # until this poll has succeeded
             own_commit = self._own_commit_changes(alone, since, gone_since)
@@ -263,7 +269,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         shared = self.shared
         upto = polled.upto
         shared.cache.after_poll(since, upto, polled.changes, polled.gone, polled.gone_seq,
-                                polled.gone_floor, polled.complete, polled.truncated)
+                                polled.gone_floor, polled.complete, polled.truncated,
+                                keep_revisions=shared.others_read_before(self._number, upto))
+        shared.reading_at(self._number, upto)
         self._gone_seen = polled.gone_seq
         second = shared.second_level
         if second is not None and shared.cache.base > second.checkpoint:
@@ -1187,6 +1195,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             shared.free_oids = []
             shared.highest_oid_seen = 0
         self._snapshot = self._polled = None
+        shared.reading_at(self._number, None)
 
     def close(self) -> None:
         if self._pending is not None:
