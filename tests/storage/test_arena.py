@@ -213,6 +213,14 @@ class LogAgainstDict(RuleBasedStateMachine):
         self.model[self.next_oid] = value
         self.next_oid += 1
 
+    @rule(sizes=st.lists(st.sampled_from([0, 1, 30, 100, 300]), max_size=6))
+    def push_many(self, sizes: list[int]) -> None:
+        entries = {self.next_oid + i: bytes(8) + bytes([i + 1]) * size
+                   for i, size in enumerate(sizes)}
+        self.next_oid += len(sizes)
+        self.segment.push_many(entries)
+        self.model.update(entries)
+
     @precondition(lambda self: self.model)
     @rule()
     def pop_oldest(self) -> None:
