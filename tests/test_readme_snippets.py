@@ -22,6 +22,9 @@ from zodbsql.config import StorageFactory
 from zodbsql.uri import resolve_uri
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+#: The dated measurements that were the README's bench notes: their commands and links
+#: are checked as the README's are.
+MEASUREMENTS = README.parent / "docs" / "measurements.md"
 #: A fenced block, also indented (inside a list item).
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\n(?P<body>.*?)^(?P=indent)```$",
                    re.MULTILINE | re.DOTALL)
@@ -94,10 +97,10 @@ def test_python_example_runs(line: int, body: str, tmp_path: pathlib.Path) -> No
         transaction.abort()
 
 
-def shell_commands() -> list[str]:
-    """Every ``zodbsql`` command of the README: in ``sh`` blocks (continuation lines
+def shell_commands(path: pathlib.Path = README) -> list[str]:
+    """Every ``zodbsql`` command of a document: in ``sh`` blocks (continuation lines
     joined, ``&&`` chains split) and in inline code."""
-    text = README.read_text()
+    text = path.read_text()
     found = [m.group(1) for m in re.finditer(r"`((?:\.venv/bin/)?zodbsql [^`]+)`", text)]
     for match in FENCE.finditer(text):
         if match.group("lang") == "sh":
@@ -107,13 +110,15 @@ def shell_commands() -> list[str]:
     return sorted(set(found))
 
 
+@pytest.mark.parametrize("path", [README, MEASUREMENTS], ids=lambda p: p.name)
 def test_every_zodbsql_command_is_one_the_tools_accept(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """Parsed by the tools' own argument parser: a renamed option or tool fails here.
+        path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Parsed by the tools' own argument parser: a renamed option or tool fails here,
+    in the measurements' commands too, so that each can still be run again.
     (The quick start's commands also run verbatim in CI: scripts/readme_quickstart.)"""
     from zodbsql.cli.main import TOOLS, build_parser
     parser = build_parser()
-    commands = shell_commands()
+    commands = shell_commands(path)
     assert len(commands) >= 10
     for command in commands:
         argv = shlex.split(command)[1:]
@@ -122,7 +127,7 @@ def test_every_zodbsql_command_is_one_the_tools_accept(
         try:
             parser.parse_args(argv)
         except SystemExit:
-            pytest.fail(f"README: {command!r}: {capsys.readouterr().err.strip()}")
+            pytest.fail(f"{path.name}: {command!r}: {capsys.readouterr().err.strip()}")
 
 
 def _anchor(heading: str) -> str:
@@ -132,17 +137,42 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def test_every_link_within_the_readme_reaches_a_heading() -> None:
-    text = FENCE.sub("", README.read_text())    # a "#" line in a code block is no heading
-    anchors: dict[str, int] = {}
+def anchors(path: pathlib.Path) -> set[str]:
+    """The anchors of a document's headings; a repeated one also as GitHub numbers it."""
+    text = FENCE.sub("", path.read_text())      # a "#" line in a code block is no heading
+    found: dict[str, int] = {}
     for line in text.splitlines():
         if match := re.match(r"#{1,6} (.+)$", line):
             anchor = _anchor(match.group(1))
-            count = anchors.get(anchor, 0)
-            anchors[anchor] = count + 1
+            count = found.get(anchor, 0)
+            found[anchor] = count + 1
             if count:
-                anchors[f"{anchor}-{count}"] = 1
-    links = re.findall(r"\]\(#([^)]+)\)", text)
-    assert links
-    missing = sorted({link for link in links if link not in anchors})
-    assert not missing, f"links to no heading: {missing}"
+                found[f"{anchor}-{count}"] = 1
+    return set(found)
+
+
+def links(path: pathlib.Path) -> list[tuple[pathlib.Path, str]]:
+    """A document's relative links outside code blocks, as (file, anchor): ``#a`` is
+    the document itself, ``../README.md#a`` another one; the anchor is "" for none."""
+    text = FENCE.sub("", path.read_text())
+    found = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue                            # https:, mailto:
+        file, _, anchor = target.partition("#")
+        found.append(((path.parent / file).resolve() if file else path, anchor))
+    return found
+
+
+@pytest.mark.parametrize("path", [README, MEASUREMENTS], ids=lambda p: p.name)
+def test_every_link_within_the_readme_reaches_a_heading(path: pathlib.Path) -> None:
+    """Also between the README and the measurements moved out of it (``#a``,
+    ``docs/measurements.md#a``, ``../README.md#a``): a heading renamed in one breaks
+    the other's links."""
+    found = links(path)
+    other = MEASUREMENTS if path == README else README
+    assert any(file == other and anchor for file, anchor in found)  # the check reaches across
+    missing = sorted(f"{file.name}#{anchor}" if anchor else str(file)
+                     for file, anchor in set(found)
+                     if not file.exists() or anchor and anchor not in anchors(file))
+    assert not missing, f"{path.name}: links to no heading or file: {missing}"
