@@ -36,15 +36,16 @@ from zodbsql.storage import SQLStorage
 #: again after the abort).  PostgreSQL history-preserving listens: none.  SQLite reads
 #: PRAGMA data_version at each poll it skips (history-free inside the read transaction
 #: that is the snapshot, begun and ended around it).  History-free MySQL polls: BEGIN,
-#: the poll and ROLLBACK.  History-free PostgreSQL sends the BEGIN and the poll as one
-#: query (backends/postgresql/poller.py) after the abort's ROLLBACK, and listens: the
-#: begin that follows keeps the read transaction that poll began (2 a transaction; 3
-#: before it listened, the begin's poll carrying the COMMIT of that snapshot).
+#: the poll and ROLLBACK.  History-free PostgreSQL listens, and the abort's
+#: afterCompletion leaves the read transaction open for ZODB's poll right after it
+#: (storage/next_poll.py), which hears of no commit and keeps it, as the begin does:
+#: none (2 a transaction when afterCompletion ended it with a ROLLBACK; 3 before it
+#: listened).
 IDLE_STATEMENTS = {
     ("sqlite", True): 40,
     ("sqlite", False): 120,
     ("postgresql", True): 0,
-    ("postgresql", False): 40,
+    ("postgresql", False): 0,
     ("mysql", True): 40,
     ("mysql", False): 120,
 }
@@ -598,7 +599,8 @@ def test_history_free_start_keeps_only_an_open_snapshot() -> None:
     """History-free PostgreSQL listens too, but a start keeps its snapshot only while
     the read transaction its last poll began is open: after ZODB's afterCompletion
     poll (a plain transaction manager), not after an explicit one's abort, which ends
-    it with no poll; and a commit heard before the start makes it poll."""
+    it with no poll; and a commit heard before the start makes it poll.  A closed ZODB
+    connection waits in the pool with no read transaction open."""
     hf = PostgreSQLFactory(Param("postgresql", False))
     storage = hf.open()
     other = hf.open()
@@ -611,9 +613,9 @@ def test_history_free_start_keeps_only_an_open_snapshot() -> None:
         root["x"] = PersistentMapping(v=0)
         tm.commit()
         idle_statements(storage, tm, root, 3)
-        # ROLLBACK at afterCompletion, then its poll (BEGIN and the poll, one query);
-        # the begin keeps that read transaction.
-        assert idle_statements(storage, tm, root, 5) == 10
+        # afterCompletion leaves the read transaction for its poll, which hears of no
+        # commit and keeps it; so does the begin: nothing is sent.
+        assert idle_statements(storage, tm, root, 5) == 0
         instance = root._p_jar._storage
         tm.begin()
         assert instance._read_txn      # the snapshot the afterCompletion poll began
@@ -638,6 +640,12 @@ def test_history_free_start_keeps_only_an_open_snapshot() -> None:
         idle_statements(explicit_storage, explicit, explicit_root, 2)
         assert idle_statements(explicit_storage, explicit, explicit_root, 5) == 10
         explicit.begin()    # DB.close aborts every connection's transaction manager
+        # Closed, a plain one's connection ends its read transaction (no poll follows).
+        instance = root._p_jar._storage
+        assert instance._read_txn
+        root._p_jar.close()
+        assert not instance._read_txn
+        assert instance._load is None or not instance._load.in_transaction
     finally:
         other_db.close()
         db.close()
@@ -664,10 +672,14 @@ def logged(log: pathlib.Path, start: str, end: str) -> list[str]:
             if re.search(r"LOG:\s+(statement|execute [^:]*):", line)]
 
 
+@pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
 def test_server_logs_no_statement_for_idle_starts(
-        logging_server: tuple[str, pathlib.Path]) -> None:
+        logging_server: tuple[str, pathlib.Path], keep_history: bool) -> None:
+    """History-free too: the read transaction its afterCompletion poll began is kept
+    by the starts that follow, and ended by none of them (storage/next_poll.py)."""
     dsn, log = logging_server
-    factory = PostgreSQLFactory(Param("postgresql", True), dsn=f"{dsn} application_name={APPLICATION}")
+    factory = PostgreSQLFactory(Param("postgresql", keep_history),
+                                dsn=f"{dsn} application_name={APPLICATION}")
     try:
         storage = factory.open()
         db = ZODB.DB(storage)
@@ -677,7 +689,7 @@ def test_server_logs_no_statement_for_idle_starts(
         tm.commit()
         idle_statements(storage, tm, root, 3)
         listener = watch_of(storage).session_pid
-        start, end = "zodbsql-idle-start", "zodbsql-idle-end"
+        start, end = f"zodbsql-idle-start-{keep_history}", f"zodbsql-idle-end-{keep_history}"
         factory.admin.execute(f"SELECT '{start}'")
         began = time.monotonic()
         assert idle_statements(storage, tm, root, 100) == 0

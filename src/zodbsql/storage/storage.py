@@ -41,7 +41,8 @@ from zodbsql.backends.base.contract import (BackendContract, ConnectionRole, Loa
 from zodbsql.backends.base.mover import REFERENCES_EACH
 from zodbsql.errors import CommitLockTimeout, SchemaError, ZodbsqlError, described
 from zodbsql.options import Options
-from zodbsql.storage import caches, heap, history, identity, iteration, metrics, pack, records
+from zodbsql.storage import (caches, heap, history, identity, iteration, metrics, next_poll, pack,
+                             records)
 from zodbsql.storage.blobs import BlobFiles
 from zodbsql.storage.commit import PendingCommit
 from zodbsql.storage.records import as_bytes, verified_by
@@ -186,21 +187,30 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self.shared.reading_at(self._number, None)
 
     def sync(self, force: bool = True) -> None:
+        # ZODB polls right after.
+        self._end_read_txn_in_next_poll()
+
+    def afterCompletion(self) -> None:
+        if next_poll.zodb_polls_next():
+            # ZODB's Connection.afterCompletion: its newTransaction polls next.
+            self._end_read_txn_in_next_poll()
+        else:
+            # Connection.close: the ZODB connection goes to the pool with no poll.
+            self._end_read_txn()
+        # ZODB polls next (a plain transaction manager), or at the next begin: nothing is
+        # read at this snapshot before, so no exact revision is kept for it.
+        self.shared.reading_at(self._number, None)
+
+    def _end_read_txn_in_next_poll(self) -> None:
+        """End the read transaction, or leave it for the poll that comes next to end
+        before it begins the next (PostgreSQL: one query, one round trip for both)."""
         with self._load_lock:
             if (self._read_txn and not self._on_replica and self._replica is None
                     and self.shared.backend.poller.ends_with_begin
                     and self.shared.backend.replica_count() == 0):
-                # ZODB polls right after: that poll's query ends this read transaction
-                # before it begins the next (PostgreSQL: one round trip for both).
                 self._end_due = True
                 return
         self._end_read_txn()
-
-    def afterCompletion(self) -> None:
-        self._end_read_txn()
-        # ZODB polls next (a plain transaction manager), or at the next begin: nothing is
-        # read at this snapshot before, so no exact revision is kept for it.
-        self.shared.reading_at(self._number, None)
 
     def poll_invalidations(self) -> list[bytes] | None:
         """Move this instance's snapshot to the newest commit; return the oids changed
