@@ -1,5 +1,7 @@
-"""Fixtures of the cluster suite: a private three-node Galera cluster, started once per
-run (``galera``), and storages on scratch databases of it (``galera_factory``).
+"""Fixtures of the cluster suite: a private three-node Galera cluster, started once for
+this package's tests and stopped after them (``galera``: its nodes' heartbeats cost
+CPU for as long as they run), and storages on scratch databases of it
+(``galera_factory``).
 
 Every test here is marked ``cluster``: ``python -m pytest -m cluster`` runs them alone.
 """
@@ -23,7 +25,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def galera() -> Iterator[GaleraCluster]:
     """Three synced Galera nodes on loopback ports; tests may kill and restart one, and
     must leave all three synced."""
