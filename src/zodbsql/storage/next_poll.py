@@ -19,17 +19,22 @@ import sys
 from ZODB.Connection import Connection
 
 _POLLING_CALLER = Connection.afterCompletion.__code__
+#: Frames looked at above the storage's ``afterCompletion``: a wrapping storage or a
+#: decorator (mutation testing's trampolines) may stand between it and ZODB's caller.
+_FRAMES_LOOKED_AT = 4
 
 
-def zodb_polls_next(depth: int = 2) -> bool:
-    """True when the frame ``depth`` levels up (the caller of the storage's
-    ``afterCompletion`` for the default) is ZODB's ``Connection.afterCompletion`` of a
-    connection whose transaction manager is not explicit."""
-    try:
-        caller = sys._getframe(depth)
-    except ValueError:          # a shallower stack: not called by ZODB
-        return False
-    if caller.f_code is not _POLLING_CALLER:
-        return False
-    connection = caller.f_locals.get("self")
-    return connection is not None and not getattr(connection, "explicit_transactions", True)
+def zodb_polls_next() -> bool:
+    """True when the storage's ``afterCompletion`` that calls this was called by ZODB's
+    ``Connection.afterCompletion`` of a connection whose transaction manager is not
+    explicit."""
+    frame = sys._getframe(1).f_back
+    for _ in range(_FRAMES_LOOKED_AT):
+        if frame is None:
+            return False
+        if frame.f_code is _POLLING_CALLER:
+            connection = frame.f_locals.get("self")
+            return connection is not None and not getattr(
+                connection, "explicit_transactions", True)
+        frame = frame.f_back
+    return False

@@ -187,30 +187,32 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self.shared.reading_at(self._number, None)
 
     def sync(self, force: bool = True) -> None:
-        # ZODB polls right after.
-        self._end_read_txn_in_next_poll()
+        with self._load_lock:
+            if self._next_poll_may_end_read_txn():
+                # ZODB polls right after.
+                self._end_due = True
+                return
+        self._end_read_txn()
 
     def afterCompletion(self) -> None:
-        if next_poll.zodb_polls_next():
-            # ZODB's Connection.afterCompletion: its newTransaction polls next.
-            self._end_read_txn_in_next_poll()
-        else:
-            # Connection.close: the ZODB connection goes to the pool with no poll.
-            self._end_read_txn()
+        with self._load_lock:
+            # ZODB's Connection.afterCompletion polls next; Connection.close does not
+            # (its ZODB connection goes to the pool).  The caller's frame says which,
+            # read only when that poll could end the read transaction.
+            if self._next_poll_may_end_read_txn() and next_poll.zodb_polls_next():
+                self._end_due = True
+            else:
+                self._end_read_txn()
         # ZODB polls next (a plain transaction manager), or at the next begin: nothing is
         # read at this snapshot before, so no exact revision is kept for it.
         self.shared.reading_at(self._number, None)
 
-    def _end_read_txn_in_next_poll(self) -> None:
-        """End the read transaction, or leave it for the poll that comes next to end
-        before it begins the next (PostgreSQL: one query, one round trip for both)."""
-        with self._load_lock:
-            if (self._read_txn and not self._on_replica and self._replica is None
-                    and self.shared.backend.poller.ends_with_begin
-                    and self.shared.backend.replica_count() == 0):
-                self._end_due = True
-                return
-        self._end_read_txn()
+    def _next_poll_may_end_read_txn(self) -> bool:
+        """May the read transaction be left for the next poll, whose query ends it
+        before it begins the next (PostgreSQL: one round trip for both)?"""
+        return (self._read_txn and not self._on_replica and self._replica is None
+                and self.shared.backend.poller.ends_with_begin
+                and self.shared.backend.replica_count() == 0)
 
     def poll_invalidations(self) -> list[bytes] | None:
         """Move this instance's snapshot to the newest commit; return the oids changed

@@ -59,11 +59,14 @@ Design note.
   History-preserving loads name the snapshot tid (``tid <= snapshot``), so they need no
   transaction.  History-free data has no old revisions, so the poll opens
   ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY``: the poll and every load until the
-  ZODB transaction ends see one snapshot (the core ends it at ``afterCompletion``).
+  ZODB transaction ends see one snapshot.
   The BEGIN and the poll travel as one simple-protocol query (``poller.py``), so the
   start stays one round trip; the poll is then planned at each start instead of
-  prepared once.  When ZODB's begin finds the snapshot of its last poll still open
-  (``sync``), it ends first in the same query (with COMMIT: connections.py says why).
+  prepared once.  A poll that finds the snapshot before it still open ends it first in
+  the same query (with COMMIT: connections.py says why): the core leaves it open for
+  the poll ZODB sends right after ``afterCompletion`` and at its begin (``sync``), and
+  ends it at once where no poll follows (``Connection.close``, an explicit transaction
+  manager: core storage/next_poll.py).
   History-preserving, a start skips the poll while nothing committed: every commit
   announces its tid with ``pg_notify`` inside ``zodbsql_finish``, and one session per
   storage listens (``listener.py``, ``listen-for-commits``).  After its own commit, a
@@ -84,7 +87,7 @@ Design note.
   one ZODB transaction          1 object    1,000 new
   ===========================  ==========  ==========
   history-preserving            2           5
-  history-free                  4           7
+  history-free                  3           6
   ===========================  ==========  ==========
 
   The 2: ``BEGIN; SET LOCAL lock_timeout`` with ``zodbsql_stage_and_lock`` (the states
@@ -100,8 +103,9 @@ Design note.
   more (one UNION statement: last tid and changes). 1,000 new objects after a pause add
   two oid blocks from the sequence (16 and 1,024 oids); back-to-back big commits take one
   block of 4,096 per 4,096 new objects. The staging tables are ``ON COMMIT DELETE ROWS``,
-  so nothing is spent clearing them. History-free adds the end of the read transaction
-  that holds its snapshot (ROLLBACK at ``afterCompletion``); its BEGIN goes with the poll.
+  so nothing is spent clearing them. History-free adds the poll after the commit: its
+  snapshot is a read transaction begun after it, whose BEGIN, and the end of the one
+  before, go with the poll's query.
 * Standbys, failover, poolers.  Polls and loads may go to a hot standby
   (``replica-dsns``): the lag is read on the standby itself (``standbys.py``), so
   choosing one costs the primary nothing, and the core reads a snapshot there only if
