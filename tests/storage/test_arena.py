@@ -195,6 +195,50 @@ def test_clear_and_a_missing_key() -> None:
     assert segment.get(2) == b"two" and segment.oldest() == 2
 
 
+def layout(segment: ArenaSegment) -> tuple[object, ...]:
+    """Everything a segment keeps: its chunks' bytes, where each oid is, its counts."""
+    return ([bytes(chunk) for chunk in segment._chunks], list(segment._index.items()),
+            segment._first, segment._head, segment._live, segment._dead, segment._count)
+
+
+@pytest.mark.parametrize("sizes", [
+    [100, 100, 100],            # the second closes the first chunk, the third the second
+    [0, 256, 0],                # a value as large as a chunk gets a chunk of its own
+    [100, 116, 0],              # (none before) the tail filled exactly, then the next
+    [100, 117],                 # ... one byte over
+    [300, 300],                 # two values larger than a chunk in a row
+    [10] * 40,                  # many rollovers in one batch
+])
+@pytest.mark.parametrize("before", [0, 1, 7])
+def test_push_many_leaves_the_log_push_would(sizes: list[int], before: int) -> None:
+    # Twin segments: one fed state by state, the other in one batch after the same
+    # states before it; a chunk's rollover must fall at the same entry in both, and
+    # each position name the serial number of the chunk it is in.
+    one_by_one, batched = ArenaSegment(256), ArenaSegment(256)
+    for oid in range(1, before + 1):
+        for segment in (one_by_one, batched):
+            segment.push(oid, bytes([oid]) * 30)
+    entries = {100 + i: i.to_bytes(8, "big") + bytes([i]) * size
+               for i, size in enumerate(sizes)}
+    for oid, value in entries.items():
+        one_by_one.push(oid, value)
+    batched.push_many(entries)
+    assert layout(batched) == layout(one_by_one)
+    for oid, value in entries.items():
+        assert batched.get(oid) == value
+    assert_memory_adds_up(batched)
+    # After the oldest chunks went (their serial numbers no longer start at 0).
+    while batched._first == 0 and batched:
+        batched.pop_oldest()
+        one_by_one.pop_oldest()
+    more = {500 + i: bytes([i]) * 120 for i in range(5)}
+    for oid, value in more.items():
+        one_by_one.push(oid, value)
+    batched.push_many(more)
+    assert layout(batched) == layout(one_by_one)
+    assert [batched.get(oid) for oid in more] == list(more.values())
+
+
 class LogAgainstDict(RuleBasedStateMachine):
     """Every operation the state cache uses, on a segment and on a dict (whose order
     is insertion order), the two compared after each; and the memory counted against

@@ -63,3 +63,56 @@ def test_any_other_caller_is_not_zodb() -> None:
 
     close(OldConnection(storage))
     assert storage.answers == [False]
+
+
+class Wrapping:
+    """A storage wrapping another (as zc.zlibstorage wraps one): its
+    ``afterCompletion`` delegates, a frame between ZODB's caller and the storage's."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+
+    def afterCompletion(self) -> None:
+        self.base.afterCompletion()
+
+
+class PollingConnection:
+    """What ZODB's ``Connection.afterCompletion`` reads of its connection: one whose
+    transaction manager is not explicit polls (``newTransaction``) right after."""
+
+    def __init__(self, storage: Any, explicit: bool) -> None:
+        self._storage = storage
+        self.explicit_transactions = explicit
+        self.polls = 0
+        self._cache = self
+
+    def newTransaction(self, transaction: Any, sync: bool) -> None:
+        self.polls += 1
+
+    def incrgc(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("wrappers", [0, 1, 2])
+def test_zodb_is_found_through_wrapping_storages(wrappers: int) -> None:
+    storage = Answering()
+    outer: Any = storage
+    for _ in range(wrappers):
+        outer = Wrapping(outer)
+    polling = PollingConnection(outer, explicit=False)
+    Connection.afterCompletion(polling, None)
+    assert storage.answers == [True] and polling.polls == 1
+    explicit = PollingConnection(outer, explicit=True)
+    Connection.afterCompletion(explicit, None)
+    assert storage.answers == [True, False] and explicit.polls == 0
+
+
+def test_wrappers_deeper_than_looked_at_end_the_read_transaction_at_once() -> None:
+    # Past the frames looked at, ZODB is not found: the answer is the safe one.
+    storage = Answering()
+    outer: Any = storage
+    for _ in range(5):
+        outer = Wrapping(outer)
+    polling = PollingConnection(outer, explicit=False)
+    Connection.afterCompletion(polling, None)
+    assert storage.answers == [False] and polling.polls == 1
