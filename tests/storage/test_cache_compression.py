@@ -218,3 +218,54 @@ def test_a_batch_of_large_states_squeezes_only_its_room() -> None:
     assert len(cache) == start + 100
     # ~100 newcomers' room (2,200 bytes each, counted high) from ~2,000 bytes a squeeze.
     assert kept_tags(cache).count(TAG_ZSTD) < 100 + 200
+
+
+def test_a_batch_that_squeezing_made_no_room_for_meets_admission() -> None:
+    """A batch that still does not fit once the raw states were squeezed (they do not
+    compress) enters newcomer by newcomer, each meeting admission, not whole over
+    what the cache held; the bound holds."""
+    cache = StateCache(1 << 20, compress="auto")
+    cache.after_poll(-1, 10, [])
+    noise = os.urandom(300 * 20_000)
+
+    def batch(start: int) -> None:
+        cache.put_loaded_many([(oid, 9, noise[300 * oid:300 * oid + 300])
+                               for oid in range(start, start + 200)], 10)
+
+    start = 0
+    while cache._fits_without_eviction([(0, 9, bytes(300))] * 200):
+        batch(start)
+        start += 200
+    whole = cache._enter_all
+    cache._enter_all = lambda entering: pytest.fail("entered whole")  # type: ignore
+    batch(start)
+    cache._enter_all = whole                        # type: ignore[method-assign]
+    assert cache._packer is not None and cache._packer.compressing
+    assert kept_tags(cache).count(TAG_ZSTD) == 0    # random bytes: nothing saved
+    assert cache.bytes_used <= cache.limit
+    for oid in range(start + 200):
+        found = cache.get(oid, 10)
+        assert found is None or found == (noise[300 * oid:300 * oid + 300], 9)
+
+
+def test_a_newcomer_the_squeeze_made_no_room_for_meets_admission() -> None:
+    """The first state to meet a full ``auto`` cache starts compression; when squeezing
+    the raw states saves nothing (they do not compress), the newcomer still has to win
+    admission: turned away, nothing evicted for it."""
+    cache = StateCache(1 << 18, compress="auto")
+    cache.after_poll(-1, 10, [])
+    cache._window_limit = 0                         # each newcomer meets admission
+    noise = os.urandom(300 * 5_000)
+    oid = 0
+    while oid < 5_000:
+        held = len(cache)
+        if cache.get(oid, 10) is None:
+            cache.put_loaded(oid, 9, noise[300 * oid:300 * oid + 300], 10)
+        if len(cache) == held:
+            break
+        oid += 1
+    assert cache._packer is not None and cache._packer.compressing
+    assert not cache.holds(oid)
+    assert all(cache.holds(each) for each in range(oid))
+    assert kept_tags(cache).count(TAG_ZSTD) == 0
+    assert cache.bytes_used <= cache.limit

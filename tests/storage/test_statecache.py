@@ -783,6 +783,74 @@ def test_a_poll_retires_the_largest_oid_held_and_skips_only_those_above(
     assert cache.get(7, 30) == (b"s" * 60, 5)
 
 
+def test_a_cover_retires_what_it_names_from_every_segment_and_keeps_the_revisions() -> None:
+    """``cover`` (a restored cache's poll that reaches back) retires each state it
+    names as changed from whichever segment holds it, as ``after_poll`` does, and a
+    deleted object's too; the retired states stay as exact revisions."""
+    cache = polled_cache(limit=26_000)
+    cache._window_limit = 0
+    for oid in (3, 7, 9):
+        cache.put_loaded(oid, 5, bytes([oid]) * 60, snapshot=10)
+    value = cache._probation.pop(9)               # moved as a promotion would
+    cache._protected.push(9, value)
+    cache._protected_bytes += entry_cost(value)
+    cache._window_limit = 1 << 20
+    cache.put_loaded(11, 5, bytes([11]) * 60, snapshot=10)   # waits in the window
+    cache.put_loaded(12, 5, bytes([12]) * 60, snapshot=10)   # not named: stays
+    assert (list(cache._probation), list(cache._protected)) == ([3, 7], [9])
+    assert 11 in cache._window and 12 in cache._window
+    assert cache.cover(10, 20, [(7, 20), (9, 20), (11, 20)], gone=[3], gone_seq=1)
+    for oid in (3, 7, 9, 11):
+        assert cache.get(oid, 20) is None
+        assert cache.get_revision(oid, 5) == bytes([oid]) * 60
+    assert not cache._probation and not cache._protected and 11 not in cache._window
+    assert_counts_add_up(cache)
+    # Retired, not only named by the index: once the index is emptied (more changes
+    # than it holds), a state left current would be served again.
+    cache.after_poll(20, 30, [(10_000 + n, 30) for n in range(cache._max_index + 1)])
+    assert cache.base == 30 and not cache._changed
+    for oid in (3, 7, 9, 11):
+        assert cache.get(oid, 30) is None
+    assert cache.get(12, 30) == (bytes([12]) * 60, 5)
+
+
+def test_a_polled_commit_s_deletion_does_not_hide_its_other_states() -> None:
+    """``put_revisions`` of a commit a poll has already named (its tid at or below
+    ``polled``): a deletion among its states is skipped, and the states after it are
+    still kept (the one the poll named as current)."""
+    cache = polled_cache()
+    cache.after_poll(10, 20, [(1, 20), (2, 20), (3, 20)])
+    cache.put_revisions(20, [(1, b"one"), (2, None), (3, b"three")])
+    assert cache.get(1, 20) == (b"one", 20)
+    assert cache.get(2, 20) is None
+    assert cache.get(3, 20) == (b"three", 20)
+    assert cache.get_revision(3, 20) == b"three"
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_poll_keeps_a_deleted_object_s_state_as_a_revision_only_if_asked(
+        keep: bool) -> None:
+    """A poll that reports an object deleted retires its current state as the other
+    changes it names are: kept as an exact revision with ``keep_revisions``, dropped
+    without (no snapshot before the poll will read it)."""
+    cache = polled_cache()
+    cache.after_poll(10, 10, [], gone_seq=0)
+    cache.put_loaded(4, 5, b"four", snapshot=10)
+    cache.put_loaded(6, 5, b"six", snapshot=10)
+    cache.after_poll(10, 20, [(6, 20)], gone=[4], gone_seq=1, keep_revisions=keep)
+    assert cache.get(4, 20) is None and cache.get(6, 20) is None
+    assert cache.get_revision(4, 5) == (b"four" if keep else None)
+    assert cache.get_revision(6, 5) == (b"six" if keep else None)
+
+
+def test_holds_says_which_states_are_cached_as_current() -> None:
+    cache = polled_cache()
+    cache.put_loaded(4, 5, b"four", snapshot=10)
+    cache.put_revision(6, 20, b"six")             # an exact revision only
+    assert cache.holds(4) and not cache.holds(5) and not cache.holds(6)
+    assert not StateCache(0).holds(4)
+
+
 @pytest.mark.parametrize("segment", ["window", "probation", "protected"])
 def test_a_poll_retires_the_root_object_in_any_segment(segment: str) -> None:
     """Oid 0 (the root), which is false as a number: a poll that names it retires its

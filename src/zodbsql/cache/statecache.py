@@ -792,13 +792,10 @@ class StateCache:
                     found.append(revisions.get(oid << 64 | changed)
                                  if changed is not None and changed <= snapshot else None)
                     continue
-                visible = self._visible(oid, snapshot)
-                if visible is None:
-                    found.append(None)
-                elif visible:
-                    found.append(self._stamped(oid)[0])  # type: ignore[index]
-                else:
-                    found.append(self._revisions.entries[oid << 64 | self._changed[oid]])
+                # Held as current: ``_visible`` is True (the snapshot sees it) or None
+                # (a newer revision was polled); False is for states not held.
+                found.append(self._stamped(oid)[0]  # type: ignore[index]
+                             if self._visible(oid, snapshot) else None)
             return found
 
     def _visible(self, oid: int, snapshot: int) -> bool | None:
