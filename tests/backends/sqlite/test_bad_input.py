@@ -229,6 +229,8 @@ def test_commit_lock_timeout(storage_factory: Any) -> None:
     ("?commit_lock_timeout=soon", ["commit_lock_timeout", "soon"]),
     ("?commit_lock_timeout=0", ["commit-lock-timeout"]),
     ("?synchronous=sometimes", ["synchronous", "sometimes"]),
+    ("?wal_autocheckpoint=0", ["wal-autocheckpoint", "1 page or more", "got 0"]),
+    ("?wal_autocheckpoint=lots", ["wal_autocheckpoint", "lots"]),
 ])
 def test_bad_url_option(tmp_path: Any, query: str, words: list[str]) -> None:
     path = tmp_path / "Data.sqlite"
@@ -243,3 +245,24 @@ def test_unknown_url_scheme(tmp_path: Any) -> None:
         zodbsql.open_storage(f"oracle://{tmp_path}/Data")
     assert "oracle://" in str(info.value) and "sqlite://" in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("query, pages", [("", 4000), ("?wal_autocheckpoint=250", 250)])
+def test_every_writing_connection_checkpoints_at_the_configured_pages(
+        tmp_path: Any, query: str, pages: int) -> None:
+    """SQLite's wal_autocheckpoint is a connection's setting: each connection the backend
+    opens (for loads and for commits alike) has the configured one."""
+    db = zodbsql.open_db(f"sqlite://{tmp_path}/Data.sqlite{query}")
+    try:
+        with db.transaction() as conn:
+            conn.root()["n"] = 1
+        storage = db.storage
+        opened = [storage.shared.backend.connect() for _ in range(2)]
+        try:
+            for each in opened:
+                assert each.fetchone("PRAGMA wal_autocheckpoint") == (pages,)
+        finally:
+            for each in opened:
+                each.close()
+    finally:
+        db.close()

@@ -15,7 +15,10 @@ Design note.
 * Journal.  WAL mode: readers never block the writer nor each other, which is what lets
   many ZODB connections in several processes read while one commits.  ``synchronous``
   defaults to FULL (the WAL is synced at each commit, as FileStorage fsyncs); NORMAL
-  is faster and still loses nothing when a process dies, only on power loss.
+  is faster and still loses nothing when a process dies, only on power loss.  A commit
+  checkpoints once the WAL holds ``wal-autocheckpoint`` pages (4000, four times
+  SQLite's default): the index pages many commits change are copied once per
+  checkpoint, not once every few commits.
 * Polling and loading.  History-preserving loads name the snapshot tid
   (``tid <= snapshot``), so no read transaction is held between ZODB transactions and
   checkpoints are never starved by an idle connection; within a ZODB transaction its

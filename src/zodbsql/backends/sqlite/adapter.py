@@ -111,6 +111,8 @@ class SQLiteBackend(Backend[SQLiteOptions]):
             if not self.read_only and conn.fetchone(HAS_META) is not None:
                 use_wal(conn)
             conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
+            if not self.read_only:
+                conn.execute(f"PRAGMA wal_autocheckpoint = {int(self.options.wal_autocheckpoint)}")
             conn.execute("PRAGMA foreign_keys = OFF")
             conn.execute("PRAGMA temp_store = MEMORY")
         except BaseException:

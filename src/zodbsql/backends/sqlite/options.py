@@ -21,6 +21,10 @@ class SQLiteOptions(BackendOptions):
     synchronous: str = setting(
         "full", doc="SQLite's synchronous setting: full (default, survives power loss),"
                     " normal (survives a process crash), off.")
+    wal_autocheckpoint: int = setting(
+        4000, doc="The pages the write-ahead log may hold before a commit copies them into"
+                  " the database file (SQLite's wal_autocheckpoint; its own default is"
+                  " 1000): a page changed by many commits is copied once per checkpoint.")
 
     def __post_init__(self) -> None:
         if not self.path:
@@ -29,6 +33,10 @@ class SQLiteOptions(BackendOptions):
             raise ConfigurationError(
                 f"sqlite3 synchronous must be one of {', '.join(SYNCHRONOUS_MODES)},"
                 f" got {self.synchronous!r}")
+        if self.wal_autocheckpoint < 1:
+            raise ConfigurationError(
+                f"sqlite3 wal-autocheckpoint must be 1 page or more (without checkpoints"
+                f" the write-ahead log would grow without end), got {self.wal_autocheckpoint}")
 
     @classmethod
     def from_url(cls, url: SplitResult, query: dict[str, Any],
