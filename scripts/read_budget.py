@@ -30,7 +30,6 @@ from typing import Any, Callable
 
 import transaction
 from persistent.mapping import PersistentMapping
-from ZODB.DB import DB
 from ZODB.FileStorage import FileStorage
 from ZODB.utils import p64
 

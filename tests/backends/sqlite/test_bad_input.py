@@ -248,7 +248,7 @@ def test_unknown_url_scheme(tmp_path: Any) -> None:
 
 
 @pytest.mark.parametrize("query, pages", [("", 4000), ("?wal_autocheckpoint=250", 250)])
-def test_every_writing_connection_checkpoints_at_the_configured_pages(
+def test_every_connection_checkpoints_at_the_configured_pages(
         tmp_path: Any, query: str, pages: int) -> None:
     """SQLite's wal_autocheckpoint is a connection's setting: each connection the backend
     opens (for loads and for commits alike) has the configured one."""
