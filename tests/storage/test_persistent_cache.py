@@ -29,7 +29,7 @@ def loaded(storage: SQLStorage) -> SQLStorage:
     persistent = storage.shared.persistent
     assert persistent is not None
     assert persistent.loaded.wait(60)
-    return persistent and storage
+    return storage
 
 
 def fill(storage: SQLStorage, count: int = COUNT) -> None:

@@ -129,9 +129,9 @@ class PersistentCache:
         self.found = sum(len(s.entries) for s in segments)
         if not segments or self._stop.is_set():
             return 0
-        if not self._checked(min(s.as_of for s in segments)):
-            log.info("zodbsql: state cache file %s not used: %d objects changed since it"
-                     " was saved", self.path, self.changes)
+        refused = self._checked(min(s.as_of for s in segments))
+        if refused is not None:
+            log.info("zodbsql: state cache file %s not used: %s", self.path, refused)
             return 0
         breathe = self._breather()
         for segment in segments:
@@ -150,28 +150,35 @@ class PersistentCache:
         cache = self.cache
         return Breather(lambda: cache.hits + cache.misses)
 
-    def _checked(self, oldest: int) -> bool:
+    def _checked(self, oldest: int) -> str | None:
         """Poll what changed since ``oldest`` into the cache's index (see
-        :meth:`StateCache.cover`); False when too much did.  An instance's first poll
-        may overtake this one: then it is polled again, from there."""
+        :meth:`StateCache.cover`); None when it could, else why not (for the log).  An
+        instance's first poll may overtake this one: then it is polled again, from
+        there."""
         conn = self.connect()
+        limit = self.cache.index_limit
         try:
             for _ in range(3):
                 newest = self.cache.polled
                 since = min(oldest, newest) if newest >= 0 else oldest
-                polled = self.backend.poller.poll(conn, since,
-                                                  limit=self.cache.index_limit)
+                polled = self.backend.poller.poll(conn, since, limit=limit)
                 conn.rollback()
                 upto = polled.upto
                 self.changes = len(polled.changes) + len(polled.gone)
                 if upto < since:
-                    return False    # the database is older than the file: a restore
+                    return "the database is older than the file (restored from a backup?)"
                 if self.cache.cover(since, upto, polled.changes, polled.gone,
                                     polled.gone_seq, polled.lists_everything):
-                    return True
-                if upto >= self.cache.base or not polled.lists_everything:
-                    return False    # not overtaken: too many changes, or deletions
-            return False
+                    return None
+                # Not overtaken: too many changes, or deletions no longer listed.
+                if polled.truncated:
+                    return f"more than {limit} objects changed since it was saved"
+                if not polled.complete:
+                    return "objects deleted since it was saved can no longer be listed"
+                if upto >= self.cache.base:
+                    return (f"{self.changes} objects changed since it was saved, more"
+                            " than the cache's index holds beside its own")
+            return "new polls overtook the check three times"
         finally:
             conn.close()
 
