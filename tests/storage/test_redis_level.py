@@ -1,0 +1,179 @@
+"""The Redis level on its own (``zodbsql.cache.secondlevel.RedisCache``): the keys other
+processes must find, the shared checkpoint, what it counts, and an outage and the
+recovery after it.
+
+Against the Redis server on 127.0.0.1:6379 (with CI=true, a run where it is down
+fails), under a key prefix of the test's own whose keys it deletes afterwards; an
+outage is a client pointed at a port where nothing listens.  Each side's index of
+changes is a real ``StateCache`` given the polls it would have made
+(``tests/storage/test_redis_cache.py`` runs whole storages).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Iterator
+
+import pytest
+import redis
+
+from zodbsql.cache import StateCache, secondlevel
+from zodbsql.cache.secondlevel import EXPIRE, TIMEOUT, RedisCache
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+#: A port where nothing listens: connecting fails at once.
+NOWHERE = "redis://127.0.0.1:1/0"
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    unique = f"zodbsql-test-{uuid.uuid4().hex}:"
+    client = redis.Redis.from_url(REDIS_URL)
+    client.ping()       # down: the test fails here (never skips)
+    yield unique
+    keys = list(client.scan_iter(match=f"{unique}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def raw() -> redis.Redis:
+    return redis.Redis.from_url(REDIS_URL)
+
+
+def indexed(since: int, upto: int, changes: list[tuple[int, int]]) -> StateCache:
+    """A state cache whose index covers ``(since, upto]`` with ``changes`` (oid, tid)."""
+    cache = StateCache(1 << 20)
+    assert cache.cover(since, upto, changes)
+    assert (cache.base, cache.polled) == (since, upto)
+    return cache
+
+
+def test_keys_name_the_database_the_mode_the_oid_and_the_tid(prefix):
+    """The key format every process of every version must agree on (README:
+    ``<prefix><database id>:<mode>:<oid>:<tid>``, hexadecimal), and the checkpoint's."""
+    cache = StateCache(1 << 20)
+    hp = RedisCache(REDIS_URL, prefix, "d41d8cd9", True, cache)
+    hf = RedisCache(REDIS_URL, prefix, "d41d8cd9", False, cache)
+    assert hp.key(0x1F, 0x3E8) == f"{prefix}d41d8cd9:hp:1f:3e8".encode()
+    assert hf.key(1, 2) == f"{prefix}d41d8cd9:hf:1:2".encode()
+    hp.read_checkpoint(77)
+    assert raw().get(f"{prefix}d41d8cd9:hp:checkpoint") == b"77"
+    assert raw().get(f"{prefix}d41d8cd9:hf:checkpoint") is None
+    # Every call has a short timeout, connecting included.
+    kwargs = hp.client.connection_pool.connection_kwargs
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (TIMEOUT, TIMEOUT)
+    # Where it is, as logs name it: without the password.
+    secret = RedisCache("redis://:hunter2@127.0.0.1:6379/0", prefix, "d", True, cache)
+    assert "hunter2" not in secret.where and "127.0.0.1:6379" in secret.where
+    assert hp.where == REDIS_URL
+    assert (hp.hits, hp.misses, hp.stored, hp.checkpoint) == (0, 0, 0, -1)
+
+
+def test_the_first_process_sets_the_checkpoint_and_the_others_read_it(prefix):
+    first = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20))
+    assert first.read_checkpoint(100) == 100
+    second = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20))
+    assert second.read_checkpoint(200) == 100
+
+
+def test_a_checkpoint_is_published_only_forward(prefix):
+    """A process takes the tid it publishes as its own checkpoint; the shared one moves
+    only forward (a process whose index reaches less far back must not take from the
+    others a checkpoint they have gone past)."""
+    level = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20))
+    key = f"{prefix}d:hp:checkpoint"
+    level.publish_checkpoint(150)                   # none yet
+    assert (level.checkpoint, raw().get(key)) == (150, b"150")
+    level.publish_checkpoint(120)                   # older than the shared one
+    assert (level.checkpoint, raw().get(key)) == (120, b"150")
+    level.publish_checkpoint(300)
+    assert (level.checkpoint, raw().get(key)) == (300, b"300")
+    assert RedisCache(REDIS_URL, prefix, "d", True,
+                      StateCache(1 << 20)).read_checkpoint(999) == 300
+
+
+def test_what_one_process_stores_another_finds_under_the_key_its_index_names(prefix):
+    """States stored at a snapshot go under the checkpoint when they did not change
+    after it (also when the snapshot is the checkpoint), else under their tid; a
+    commit's own under its tid; before any checkpoint under their tid.  Another
+    process, its index covering the same changes, finds each; states nobody stored
+    are misses; oids its index can't name are not asked for.  Hits, misses and
+    states stored are counted, and every key expires."""
+    changes = [(5, 150), (9, 180)]
+    writer = RedisCache(REDIS_URL, prefix, "d", True, indexed(100, 200, changes))
+    writer.store([(4, 40, b"four")], 200)           # no checkpoint yet: under its tid
+    assert raw().get(writer.key(4, 40)) == (40).to_bytes(8, "big") + b"four"
+    writer.publish_checkpoint(100)
+    writer.store([(7, 90, b"seven"), (5, 150, b"five")], 200)
+    writer.store([(8, 60, b"eight"), (13, 100, b"")], 100)   # at the checkpoint itself
+    writer.store([(9, 180, b"nine")], None)         # a commit's own
+    writer.store([], 200)
+    assert writer.stored == 6
+    assert raw().get(writer.key(7, 100)) == (90).to_bytes(8, "big") + b"seven"
+    assert raw().get(writer.key(5, 150)) == (150).to_bytes(8, "big") + b"five"
+    assert raw().get(writer.key(8, 100)) is not None
+    assert raw().get(writer.key(9, 180)) is not None
+    assert 0 < raw().ttl(writer.key(7, 100)) <= EXPIRE
+
+    reader = RedisCache(REDIS_URL, prefix, "d", True, indexed(100, 200, changes))
+    reader.checkpoint = 100
+    assert reader.load(7, 200) == (b"seven", 90)
+    assert reader.load(5, 200) == (b"five", 150)
+    assert reader.load(8, 200) == (b"eight", 60)
+    assert reader.load(9, 200) == (b"nine", 180)
+    assert reader.load(13, 200) == (b"", 100)       # a state of no bytes is a state
+    assert (reader.hits, reader.misses) == (5, 0)
+    assert reader.load(11, 200) is None             # nobody stored it
+    assert reader.load(12, 200) is None
+    assert (reader.hits, reader.misses) == (5, 2)
+    assert reader.load(7, 250) is None              # past the index: not asked
+    assert (reader.hits, reader.misses) == (5, 2)
+    found = reader.load_many([7, 5, 8, 11, 12, 13, 9], 200)
+    assert found == {7: (b"seven", 90), 5: (b"five", 150), 8: (b"eight", 60),
+                     13: (b"", 100), 9: (b"nine", 180)}
+    assert (reader.hits, reader.misses) == (10, 4)
+    assert reader.load_many([7, 5], 250) == {}      # none it can name
+    assert (reader.hits, reader.misses) == (10, 4)
+
+
+def test_an_outage_is_warned_about_once_and_so_is_the_recovery(prefix, caplog, monkeypatch):
+    """Redis unreachable: the call answers None, one warning names the server and the
+    retry; for RETRY seconds nothing is asked of it (answered None at once); the first
+    call that works after that says so once; a second outage warns again."""
+    monkeypatch.setattr(secondlevel, "RETRY", 0.3)
+    level = RedisCache(REDIS_URL, prefix, "d", True, indexed(100, 200, []))
+    working = level.client
+    level.client = redis.Redis.from_url(NOWHERE, socket_timeout=TIMEOUT,
+                                        socket_connect_timeout=TIMEOUT)
+    level.checkpoint = 100
+    with caplog.at_level(logging.WARNING, logger="zodbsql"):
+        assert level.read_checkpoint(5) is None
+        assert level.load(7, 200) is None
+        assert level.load_many([7, 8], 200) == {}
+        level.store([(7, 90, b"seven")], 200)
+    assert (level.stored, level.hits, level.misses) == (0, 0, 3)
+    (down,) = caplog.records
+    assert re.fullmatch(
+        rf"zodbsql: the Redis cache at {re.escape(REDIS_URL)} is unreachable \(.+\);"
+        r" loading from the database, trying again every 0 s", down.getMessage())
+    assert "Connection refused" in down.getMessage()
+    caplog.clear()
+    level.client = working                          # back, but not asked yet
+    with caplog.at_level(logging.WARNING, logger="zodbsql"):
+        level.store([(7, 90, b"seven")], 200)
+        assert level.stored == 0 and raw().get(level.key(7, 100)) is None
+        time.sleep(0.35)
+        level.store([(7, 90, b"seven")], 200)
+        assert level.stored == 1
+        assert level.load(7, 200) == (b"seven", 90)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"zodbsql: the Redis cache at {REDIS_URL} is reachable again"]
+    caplog.clear()
+    level.client = redis.Redis.from_url(NOWHERE, socket_timeout=TIMEOUT,
+                                        socket_connect_timeout=TIMEOUT)
+    with caplog.at_level(logging.WARNING, logger="zodbsql"):
+        assert level.load(7, 200) is None
+    assert len(caplog.records) == 1 and "unreachable" in caplog.records[0].getMessage()
