@@ -19,7 +19,7 @@ from ZODB.blob import Blob
 from ZODB.Connection import TransactionMetaData
 from ZODB.interfaces import IBlobStorage, IBlobStorageRestoreable
 from ZODB.POSException import ConflictError, POSKeyError, Unsupported
-from ZODB.utils import z64
+from ZODB.utils import p64, z64
 from zope.interface.verify import verifyObject
 
 from zodbsql.errors import BlobContentVanished
@@ -176,9 +176,18 @@ def test_content_freed_between_vote_and_finish_is_a_retryable_conflict(
         # What a concurrent pack would do (on the commit's own connection: SQLite's
         # single writer holds the lock from vote on).
         storage._pending.conn.execute("DELETE FROM blob_chunk WHERE chunk_num = 2")
+        (staged,) = storage._pending.blob_files
         with pytest.raises(BlobContentVanished) as caught:
             storage.tpc_finish(txn)
         storage.tpc_abort(txn)
+        # The message and the error name the object whose blob it was (PostgreSQL's
+        # finish function reports the loss without it).
+        unnamed = storage.shared.backend.name == "postgresql"
+        where = "" if unnamed else f" of oid 0x{staged:016x}"
+        assert str(caught.value).startswith(
+            f"the blob content{where} was freed by a pack while this transaction"
+            " committed; the transaction can be retried")
+        assert caught.value.oid == (None if unnamed else p64(staged))
         assert isinstance(caught.value, ConflictError)
         assert isinstance(caught.value, transaction.interfaces.TransientError)
         txn = _store_blob(storage, tmp_path, data, record)  # the retry works
@@ -373,3 +382,15 @@ def test_the_other_blob_layout_is_refused(storage_factory, tmp_path) -> None:
         storage_factory.open(blob_dir=str(tmp_path / "shared"), shared_blob_dir=True)
     storage_factory.open().close()  # without blobs it opens
     storage_factory.open(blob_dir=str(tmp_path / "cache")).close()
+
+
+def test_a_vanished_blob_whose_object_is_not_known_says_so() -> None:
+    """PostgreSQL's finish function reports a freed content without its object."""
+    from zodbsql.backends.base.txncontrol import blob_vanished
+    unnamed = blob_vanished(None)
+    assert str(unnamed) == ("the blob content was freed by a pack while this transaction"
+                            " committed; the transaction can be retried")
+    assert unnamed.oid is None
+    named = blob_vanished(0x2A)
+    assert str(named).startswith(f"the blob content of oid 0x{0x2A:016x} was freed")
+    assert named.oid == p64(0x2A)
