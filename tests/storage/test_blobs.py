@@ -22,6 +22,7 @@ from ZODB.POSException import ConflictError, POSKeyError, Unsupported
 from ZODB.utils import p64, z64
 from zope.interface.verify import verifyObject
 
+from zodbsql.backends.base.txncontrol import blob_vanished
 from zodbsql.errors import BlobContentVanished
 from zodbsql.storage.verify import verify
 
@@ -386,7 +387,6 @@ def test_the_other_blob_layout_is_refused(storage_factory, tmp_path) -> None:
 
 def test_a_vanished_blob_whose_object_is_not_known_says_so() -> None:
     """PostgreSQL's finish function reports a freed content without its object."""
-    from zodbsql.backends.base.txncontrol import blob_vanished
     unnamed = blob_vanished(None)
     assert str(unnamed) == ("the blob content was freed by a pack while this transaction"
                             " committed; the transaction can be retried")

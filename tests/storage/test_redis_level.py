@@ -13,8 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-import uuid
-from typing import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -22,21 +21,16 @@ import redis
 from zodbsql.cache import StateCache, secondlevel
 from zodbsql.cache.secondlevel import EXPIRE, TIMEOUT, RedisCache
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.storage.test_redis_cache import REDIS_URL, redis_options  # noqa: F401 (fixture)
+
 #: A port where nothing listens: connecting fails at once.
 NOWHERE = "redis://127.0.0.1:1/0"
 
 
 @pytest.fixture
-def prefix() -> Iterator[str]:
-    unique = f"zodbsql-test-{uuid.uuid4().hex}:"
-    client = redis.Redis.from_url(REDIS_URL)
-    client.ping()       # down: the test fails here (never skips)
-    yield unique
-    keys = list(client.scan_iter(match=f"{unique}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+def prefix(redis_options: dict[str, Any]) -> str:
+    """The key prefix of the test's own (its keys deleted afterwards)."""
+    return str(redis_options["cache_redis_prefix"])
 
 
 def raw() -> redis.Redis:

@@ -2,15 +2,19 @@
 ahead of this machine's clock (a copied transaction, another client's faster clock)."""
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
+import pytest
 from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import StorageTransactionError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import u64, z64
 
+from zodbsql.backends.base.txncontrol import TransactionControl
 from zodbsql.storage.pack import time_to_tid
 
 
@@ -56,8 +60,6 @@ def test_last_transaction_is_the_own_commit_before_any_poll(storage_factory: Any
 def test_a_restore_at_the_last_tid_is_refused(storage_factory: Any) -> None:
     """A restored transaction must come after the last one: at the same tid it would
     be a second transaction of that tid."""
-    import pytest
-    from ZODB.POSException import StorageTransactionError
     storage = storage_factory.open()
     try:
         oid = storage.new_oid()
@@ -75,17 +77,12 @@ def test_a_restore_at_the_last_tid_is_refused(storage_factory: Any) -> None:
         storage.close()
 
 
-
 def test_a_commit_waits_for_the_one_finishing_before_it(storage_factory: Any,
                                                         monkeypatch: Any) -> None:
     """The portable finish takes the commit lock before it reads the last tid: a
     second commit waits until the first is done, and its tid comes after (without the
     lock both read the same last tid, and the later commit could take the smaller)."""
-    import threading
 
-    import pytest
-
-    from zodbsql.backends.base.txncontrol import TransactionControl
     one, two = storage_factory.open(), storage_factory.open()
     try:
         if type(one.shared.backend.txncontrol).finish is not TransactionControl.finish:
