@@ -1064,13 +1064,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                     raise POSException.POSKeyError(
                         f"the blob content {content_hash.hex()} is missing", oid, serial)
                 size, chunks = found
-                return files.cache.fill(
-                    content_hash, size,
-                    lambda write: blobs.download(conn, content_hash, chunks, write))
-            except KeyError as exc:
-                raise POSException.POSKeyError(
-                    f"chunk {exc} of blob content {content_hash.hex()} is missing",
-                    oid, serial) from None
+                try:
+                    return files.cache.fill(
+                        content_hash, size,
+                        lambda write: blobs.download(conn, content_hash, chunks, write))
+                except POSException.POSKeyError:
+                    raise   # fill's: what was read is not the content
+                except KeyError as exc:   # download's: the number of a missing chunk
+                    raise POSException.POSKeyError(
+                        f"chunk {exc} of blob content {content_hash.hex()} is missing",
+                        oid, serial) from None
             finally:
                 if own_txn:
                     conn.rollback()

@@ -4,7 +4,9 @@ Each distinct content (the bytes of a blob file) is stored once, named by its SH
 ``blob_content`` (hash, size, number of chunks) and its ``blob_chunk`` rows.
 ``blob_ref`` says which content a revision's blob has.  A commit stages ``(oid, hash)``
 in ``temp_blob`` during vote; the mover's ``move_staged`` (or the server-side finish
-function) moves them into ``blob_ref`` with the states.
+function) moves them into ``blob_ref`` with the states, and empties ``temp_blob`` with
+its own staging tables.  Pack deletes references with the revisions they belong to (the
+packer's statements); what is left here for pack is freeing contents nobody uses.
 
 Chunks are inserted with insert-if-absent semantics (two commits may upload the same
 content at once); backends override ``INSERT_CHUNK`` and ``INSERT_CONTENT`` with their
@@ -20,13 +22,11 @@ from zodbsql.backends.base.contract import (BackendContract, BlobContent, BlobRe
                                             ConnectionRole, Revision)
 from zodbsql.backends.base.statements import in_list
 
-CLEAR_TEMP_BLOB = "DELETE FROM temp_blob"
 STAGE_BLOB = "INSERT INTO temp_blob (zoid, content_hash) VALUES (%s, %s)"
 # Undo and restore with a backpointer: the revision copied keeps its content.
 STAGE_BLOB_COPY = (
     "INSERT INTO temp_blob (zoid, content_hash)"
     " SELECT zoid, content_hash FROM blob_ref WHERE zoid = %s AND tid = %s")
-UNSTAGE_BLOB = "DELETE FROM temp_blob WHERE zoid = %s"
 CONTENT_EXISTS = "SELECT 1 FROM blob_content WHERE content_hash = %s"
 INSERT_CHUNK = ("INSERT INTO blob_chunk (content_hash, chunk_num, data) VALUES (%s, %s, %s)"
                 " ON CONFLICT DO NOTHING")
@@ -44,8 +44,6 @@ STAGED_MISSING = (
     " OR c.chunks <> (SELECT COUNT(*) FROM blob_chunk k WHERE k.content_hash = t.content_hash)"
     " LIMIT 1")
 # -- pack -------------------------------------------------------------------------------
-DELETE_REFS_OF_OBJECTS = "DELETE FROM blob_ref WHERE zoid IN ({oids})"
-DELETE_OLD_REFS = "DELETE FROM blob_ref WHERE zoid = %s AND tid < %s"
 UNUSED_CONTENTS = (
     "SELECT c.content_hash FROM blob_content c WHERE NOT EXISTS"
     " (SELECT 1 FROM blob_ref r WHERE r.content_hash = c.content_hash) LIMIT %s")
@@ -67,10 +65,8 @@ REFS_AFTER = ("SELECT zoid, tid, content_hash FROM blob_ref"
 class BlobStatements:
     """The blob role's statements (the same in both history modes)."""
 
-    clear_staged: str = CLEAR_TEMP_BLOB
     stage: str = STAGE_BLOB
     stage_copy: str = STAGE_BLOB_COPY
-    unstage: str = UNSTAGE_BLOB
     content_exists: str = CONTENT_EXISTS
     #: Insert-if-absent, in the backend's dialect.
     insert_chunk: str = INSERT_CHUNK
@@ -80,8 +76,6 @@ class BlobStatements:
     chunk: str = CHUNK
     revision_with_content: str = REVISION_WITH_CONTENT
     staged_missing: str = STAGED_MISSING
-    delete_refs_of_objects: str = DELETE_REFS_OF_OBJECTS
-    delete_old_refs: str = DELETE_OLD_REFS
     unused_contents: str = UNUSED_CONTENTS
     delete_chunks: str = DELETE_CHUNKS
     delete_contents: str = DELETE_CONTENTS
@@ -98,23 +92,15 @@ class Blobs:
 
     def __init__(self, backend: BackendContract) -> None:
         self.backend = backend
-        self.keep_history = backend.keep_history
         self.sql = self.STATEMENTS
 
     # -- committing ---------------------------------------------------------------------
-    def clear_staged(self, conn: ConnectionRole) -> None:
-        if not self.backend.features.staging_emptied_by_transaction_end:
-            conn.execute(self.sql.clear_staged)
-
     def stage(self, conn: ConnectionRole, rows: Sequence[tuple[int, bytes]]) -> None:
         if rows:
             conn.executemany(self.sql.stage, rows)
 
     def stage_copy(self, conn: ConnectionRole, oid: int, from_tid: int) -> None:
         conn.execute(self.sql.stage_copy, (oid, from_tid))
-
-    def unstage(self, conn: ConnectionRole, oid: int) -> None:
-        conn.execute(self.sql.unstage, (oid,))
 
     def has_content(self, conn: ConnectionRole, content_hash: bytes) -> bool:
         return conn.fetchone(self.sql.content_exists, (content_hash,)) is not None
@@ -161,13 +147,6 @@ class Blobs:
             write(open_chunk(content_hash, num, bytes(row[0])))
 
     # -- pack ---------------------------------------------------------------------------
-    def delete_refs_of_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
-        sql = self.sql.delete_refs_of_objects.format(oids=in_list(len(oids)))
-        conn.execute(sql, list(oids))
-
-    def delete_old_refs(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
-        conn.executemany(self.sql.delete_old_refs, keep)
-
     def unused_contents(self, conn: ConnectionRole, limit: int) -> list[bytes]:
         return [bytes(row[0]) for row in conn.fetchall(self.sql.unused_contents, (limit,))]
 

@@ -751,17 +751,11 @@ class TransactionControlRole(Protocol):
 class BlobsRole(Protocol):
     """Blob contents (stored once per SHA-256) and the revisions that use them."""
 
-    def clear_staged(self, conn: ConnectionRole) -> None:
-        """Empty the blob staging table (unless emptied already)."""
-
     def stage(self, conn: ConnectionRole, rows: Sequence[tuple[int, bytes]]) -> None:
         """Stage ``(oid, content hash)`` for this commit."""
 
     def stage_copy(self, conn: ConnectionRole, oid: int, from_tid: int) -> None:
         """Stage the blob reference of revision ``(oid, from_tid)`` for ``oid``."""
-
-    def unstage(self, conn: ConnectionRole, oid: int) -> None:
-        """Drop what was staged for ``oid``."""
 
     def has_content(self, conn: ConnectionRole, content_hash: bytes) -> bool:
         """Is the content stored?"""
@@ -787,12 +781,6 @@ class BlobsRole(Protocol):
                  write: Callable[[bytes], object]) -> None:
         """Pass each chunk to ``write`` in order.  Raises ``KeyError(chunk number)``
         when a chunk is missing."""
-
-    def delete_refs_of_objects(self, conn: ConnectionRole, oids: Sequence[int]) -> None:
-        """Delete every blob reference of ``oids``."""
-
-    def delete_old_refs(self, conn: ConnectionRole, keep: Sequence[Revision]) -> None:
-        """Delete the blob references older than each ``(oid, kept tid)``."""
 
     def unused_contents(self, conn: ConnectionRole, limit: int) -> list[bytes]:
         """Up to ``limit`` hashes of contents no reference uses."""
