@@ -143,8 +143,11 @@ def test_pruning_never_leaves_the_cache(storage_factory: Any, tmp_path: pathlib.
 def test_a_planted_prune_lock_creates_nothing(storage_factory: Any, tmp_path: pathlib.Path,
                                               outside: pathlib.Path) -> None:
     storage, oid, serial = committed_blob(storage_factory, tmp_path / "cache")
-    (tmp_path / "cache" / ".prune.lock").symlink_to(outside / "made-through-the-link")
     cache = storage.shared.blob_files.cache
+    cache.wait()
+    lock = tmp_path / "cache" / ".prune.lock"
+    lock.unlink(missing_ok=True)    # the first file's prune made it: a link replaces it
+    lock.symlink_to(outside / "made-through-the-link")
     cache.limit, cache.keep_recent = 1, 0.0
     storage.loadBlob(oid, serial)
     assert cache.prune() == 0

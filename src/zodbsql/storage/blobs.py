@@ -174,11 +174,18 @@ class BlobCache:
 
     # -- pruning ---------------------------------------------------------------------------
     def added(self, size: int) -> None:
+        """Count ``size`` more bytes in the cache; prune in the background when over.
+
+        The first file this instance adds starts a prune whatever the count: the cache
+        may be full already (other processes' files, or this one's before a restart),
+        and only a prune measures it."""
         with self._lock:
             if self._estimate is None:
-                self._estimate = 0 if self.limit else size
-            self._estimate += size
-            over = self._estimate > self.limit
+                self._estimate = size
+                over = True
+            else:
+                self._estimate += size
+                over = self._estimate > self.limit
             if over and (self._pruner is None or not self._pruner.is_alive()):
                 self._pruner = threading.Thread(target=self.prune, name="zodbsql-blob-prune",
                                                 daemon=True)
@@ -255,10 +262,8 @@ class BlobCache:
                 target = int(self.limit * PRUNE_TARGET)
                 now = time.time()
                 for path, size, used in files:
-                    if total <= target:
-                        break
-                    if now - used < self.keep_recent:
-                        continue
+                    if total <= target or now - used < self.keep_recent:
+                        break   # small enough, or the rest were used more recently
                     if not self._remove_unused(path):
                         continue
                     total -= size
@@ -362,8 +367,7 @@ class BlobFiles:
         existing = self.revision_path(oid, from_tid)
         if not os.path.exists(existing):
             return  # that revision has no blob
-        assert self.fshelper is not None
-        self.fshelper.getPathForOID(p64(oid), create=True)
+        # The object's folder exists: it holds ``existing``.
         target = self.revision_path(oid, tid)
         temp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
