@@ -181,14 +181,11 @@ def test_content_freed_between_vote_and_finish_is_a_retryable_conflict(
         with pytest.raises(BlobContentVanished) as caught:
             storage.tpc_finish(txn)
         storage.tpc_abort(txn)
-        # The message and the error name the object whose blob it was (PostgreSQL's
-        # finish function reports the loss without it).
-        unnamed = storage.shared.backend.name == "postgresql"
-        where = "" if unnamed else f" of oid 0x{staged:016x}"
+        # The message and the error name the object whose blob it was.
         assert str(caught.value).startswith(
-            f"the blob content{where} was freed by a pack while this transaction"
-            " committed; the transaction can be retried")
-        assert caught.value.oid == (None if unnamed else p64(staged))
+            f"the blob content of oid 0x{staged:016x} was freed by a pack while this"
+            " transaction committed; the transaction can be retried")
+        assert caught.value.oid == p64(staged)
         assert isinstance(caught.value, ConflictError)
         assert isinstance(caught.value, transaction.interfaces.TransientError)
         txn = _store_blob(storage, tmp_path, data, record)  # the retry works
@@ -386,7 +383,8 @@ def test_the_other_blob_layout_is_refused(storage_factory, tmp_path) -> None:
 
 
 def test_a_vanished_blob_whose_object_is_not_known_says_so() -> None:
-    """PostgreSQL's finish function reports a freed content without its object."""
+    """PostgreSQL's finish function of before generation 8 reported a freed content
+    without its object."""
     unnamed = blob_vanished(None)
     assert str(unnamed) == ("the blob content was freed by a pack while this transaction"
                             " committed; the transaction can be retried")
@@ -394,3 +392,23 @@ def test_a_vanished_blob_whose_object_is_not_known_says_so() -> None:
     named = blob_vanished(0x2A)
     assert str(named).startswith(f"the blob content of oid 0x{0x2A:016x} was freed")
     assert named.oid == p64(0x2A)
+
+
+def test_the_oid_postgresqls_finish_names_in_a_vanished_blobs_detail() -> None:
+    from zodbsql.backends.postgresql.txncontrol import vanished_oid
+
+    class Diagnostic:
+        def __init__(self, detail: str | None) -> None:
+            self.message_detail = detail
+
+    class Error(Exception):
+        def __init__(self, detail: str | None) -> None:
+            self.diag = Diagnostic(detail)
+
+    assert vanished_oid(Error("42")) == 42
+    assert vanished_oid(Error("0")) == 0
+    assert vanished_oid(Error(None)) is None       # a function of before generation 8
+    assert vanished_oid(Error("")) is None
+    assert vanished_oid(Error("x42")) is None
+    assert vanished_oid(ValueError()) is None      # no diagnostics at all
+    assert vanished_oid(None) is None

@@ -676,13 +676,13 @@ def test_a_database_made_before_stage_and_lock_gets_it(keep_history: bool) -> No
 
 
 @pytest.mark.parametrize("keep_history", [True, False], ids=["hp", "hf"])
-def test_a_database_made_before_generation_7_gets_its_procedures(keep_history: bool) -> None:
+def test_a_database_made_before_generation_8_gets_its_procedures(keep_history: bool) -> None:
     """Procedures whose bodies changed (same signatures) come with a new generation
     marker; a database without it gets every body installed again at open, and loses
     the older marker."""
     # As a database made by an older zodbsql: generation 4's marker, vote's older body.
     with made_older(keep_history,
-                    'DROP FUNCTION "{schema}".zodbsql_procedures_7()',
+                    'DROP FUNCTION "{schema}".zodbsql_procedures_8()',
                     'CREATE FUNCTION "{schema}".zodbsql_procedures_4() RETURNS INTEGER'
                     " LANGUAGE sql IMMUTABLE AS 'SELECT 4'",
                     'CREATE OR REPLACE FUNCTION "{schema}".zodbsql_lock_objects('
@@ -703,7 +703,7 @@ def test_a_database_made_before_generation_7_gets_its_procedures(keep_history: b
             "SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = %s AND p.proname LIKE 'zodbsql_procedures_%%'",
             (made.path,)).fetchall()
-        assert markers == [("zodbsql_procedures_7",)]
+        assert markers == [("zodbsql_procedures_8",)]
         with db.transaction() as conn:  # the new bodies commit
             conn.root()["y"] = PersistentMapping()
         with db.transaction() as conn:

@@ -15,10 +15,11 @@ $$;
 -- column of its row (object_state.refs), staged with it.  Generation 6: the
 -- history-preserving finish logs its commit in commit_log too, and returns the tid
 -- committed before its own.  Generation 7: the history-free finish records the objects
--- it deletes in object_gone (backends/base/poller.py).
-CREATE OR REPLACE FUNCTION zodbsql_procedures_7() RETURNS INTEGER
+-- it deletes in object_gone (backends/base/poller.py).  Generation 8: a staged blob
+-- content freed meanwhile is reported with its object's oid (the error's DETAIL).
+CREATE OR REPLACE FUNCTION zodbsql_procedures_8() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT 7
+    SELECT 8
 $$;
 -- The advisory lock between votes and pack batches (locker.py): each commit holds it
 -- shared from vote to its end, a pack batch that deletes objects holds it exclusively,
@@ -47,6 +48,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_last BIGINT;
     v_tid BIGINT;
+    v_vanished BIGINT;
 BEGIN
     -- The commit lock has its own timeout (commit-lock-timeout), for this transaction.
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
@@ -61,13 +63,16 @@ BEGIN
     END IF;
     -- Blob contents vote found in the database must still be complete: a pack (which
     -- frees contents under the commit lock) may have removed one since.
-    IF p_check_blobs AND EXISTS (
-            SELECT 1 FROM temp_blob t LEFT JOIN blob_content c
+    IF p_check_blobs THEN
+        SELECT t.zoid INTO v_vanished FROM temp_blob t LEFT JOIN blob_content c
             ON c.content_hash = t.content_hash WHERE c.content_hash IS NULL
             OR c.chunks <> (SELECT COUNT(*) FROM blob_chunk k
-                            WHERE k.content_hash = t.content_hash)) THEN
-        RAISE EXCEPTION 'zodbsql: a staged blob content was freed by a pack; retry'
-            USING ERRCODE = 'ZS002';
+                            WHERE k.content_hash = t.content_hash)
+            LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'zodbsql: the blob content of oid % was freed by a pack',
+                v_vanished USING ERRCODE = 'ZS002', DETAIL = v_vanished::text;
+        END IF;
     END IF;
     UPDATE commit_row SET last_tid = v_tid;
     -- The tid before this one, for the history-preserving finish to return.

@@ -126,15 +126,16 @@ DROP_OLD_GENERATIONS = ("DROP FUNCTION IF EXISTS zodbsql_procedures_2()",
                         "DROP FUNCTION IF EXISTS zodbsql_procedures_3()",
                         "DROP FUNCTION IF EXISTS zodbsql_procedures_4()",
                         "DROP FUNCTION IF EXISTS zodbsql_procedures_5()",
-                        "DROP FUNCTION IF EXISTS zodbsql_procedures_6()")
-DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_7()"
-#: The procedures, which are installed together; the newest (``zodbsql_procedures_7``,
+                        "DROP FUNCTION IF EXISTS zodbsql_procedures_6()",
+                        "DROP FUNCTION IF EXISTS zodbsql_procedures_7()")
+DROP_GENERATION = "DROP FUNCTION IF EXISTS zodbsql_procedures_8()"
+#: The procedures, which are installed together; the newest (``zodbsql_procedures_8``,
 #: which only names their generation) comes with the current bodies of the others.  One
 #: missing means a database made by an older zodbsql (or damaged), whose procedures are
 #: installed again.
 PROCEDURES = ("zodbsql_pack_gate", "zodbsql_commit_log_window", "zodbsql_channel",
               "zodbsql_allocate_tid", "zodbsql_finish", "zodbsql_lock_objects",
-              "zodbsql_stage_and_lock", "zodbsql_procedures_7")
+              "zodbsql_stage_and_lock", "zodbsql_procedures_8")
 HAS_CURRENT_PROCEDURES = (
     f"SELECT 1 FROM pg_proc WHERE pronamespace = {IN_CURRENT_SCHEMA} AND proname = ANY(%s)"
     " HAVING count(DISTINCT proname) = %s")
@@ -183,8 +184,8 @@ class PostgreSQLSchema(Schema):
             # before vote staged and locked in one call, or before generation 2, 3
             # (rows found through arrays of oids), 4 (new objects' rows inserted
             # plainly), 5 (references a column of the state), 6 (history-preserving
-            # commits in commit_log) or 7 (history-free deletions recorded): install
-            # them again
+            # commits in commit_log), 7 (history-free deletions recorded) or 8 (a
+            # freed blob content named by its oid): install them again
             # (all are CREATE OR REPLACE, so reinstalling them is harmless).
             conn.begin_write()
             try:

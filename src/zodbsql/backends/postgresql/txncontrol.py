@@ -53,6 +53,13 @@ BLOB_VANISHED = "ZS002"
 CREATED_MEANWHILE = "23505"
 
 
+def vanished_oid(error: BaseException | None) -> int | None:
+    """The oid ``zodbsql_finish`` names in a BLOB_VANISHED error's DETAIL (None from a
+    function installed before generation 8, which named none)."""
+    detail = getattr(getattr(error, "diag", None), "message_detail", None)
+    return int(detail) if isinstance(detail, str) and detail.isdigit() else None
+
+
 class PostgreSQLTransactionControl(TransactionControl):
     finishes_with_commit = True
 
@@ -76,7 +83,7 @@ class PostgreSQLTransactionControl(TransactionControl):
                 row = conn.fetchone(FINISH, params)
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == BLOB_VANISHED:
-                raise blob_vanished(None) from exc
+                raise blob_vanished(vanished_oid(exc.__cause__)) from exc
             if getattr(exc.__cause__, "sqlstate", None) == CREATED_MEANWHILE:
                 raise DatabaseConflict(
                     "another commit created an object this one creates, after this one's"
