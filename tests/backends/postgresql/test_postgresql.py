@@ -298,7 +298,10 @@ def test_two_commits_creating_one_oid_conflict_at_the_second_finish(factory):
     tid_a = a.tpc_finish(txn_a)
     with pytest.raises(ConflictError) as raised:
         b.tpc_finish(txn_b)
-    assert "can be retried" in str(raised.value)
+    message = str(raised.value)
+    assert message.startswith("another commit created an object this one creates, after"
+                              " this one's vote (")
+    assert "duplicate key" in message and message.endswith("; the transaction can be retried")
     b.tpc_abort(txn_b)
     assert b.load(oid) == a.load(oid) and a.load(oid)[1] == tid_a
     assert b.load(other)[1] == other_tid   # nothing of B's commit was written
