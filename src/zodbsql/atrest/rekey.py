@@ -59,8 +59,9 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
           lock_timeout: float = 30.0) -> RekeyProgress:
     """Rewrite the states, then the blob chunks, not under ``codec``'s current key.
 
-    The connection is set up as a commit's (``lock_timeout``: seconds a row lock is
-    waited for).  On MySQL and MariaDB that means READ COMMITTED: at REPEATABLE READ
+    The connection is set up, and each batch's transaction begun, as a commit's
+    (``lock_timeout``: seconds a row lock is waited for; a lock held longer stops the
+    run with ``CommitLockTimeout``, and running it again resumes).  On MySQL and MariaDB that means READ COMMITTED: at REPEATABLE READ
     an UPDATE that found its row through the tid index kept next-key locks on the rows
     of other objects written at the same tid, and a commit replacing one of them in
     finish deadlocked with the batch (the server then cancels one of the two: the
@@ -71,6 +72,10 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
     done = RekeyProgress()
     report = progress or (lambda _: None)
     conn = backend.connect_for_commit(lock_timeout)
+
+    def begin() -> None:
+        # As a commit's vote does: PostgreSQL bounds the transaction's lock waits here.
+        backend.locker.begin_commit(conn, lock_timeout)
     try:
         done.states_total = _count(conn, COUNT_STATES)
         done.chunks_total = _count(conn, COUNT_CHUNKS)
@@ -83,7 +88,7 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
             rewritten = [_resealed(codec, int(o), int(t), c, bytes(s)) for o, t, c, s in rows
                          if not codec.is_current(bytes(s))]
             _write(conn, RESEAL_STATE if backend.keep_history else RESEAL_STATE_HF,
-                   rewritten)
+                   rewritten, begin)
             done.states += len(rows)
             done.states_rewritten += len(rewritten)
             after = (int(rows[-1][0]), int(rows[-1][1]))
@@ -97,7 +102,7 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
             chunks = [(bytes(h), int(n), bytes(d)) for h, n, d in rows]
             resealed = [(codec.seal_chunk(h, n, codec.open_chunk(h, n, d)), h, n)
                         for h, n, d in chunks if codec.chunk_key_id(d) != current]
-            _write(conn, RESEAL_CHUNK, resealed)
+            _write(conn, RESEAL_CHUNK, resealed, begin)
             done.chunks += len(rows)
             done.chunks_rewritten += len(resealed)
             hash_after, num_after = chunks[-1][0], chunks[-1][1]
@@ -124,12 +129,14 @@ def _count(conn: ConnectionRole, sql: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _write(conn: ConnectionRole, sql: str, rows: list[tuple[Any, ...]]) -> None:
-    """One write transaction; again when the database cancels it for a deadlock."""
+def _write(conn: ConnectionRole, sql: str, rows: list[tuple[Any, ...]],
+           begin: Callable[[], None]) -> None:
+    """One write transaction (``begin`` starts it); again when the database cancels it
+    for a deadlock."""
     if not rows:
         return
     for attempt in range(RETRIES + 1):
-        conn.begin_write()
+        begin()
         try:
             conn.executemany(sql, rows)
             conn.commit()
