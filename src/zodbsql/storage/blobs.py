@@ -336,6 +336,10 @@ class BlobFiles:
 
     def close(self) -> None:
         self.staging.close()
+        if self.cache is not None:
+            # A prune still running would write its lock file into a directory the
+            # caller may remove next (a test's teardown, an rmtree after close).
+            self.cache.wait()
 
     # -- shared directory ---------------------------------------------------------------
     def revision_path(self, oid: int, tid: int) -> str:
