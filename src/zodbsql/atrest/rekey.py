@@ -61,12 +61,12 @@ def rekey(backend: BackendContract, codec: RecordCodec, batch: int = 500,
 
     The connection is set up, and each batch's transaction begun, as a commit's
     (``lock_timeout``: seconds a row lock is waited for; a lock held longer stops the
-    run with ``CommitLockTimeout``, and running it again resumes).  On MySQL and MariaDB that means READ COMMITTED: at REPEATABLE READ
-    an UPDATE that found its row through the tid index kept next-key locks on the rows
-    of other objects written at the same tid, and a commit replacing one of them in
-    finish deadlocked with the batch (the server then cancels one of the two: the
-    commit, in its second phase, if the batch had written more); see RESEAL_STATE_HF
-    for the other half."""
+    run with ``CommitLockTimeout``, and running it again resumes).  On MySQL and MariaDB
+    that means READ COMMITTED: at REPEATABLE READ an UPDATE that found its row through
+    the tid index kept next-key locks on the rows of other objects written at the same
+    tid, and a commit replacing one of them in finish deadlocked with the batch (the
+    server then cancels one of the two: the commit, in its second phase, if the batch
+    had written more); see RESEAL_STATE_HF for the other half."""
     if codec.keys is None:
         raise ConfigurationError("rekey needs key-file or key-env: the key new records use")
     done = RekeyProgress()
