@@ -47,13 +47,13 @@ class Checker:
     HISTORY_FREE: ClassVar[CheckerStatements] = CheckerStatements(dangling=HF_DANGLING)
 
     def __init__(self, backend: BackendContract) -> None:
-        self.backend = backend
         self.keep_history = backend.keep_history
         self.sql = for_mode(self.keep_history, self.HISTORY_PRESERVING, self.HISTORY_FREE)
 
     def count_states(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(self.sql.count_states)
-        return int(row[0]) if row else 0
+        assert row is not None          # COUNT(*) answers one row, 0 for an empty table
+        return int(row[0])
 
     def iter_states(self, conn: ConnectionRole,
                     batch: int = 500) -> Iterator[list[CheckedState]]:
