@@ -159,7 +159,7 @@ def test_a_load_refuses_a_content_its_chunks_do_not_make(
         storage.loadBlob(p64(1), p64(tid))
     assert caught.value.args == (
         f"blob content {content.hex()} read from the database has {2 * CHUNK} bytes and"
-        f" another hash (expected {2 * CHUNK} bytes)",)
+        f" another hash (expected {2 * CHUNK} bytes)", p64(1), p64(tid))
     assert storage.shared.blob_files.cache.lookup(content) is None
     assert not [name for _, _, names in os.walk(storage.shared.blob_files.directory)
                 for name in names if name.endswith(".part")]

@@ -1068,8 +1068,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                     return files.cache.fill(
                         content_hash, size,
                         lambda write: blobs.download(conn, content_hash, chunks, write))
-                except POSException.POSKeyError:
-                    raise   # fill's: what was read is not the content
+                except POSException.POSKeyError as exc:
+                    # fill's: what was read is not the content; named with the revision
+                    # asked for, as the other failures of a load are.
+                    raise POSException.POSKeyError(exc.args[0], oid, serial) from None
                 except KeyError as exc:   # download's: the number of a missing chunk
                     raise POSException.POSKeyError(
                         f"chunk {exc} of blob content {content_hash.hex()} is missing",
