@@ -34,8 +34,13 @@ def polled_cache(limit: int = 100_000) -> StateCache:
 
 def test_first_poll_starts_the_index() -> None:
     cache = StateCache(100_000)
+    assert cache.position() == (None, None)      # never polled
     cache.after_poll(0, 0, [])                   # an empty database: last tid 0
     assert (cache.base, cache.polled) == (0, 0)
+    # Where a new instance's first poll starts: at tid 0, and no deletion record seen.
+    assert cache.position() == (0, None)
+    cache.after_poll(0, 0, [], gone_seq=0)       # deletion record 0 seen
+    assert cache.position() == (0, 0)
     cache.after_poll(0, 5, [(1, 5)])             # covers (0, 5]: the index goes on
     assert (cache.base, cache.polled) == (0, 5)
     cache.put_revision(1, 5, STATE)
