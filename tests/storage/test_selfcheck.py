@@ -13,7 +13,8 @@ from ZODB.POSException import POSKeyError
 
 import zodbsql
 from zodbsql.atrest.codec import MAGIC
-from zodbsql.backends.base.contract import ERROR, OK
+from tests.storage.test_blob_rows import rows
+from zodbsql.backends.base.contract import ERROR, OK, Finding
 from zodbsql.storage import selfcheck
 
 
@@ -37,26 +38,34 @@ def test_each_check_reports_what_it_did_on_a_working_storage() -> None:
         (OK, "check: pack", "pack removed 1 unreachable object(s)")]
 
 
-def test_a_pack_that_removes_nothing_is_an_error_naming_the_counts() -> None:
-    db = ZODB.DB(NoPack())
+def finding_on(storage: Any, name: str, check: Any) -> Finding:
+    """What one check reports on a database over ``storage``."""
+    db = ZODB.DB(storage)
     try:
-        finding = selfcheck._check("pack", selfcheck._pack, db)
+        return selfcheck._check(name, check, db)
     finally:
         db.close()
+
+
+def test_a_pack_that_removes_nothing_is_an_error_naming_the_counts() -> None:
+    finding = finding_on(NoPack(), "pack", selfcheck._pack)
     assert finding.level == ERROR and finding.name == "check: pack"
     assert finding.found == "AssertionError: pack left 2 of 2 objects"
     assert finding.fix == "see the error; the storage can't work on this database as it is"
 
 
-def test_a_check_that_raises_is_an_error_and_the_others_still_run() -> None:
+def test_a_check_that_raises_is_an_error_but_an_interrupt_is_not_caught() -> None:
     def broken(db: Any) -> str:
         raise RuntimeError("the server went away")
+
+    def interrupted(db: Any) -> str:
+        raise KeyboardInterrupt
+
     finding = selfcheck._check("broken", broken, None)
     assert (finding.level, finding.name, finding.found) == (
         ERROR, "check: broken", "RuntimeError: the server went away")
     with pytest.raises(KeyboardInterrupt):
-        selfcheck._check("interrupted", lambda db: (_ for _ in ()).throw(KeyboardInterrupt()),
-                         None)
+        selfcheck._check("interrupted", interrupted, None)
 
 
 class AcceptsConflicts(MappingStorage):
@@ -72,11 +81,7 @@ class AcceptsConflicts(MappingStorage):
 
 
 def test_a_storage_that_accepts_conflicting_commits_is_an_error() -> None:
-    db = ZODB.DB(AcceptsConflicts())
-    try:
-        finding = selfcheck._check("conflicts", selfcheck._conflicts, db)
-    finally:
-        db.close()
+    finding = finding_on(AcceptsConflicts(), "conflicts", selfcheck._conflicts)
     assert (finding.level, finding.found) == (
         ERROR, "AssertionError: a conflicting commit was accepted")
 
@@ -101,12 +106,8 @@ def test_the_checks_run_on_the_scratch_database_with_the_sites_options(
             assert root["counter"].value == 2
             assert root["plain"]["n"] == 1         # the first commit's; the second conflicted
             assert "garbage" not in root
-        raw = db.storage.backend.connect()
-        try:
-            states = [bytes(state) for (state,) in raw.fetchall("SELECT state FROM object_state")
-                      if state is not None]
-        finally:
-            raw.close()
+        states = [bytes(state) for (state,) in rows(db.storage, "SELECT state FROM object_state")
+                  if state is not None]
         # The 100 kB payload's record at least was compressed (small ones that would
         # not save over 8 bytes are stored as they are).
         assert any(state.startswith(MAGIC) and len(state) < 10_000 for state in states)

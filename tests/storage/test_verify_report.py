@@ -19,6 +19,7 @@ from ZODB.blob import Blob
 from ZODB.utils import u64
 
 from tests.storage.test_atrest import key_file, new_key
+from tests.storage.test_blob_rows import rows
 from tests.storage.test_verify import run_sql
 from zodbsql.errors import CorruptRecordError
 from zodbsql.storage.verify import Problem, verify
@@ -28,13 +29,15 @@ OBJECTS = 1100
 
 
 def stored_rows(storage: Any) -> list[tuple[int, int, bytes | None]]:
-    conn = storage.backend.connect()
-    try:
-        return [(int(oid), int(tid), bytes(state) if state is not None else None)
-                for oid, tid, state in conn.fetchall(
-                    "SELECT zoid, tid, state FROM object_state ORDER BY zoid, tid")]
-    finally:
-        conn.close()
+    return [(int(oid), int(tid), bytes(state) if state is not None else None)
+            for oid, tid, state in rows(
+                storage, "SELECT zoid, tid, state FROM object_state ORDER BY zoid, tid")]
+
+
+def revision(obj: Any) -> tuple[int, int]:
+    """``obj``'s oid and the tid of its revision loaded (a ghost's serial is z64)."""
+    obj._p_activate()
+    return u64(obj._p_oid), u64(obj._p_serial)
 
 
 def fill(storage: Any, count: int = OBJECTS) -> ZODB.DB:
@@ -121,18 +124,14 @@ def test_a_record_that_does_not_decode_is_named_and_the_rest_still_checked(
         db.close()
 
 
-def blob_db(storage: Any, contents: dict[str, bytes]) -> tuple[ZODB.DB, dict[str, tuple[int, int]]]:
+def blob_db(storage: Any, contents: dict[str, bytes]
+            ) -> tuple[ZODB.DB, dict[str, tuple[int, int]]]:
     db = ZODB.DB(storage)
     with db.transaction() as conn:
         for name, data in contents.items():
             conn.root()[name] = Blob(data)
-    revisions = {}
     with db.transaction() as conn:
-        for name in contents:
-            blob = conn.root()[name]
-            blob._p_activate()      # a ghost's serial is z64
-            revisions[name] = (u64(blob._p_oid), u64(blob._p_serial))
-    return db, revisions
+        return db, {name: revision(conn.root()[name]) for name in contents}
 
 
 def test_blobs_in_the_database_counted_and_each_damage_named(
@@ -217,7 +216,7 @@ def test_references_are_checked_from_current_revisions_only(storage_factory: Any
             holder["other"] = PersistentMapping(y=2)
         with db.transaction() as conn:
             holder = conn.root()["holder"]
-            holder_oid, holder_tid = u64(holder._p_oid), u64(holder._p_serial)
+            holder_oid, holder_tid = revision(holder)
             other_oid = u64(holder["other"]._p_oid)
         gone(storage_factory, storage, child)
         assert verify(storage).clean
