@@ -6,7 +6,11 @@ import pathlib
 from typing import Any
 
 import pytest
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.utils import u64
 
+from tests.storage.test_verify import run_sql
 from zodbsql.backends.base.inspector import ERROR, OK
 from zodbsql.cli.doctor import diagnose_storage
 from zodbsql.cli.main import main
@@ -80,3 +84,55 @@ def test_doctor_command(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[st
     assert main(["doctor", f"sqlite://{path}", "--json", "--no-checks"]) == 0
     assert '"healthy": true' in capsys.readouterr().out
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".zodbsql-doctor")]
+
+
+def counter_finding(storage: Any) -> Any:
+    [finding] = [f for f in diagnose_storage(storage, clients=1, checks=False)
+                 if f.name == "oid counter"]
+    return finding
+
+
+def test_doctor_finds_an_oid_counter_below_the_oids_stored_and_says_how_to_raise_it(
+        storage_factory: Any) -> None:
+    """After a partial restore or a counter edited by hand, new objects would get oids
+    in use: doctor names the counter and the highest oid, and its fix, run as given,
+    makes the database whole again."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["items"] = items = PersistentMapping()
+            for number in range(40):
+                items[number] = PersistentMapping()
+            conn.savepoint()
+            highest = max(u64(each._p_oid) for each in items.values())
+        healthy = counter_finding(storage)
+        assert healthy.level == OK and f"the highest oid stored {highest}" in healthy.found
+        lowered = ("SELECT setval('zoid_seq', 3)"
+                   if storage_factory.param.backend == "postgresql"
+                   else "UPDATE oid_counter SET last_oid = 3")
+        run_sql(storage, lowered, ())
+        behind = counter_finding(storage)
+        assert behind.level == ERROR
+        assert behind.found == (f"at 3, below the highest oid stored ({highest}): new"
+                                " objects would be written over existing ones")
+        run_sql(storage, behind.fix.removeprefix("raise it: "), ())
+        assert counter_finding(storage).level == OK
+    finally:
+        db.close()
+
+
+def test_doctor_finds_the_one_row_tables_empty(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    gone = ("DROP SEQUENCE zoid_seq" if storage_factory.param.backend == "postgresql"
+            else "DELETE FROM oid_counter")
+    run_sql(storage, gone, ())
+    run_sql(storage, "DELETE FROM commit_row", ())
+    findings = {f.name: f for f in diagnose_storage(storage, clients=1, checks=False)}
+    assert findings["commit_row"].level == ERROR
+    assert findings["commit_row"].found.startswith("no row: commits can't be numbered")
+    assert findings["oid counter"].level == ERROR
+    assert findings["oid counter"].found == "gone: no new oid can be handed out"
+    run_sql(storage, findings["oid counter"].fix.removeprefix(
+        "put it back above every oid stored: "), ())
+    assert counter_finding(storage).level == OK

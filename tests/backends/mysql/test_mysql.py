@@ -551,3 +551,57 @@ def test_a_second_pack_waits_for_the_first_then_gives_up(factory: MySQLFactory) 
     with pytest.raises(Exception, match="0x|POSKey"):
         storage.load(gone)
     db.close()
+
+
+class _Certification:
+    """``execute_insert_id`` failing as Galera fails a statement that lost
+    certification (error 1213, nothing applied) ``failures`` times, then the server's."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+        real = MySQLConnection.execute_insert_id
+
+        def execute_insert_id(conn: MySQLConnection, sql: str, params: Any) -> int:
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise DeadlockError("Deadlock found when trying to get lock (1213)")
+            return real(conn, sql, params)
+        self.method = execute_insert_id
+
+
+def test_an_oid_block_that_lost_certification_is_asked_for_again(
+        factory: MySQLFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a transaction the counter's UPDATE is sent again until it passes (up to
+    ``ATTEMPTS`` times); inside a commit's transaction, which the failure rolled back,
+    it is raised at once for the commit to be retried whole.  Either way no oid is
+    handed out twice."""
+    from zodbsql.backends.mysql.oidalloc import ATTEMPTS
+    storage = factory.open()
+    oids = storage.backend.oids
+    conn = storage.backend.connect()
+    try:
+        before = oids.allocate(conn, 16)
+        failing = _Certification(ATTEMPTS - 1)
+        monkeypatch.setattr(MySQLConnection, "execute_insert_id", failing.method)
+        after = oids.allocate(conn, 16)
+        assert failing.calls == ATTEMPTS
+        assert after == list(range(before[-1] + 1, before[-1] + 17))
+
+        failing = _Certification(ATTEMPTS)
+        monkeypatch.setattr(MySQLConnection, "execute_insert_id", failing.method)
+        with pytest.raises(DeadlockError):
+            oids.allocate(conn, 16)
+        assert failing.calls == ATTEMPTS
+
+        failing = _Certification(1)
+        monkeypatch.setattr(MySQLConnection, "execute_insert_id", failing.method)
+        conn.begin_write()
+        with pytest.raises(DeadlockError):
+            oids.allocate(conn, 16)
+        assert failing.calls == 1
+        conn.rollback()
+        monkeypatch.undo()
+        assert oids.allocate(conn, 16)[0] == after[-1] + 1
+    finally:
+        conn.close()

@@ -18,6 +18,9 @@ from zodbsql.backends.base.schema import SCHEMA_VERSION
 
 __all__ = ["ERROR", "OK", "WARNING", "Finding", "Inspector"]
 
+LAST_TID = "SELECT last_tid FROM commit_row"
+HIGHEST_OID = "SELECT MAX(zoid) FROM object_state"
+
 
 class Inspector:
     """The schema's findings and a scratch database (an ``InspectorRole``)."""
@@ -41,6 +44,7 @@ class Inspector:
             return [Finding(ERROR, "schema", f"version {version}",
                             f"this zodbsql needs schema version {SCHEMA_VERSION}")]
         findings = [Finding(OK, "schema", f"version {version}, {mode}")]
+        findings += self.counter_findings(conn)
         if meta.get("keep_history") == "true" and conn.fetchone(
                 self.HAS_INDEX, ("current_object_tid",)) is not None:
             findings.append(Finding(
@@ -49,6 +53,40 @@ class Inspector:
                 " 2026-11-27), which every commit updates",
                 "drop it: " + self.DROP_OLD_POLL_INDEX))
         return findings
+
+    def counter_findings(self, conn: ConnectionRole) -> list[Finding]:
+        """The one-row tables every commit relies on hold their row, and the oid counter
+        is at or above every oid stored: below it (a partial restore, a row edited by
+        hand), new objects would get oids in use and be written over existing ones."""
+        findings = []
+        if conn.fetchone(LAST_TID) is None:
+            findings.append(Finding(
+                ERROR, "commit_row", "no row: commits can't be numbered and no process"
+                " sees them", "put it back with the newest tid the database holds:"
+                " INSERT INTO commit_row (id, last_tid) VALUES (0, <that tid>)"))
+        row = conn.fetchone(self.LAST_OID)
+        stored = conn.fetchone(HIGHEST_OID)
+        highest = int(stored[0]) if stored and stored[0] is not None else 0
+        if row is None:
+            return findings + [Finding(
+                ERROR, "oid counter", "gone: no new oid can be handed out",
+                "put it back above every oid stored: "
+                + self.RESTORE_OID_COUNTER.format(oid=highest))]
+        counter = int(row[0]) if row[0] is not None else 0
+        if counter < highest:
+            return findings + [Finding(
+                ERROR, "oid counter", f"at {counter}, below the highest oid stored"
+                f" ({highest}): new objects would be written over existing ones",
+                "raise it: " + self.RAISE_OID_COUNTER.format(oid=highest))]
+        return findings + [Finding(OK, "oid counter",
+                                   f"at {counter}, the highest oid stored {highest}")]
+
+    #: The highest oid the counter has handed out: one row, none when the counter is
+    #: gone (NULL: none handed out yet).
+    LAST_OID = "SELECT last_oid FROM oid_counter"
+    #: The statements that raise the counter to ``{oid}`` and put it back.
+    RAISE_OID_COUNTER = "UPDATE oid_counter SET last_oid = {oid}"
+    RESTORE_OID_COUNTER = "INSERT INTO oid_counter (id, last_oid) VALUES (0, {oid})"
 
     #: One row if the index named by the parameter exists (the backend's catalog).
     HAS_INDEX = ""

@@ -7,6 +7,7 @@ allocating many oids at once, so a 10,000-object commit costs a handful of alloc
 from __future__ import annotations
 
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
+from zodbsql.errors import SchemaError
 
 BLOCK = 16
 MAX_BLOCK = 4096
@@ -37,14 +38,23 @@ class OidAllocator:
         try:
             conn.execute(ADVANCE, (count,))
             row = conn.fetchone(READ)
+            if row is None:
+                raise self.missing_counter()
             if own:
                 conn.commit()
         except BaseException:
             if own:
                 conn.rollback()
             raise
-        last = int(row[0]) if row else count
+        last = int(row[0])
         return list(range(last - count + 1, last + 1))
+
+    def missing_counter(self) -> SchemaError:
+        """The counter's row is gone: handing out oids from 1 again (as an UPDATE of no
+        row and a default would) writes new objects over existing ones."""
+        return SchemaError(f"{self.backend.describe()}: the schema is damaged: the oid"
+                           " counter (table oid_counter) has no row, so no new oid can"
+                           " be handed out without the risk of reusing one in use")
 
     def ensure_above(self, conn: ConnectionRole, oid: int) -> None:
         """Make sure no oid up to ``oid`` is handed out again (copies bring their own)."""

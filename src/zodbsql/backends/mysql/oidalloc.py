@@ -11,7 +11,7 @@ the rollback ended: the commit is retried as a whole).
 from __future__ import annotations
 
 from zodbsql.backends.base.contract import ConnectionRole
-from zodbsql.backends.base.oidalloc import OidAllocator
+from zodbsql.backends.base.oidalloc import BLOCK, OidAllocator
 from zodbsql.backends.mysql.connections import MySQLConnection
 from zodbsql.errors import DatabaseConflict
 
@@ -21,7 +21,7 @@ ATTEMPTS = 10
 
 
 class MySQLOidAllocator(OidAllocator):
-    def allocate(self, conn: ConnectionRole, count: int = 16) -> list[int]:
+    def allocate(self, conn: ConnectionRole, count: int = BLOCK) -> list[int]:
         assert isinstance(conn, MySQLConnection)
         for attempt in range(ATTEMPTS):
             try:
@@ -31,4 +31,7 @@ class MySQLOidAllocator(OidAllocator):
                 # Inside a commit's transaction the whole transaction was rolled back.
                 if attempt + 1 == ATTEMPTS or conn.in_transaction:
                     raise
+        if last < count:
+            # No row matched: LAST_INSERT_ID was not set, the packet says 0.
+            raise self.missing_counter()
         return list(range(last - count + 1, last + 1))

@@ -39,6 +39,12 @@ class PostgreSQLInspector(Inspector):
     CREATE_SCRATCH = CREATE_SCRATCH
     DROP_SCRATCH = DROP_SCRATCH
     SCRATCH_FIELD = "schema"
+    # pg_sequences: no row for a sequence that is gone, NULL before the first nextval.
+    LAST_OID = ("SELECT last_value FROM pg_sequences WHERE schemaname = current_schema()"
+                " AND sequencename = 'zoid_seq'")
+    RAISE_OID_COUNTER = "SELECT setval('zoid_seq', {oid})"
+    RESTORE_OID_COUNTER = ("CREATE SEQUENCE zoid_seq START WITH 1 MINVALUE 0;"
+                           " SELECT setval('zoid_seq', {oid})")
     HAS_INDEX = ("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema()"
                  " AND indexname = %s")
     # The fillfactor leaves room for HOT updates on the pages written from then on.

@@ -1,0 +1,73 @@
+"""Oid allocation: an oid handed out twice is a new object written over an old one.
+
+* A block holds exactly the oids asked for, after the last block handed out.
+* Instances of one database (each its own process in production) never get the same
+  oid, however their blocks grow.
+* A database whose counter is gone refuses to hand out oids, naming the problem,
+  instead of starting again from 1 (the root's neighbours).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import ZODB
+from ZODB.utils import u64
+
+from tests.storage.test_verify import run_sql
+from zodbsql.errors import SchemaError, ZodbsqlError
+
+
+def allocated(storage: Any, count: int) -> list[int]:
+    conn = storage.backend.connect()
+    try:
+        return storage.backend.oids.allocate(conn, count)
+    finally:
+        conn.close()
+
+
+def test_a_block_holds_the_oids_asked_for_after_the_last_block(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    first = allocated(storage, 16)
+    second = allocated(storage, 5)
+    assert first == list(range(first[0], first[0] + 16))
+    assert second == list(range(first[-1] + 1, first[-1] + 6))
+    assert first[0] >= 1                 # 0 is the root's
+
+
+def test_instances_of_one_database_never_share_an_oid(storage_factory: Any) -> None:
+    """Two instances take turns, in runs long enough for their blocks to grow (16,
+    then 1,024, then 4,096 within a second), and a third database's instance opened
+    later starts above them all."""
+    one, two = storage_factory.open(), storage_factory.open()
+    handed: list[int] = []
+    for run in (1, 20, 1500, 3, 5000):
+        for storage in (one, two):
+            handed.extend(u64(storage.new_oid()) for _ in range(run))
+    assert len(set(handed)) == len(handed)
+    later = storage_factory.open()
+    assert u64(later.new_oid()) > max(handed)
+
+
+def test_a_database_without_its_oid_counter_refuses_new_oids(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)         # the root exists: oid 0
+    try:
+        where = storage.backend.describe()
+        if storage_factory.param.backend == "postgresql":
+            run_sql(storage, "DROP SEQUENCE zoid_seq", ())
+            with pytest.raises(ZodbsqlError, match="zoid_seq") as raised:
+                storage.new_oid()
+            assert where in str(raised.value)
+        else:
+            run_sql(storage, "DELETE FROM oid_counter", ())
+            with pytest.raises(SchemaError) as refused:
+                storage.new_oid()
+            assert str(refused.value) == (
+                f"{where}: the schema is damaged: the oid counter (table oid_counter) has"
+                " no row, so no new oid can be handed out without the risk of reusing one"
+                " in use")
+        with db.transaction() as conn:       # what exists is still there
+            assert conn.root() == {}
+    finally:
+        db.close()
