@@ -25,6 +25,10 @@ def make_filestorage(path: pathlib.Path) -> None:
     db = ZODB.DB(ZODB.FileStorage.FileStorage(str(path)))
     try:
         with db.transaction("create") as conn:
+            # Who and from where, as Zope records them: a copy keeps them.
+            created = conn.transaction_manager.get()
+            created.setUser("operator", "/site")
+            created.setExtendedInfo("request", "/site/@@create")
             for i in range(20):
                 conn.root()[i] = PersistentMapping(value=i)
         for i in range(10):
@@ -41,10 +45,11 @@ def blob_filestorage(tmp_path: pathlib.Path, name: str) -> Any:
                                  ZODB.FileStorage.FileStorage(str(tmp_path / f"{name}.fs")))
 
 
-def history(storage: Any) -> list[tuple[bytes, str, list[tuple[Any, ...]]]]:
-    """Every transaction's tid and status and its records (oid, data, the tid whose
-    data an undo copied)."""
-    return [(txn.tid, txn.status, sorted((r.oid, r.data, r.data_txn) for r in txn))
+def history(storage: Any) -> list[tuple[Any, ...]]:
+    """Every transaction's tid, status, user, description and extension, and its
+    records (oid, data, the tid whose data an undo copied)."""
+    return [(txn.tid, txn.status, txn.user, txn.description, txn.extension,
+             sorted((r.oid, r.data, r.data_txn) for r in txn))
             for txn in storage.iterator()]
 
 

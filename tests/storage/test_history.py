@@ -297,6 +297,28 @@ def test_record_iternext_visits_every_current_record_once(storage_and_db: Any) -
     assert seen == [p64(0), oid]
 
 
+def test_record_iternext_of_a_database_without_records_says_so(storage_factory: Any) -> None:
+    """As FileStorage's, a ValueError: zodbupdate's walk ends there."""
+    storage = storage_factory.open()
+    with pytest.raises(ValueError, match="^no more records$"):
+        storage.record_iternext()
+
+
+def test_an_iterator_closed_before_its_end_gives_nothing_more(storage_and_db: Any) -> None:
+    """``close`` (a copy stopped early) releases the iterator's own connection; the
+    iterator then ends instead of reading through a closed connection."""
+    storage, db = storage_and_db
+    _commit_numbered(db, 3)
+    listed = [txn.tid for txn in storage.iterator()]
+    assert len(listed) >= 2      # history-free too: root's and x's current revisions
+    iterator = storage.iterator()
+    assert next(iterator).tid == listed[0]
+    iterator.close()
+    with pytest.raises(StopIteration):
+        next(iterator)
+    iterator.close()          # twice: nothing happens
+
+
 class _ForeignMetadata:
     """Transaction metadata as another tool may have written it: its extension a
     pickled list, not the dict ZODB writes."""
