@@ -37,21 +37,20 @@ class DataVersionWatch(CommitWatch):
         seen = self._read(conn)
         # The value is the connection's own: a token from another connection (the load
         # connection was replaced) proves nothing.
-        if seen is None or not isinstance(token, tuple):
+        if not isinstance(token, tuple):
             return False, seen
         return token[0] is seen[0] and token[1] == seen[1], seen
 
     def quiet_after_own_commit(self, conn: Callable[[], ConnectionRole], tid: int,
                                token: object) -> tuple[bool, object]:
         seen = self._read(conn)
-        if seen is None:
-            return False, None
         last = seen[0].fetchone(LAST_TID)
         return last is not None and int(last[0]) == tid, seen
 
     @staticmethod
-    def _read(conn: Callable[[], ConnectionRole]) -> tuple[ConnectionRole, int] | None:
+    def _read(conn: Callable[[], ConnectionRole]) -> tuple[ConnectionRole, int]:
         """The load connection and its data_version now (the token a check keeps)."""
         load = conn()
         row = load.fetchone(DATA_VERSION)
-        return (load, int(row[0])) if row else None
+        assert row is not None              # the pragma always answers one row
+        return load, int(row[0])
