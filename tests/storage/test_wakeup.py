@@ -11,6 +11,8 @@ own log of an idle run.
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import dataclasses
 import pathlib
 import re
@@ -28,7 +30,9 @@ from persistent.mapping import PersistentMapping
 from tests.conformance.roomy_postgresql import private_postgresql
 from tests.databases import Param, PostgreSQLFactory
 from zodbsql.api import open_storage
-from zodbsql.backends.postgresql.listener import CommitListener
+from zodbsql.backends.postgresql.listener import CommitListener, local_high, note_local_commit
+from zodbsql.backends.postgresql.pooler import TRANSACTION_POOLING
+from zodbsql.errors import ConnectionLost, described
 from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.storage import SQLStorage
 
@@ -408,7 +412,11 @@ def site(pg: PostgreSQLFactory) -> Iterator[Site]:
 
 
 def test_idle_starts_send_nothing(site: Site) -> None:
-    assert watch_of(site.storage).listening
+    watch = watch_of(site.storage)
+    assert watch.listening
+    # A daemon: a process that forgets to close its storage still exits.
+    assert watch._thread is not None
+    assert (watch._thread.name, watch._thread.daemon) == ("zodbsql-listen", True)
     for _ in range(5):
         assert site.start() == (0, 0)
 
@@ -561,15 +569,21 @@ def test_a_pack_that_deletes_is_announced(pg: PostgreSQLFactory, site: Site) -> 
     assert session.gone == seen_before + 2 and site.start()[1] > 0
 
 
-def test_old_procedures_poll(pg: PostgreSQLFactory) -> None:
+def test_old_procedures_poll(pg: PostgreSQLFactory, caplog: pytest.LogCaptureFixture) -> None:
     made = ZODB.DB(pg.open())               # the schema, its procedures, a root
     with made.transaction() as conn:
         conn.root()["x"] = 1
     made.close()
     pg.admin.execute(f'DROP FUNCTION "{pg.path}".zodbsql_channel()')
     pg.admin.execute(f'DROP FUNCTION "{pg.path}".zodbsql_commit_log_window()')
+    caplog.set_level(logging.DEBUG, logger="zodbsql.backends.postgresql.listener")
     old = pg.open(read_only=True)           # can't install them: polls
-    assert not watch_of(old).listening
+    # Said once, and no thread tries again: the database can't announce commits.
+    assert not watch_of(old).listening and watch_of(old)._thread is None
+    assert listener_records(caplog) == [(logging.INFO, (
+        f"zodbsql: {old.backend.describe()}: listen-for-commits is off because its"
+        " commit procedures predate announcing commits (a writable storage opened on it"
+        " installs them); every transaction start polls"))]
     db = ZODB.DB(old)
     try:
         tm = transaction.TransactionManager()
@@ -593,6 +607,152 @@ def test_listen_for_commits_false_polls(pg: PostgreSQLFactory) -> None:
         assert idle_statements(storage, tm, root, 5) == 10
     finally:
         db.close()
+
+
+def finished(work: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """``work()`` run in another thread, which must end within ``timeout``."""
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(work()), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    assert not worker.is_alive(), "it waited"
+    return result[0]
+
+
+def test_a_start_while_the_session_is_busy_polls_without_waiting(site: Site) -> None:
+    """A heartbeat's round trip holds the session: a start meanwhile can't take in the
+    notifications waiting on its socket, so it polls (and sees the commit they
+    announce) instead of waiting, or of keeping a snapshot nothing proved current."""
+    watch = watch_of(site.storage)
+    stop_heartbeats(watch)
+    site.commit_elsewhere(7)      # its notification waits on the socket, unread
+    with watch._lock:             # as the heartbeat holds it
+        value, sent = finished(site.start)
+    assert value == 7 and sent > 0
+
+
+def test_a_process_keeps_its_newest_commit_whatever_order_commits_end_in() -> None:
+    """Two threads' commits may tell the watch in either order: the newer stays."""
+    key = f"test-{time.monotonic_ns()}"
+    assert local_high(key) == 0
+    note_local_commit(key, 10)
+    note_local_commit(key, 5)
+    assert local_high(key) == 10
+
+
+def listener_records(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(record.levelno, record.getMessage()) for record in caplog.records
+            if record.name == "zodbsql.backends.postgresql.listener"]
+
+
+def test_a_pooler_that_shares_sessions_turns_listening_off(
+        pg: PostgreSQLFactory, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a transaction pooler LISTEN would stay with a server session other
+    clients then use: the watch never listens, every start polls, and it says why."""
+    storage = pg.open()
+    backend = storage.backend
+    monkeypatch.setattr(backend, "pooling", TRANSACTION_POOLING, raising=False)
+    watch = CommitListener(backend, backend.connect)
+    caplog.set_level(logging.DEBUG, logger="zodbsql.backends.postgresql.listener")
+    watch.start()
+    try:
+        assert not watch.listening and watch._thread is None
+        assert watch.quiet(backend.connect, 0, None) == (False, None)
+        assert listener_records(caplog) == [(logging.INFO, (
+            f"zodbsql: {backend.describe()}: listen-for-commits is off because the server"
+            " is reached through a pooler that shares server sessions between"
+            " transactions, where LISTEN does not stay with the session; every"
+            " transaction start polls"))]
+    finally:
+        watch.close()
+        storage.close()
+
+
+def test_listening_that_fails_is_said_once_and_again_when_it_works(
+        pg: PostgreSQLFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """A WARNING when the watch can't listen, DEBUG while it still can't (the thread
+    tries every second), INFO once it listens again; a WARNING when the session is
+    lost, then INFO when it is back."""
+    storage = pg.open()
+    backend = storage.backend
+    where = backend.describe()
+    refused = ConnectionLost("could not connect to the server: Connection refused")
+    attempts: list[int] = []
+
+    def connect() -> Any:
+        attempts.append(1)
+        if len(attempts) in (1, 2, 4):
+            raise refused
+        return backend.connect()
+    watch = CommitListener(backend, connect)
+    at_once = CommitListener(backend, backend.connect)
+    caplog.set_level(logging.DEBUG, logger="zodbsql.backends.postgresql.listener")
+    cannot = (f"zodbsql: {where}: cannot listen for commits ({described(refused)});"
+              " every transaction start polls until it can")
+    listening = f"zodbsql: {where}: listening for commits"
+    head = f"zodbsql: {where}: the session listening for commits was lost ("
+    tail = "); every transaction start polls until it listens again"
+
+    def lost_once() -> None:
+        [(level, lost)] = listener_records(caplog)
+        assert level == logging.WARNING
+        assert lost.startswith(head) and lost.endswith(tail)
+        assert lost[len(head):-len(tail)] not in ("", "None")
+        caplog.clear()
+    try:
+        at_once._listen()                   # nothing to say: it simply listens
+        assert at_once.listening
+        assert listener_records(caplog) == [(logging.DEBUG, listening)]
+        caplog.clear()
+        watch._listen()
+        watch._listen()
+        assert not watch.listening
+        watch._listen()
+        assert watch.listening
+        assert listener_records(caplog) == [(logging.WARNING, cannot),
+                                            (logging.DEBUG, cannot),
+                                            (logging.INFO, listening)]
+        caplog.clear()
+        watch._drop()
+        watch._listen()                     # a new outage: said again
+        watch._listen()
+        assert listener_records(caplog) == [(logging.WARNING, cannot),
+                                            (logging.INFO, listening)]
+        caplog.clear()
+        # Lost, as a start finds it (the notifications' socket) ...
+        pg.admin.execute("SELECT pg_terminate_backend(%s, 5000)", (watch.session_pid,))
+        wait_until(lambda: watch.quiet(backend.connect, 0, None)[0] is False
+                   and not watch.listening)
+        lost_once()
+        watch._listen()
+        assert watch.listening
+        assert listener_records(caplog) == [(logging.INFO, listening)]
+        caplog.clear()
+        # ... and as a heartbeat finds it.
+        pg.admin.execute("SELECT pg_terminate_backend(%s, 5000)", (watch.session_pid,))
+        watch._beat()
+        assert not watch.listening
+        lost_once()
+    finally:
+        at_once.close()
+        watch.close()
+        storage.close()
+
+
+def test_a_commit_to_another_database_of_the_process_leaves_starts_quiet(
+        pg: PostgreSQLFactory, site: Site) -> None:
+    """What a process committed is known per database: a commit to another one (here
+    another schema) tells this database's starts nothing, and they keep sending none."""
+    other = PostgreSQLFactory(Param("postgresql", True))
+    try:
+        elsewhere = ZODB.DB(other.open())
+        with elsewhere.transaction() as conn:
+            conn.root()["y"] = 1
+        elsewhere.close()
+        assert site.start() == (0, 0)
+    finally:
+        other.cleanup()
 
 
 def test_history_free_start_keeps_only_an_open_snapshot() -> None:

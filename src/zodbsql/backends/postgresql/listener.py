@@ -103,7 +103,7 @@ def local_high(key: str) -> int:
 class _Session:
     """The listening session and what it told."""
 
-    def __init__(self, conn: ConnectionRole, reads_gone: bool = True) -> None:
+    def __init__(self, conn: ConnectionRole, reads_gone: bool) -> None:
         self.conn = conn
         self._last_tid = LAST_TID if reads_gone else LAST_TID_ALONE
         self.pid = os.getpid()
