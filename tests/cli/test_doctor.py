@@ -10,6 +10,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.utils import u64
 
+from tests.storage.test_oids import remove_oid_counter
 from tests.storage.test_verify import run_sql
 from zodbsql.backends.base.inspector import ERROR, OK
 from zodbsql.cli.doctor import diagnose_storage
@@ -124,9 +125,7 @@ def test_doctor_finds_an_oid_counter_below_the_oids_stored_and_says_how_to_raise
 
 def test_doctor_finds_the_one_row_tables_empty(storage_factory: Any) -> None:
     storage = storage_factory.open()
-    gone = ("DROP SEQUENCE zoid_seq" if storage_factory.param.backend == "postgresql"
-            else "DELETE FROM oid_counter")
-    run_sql(storage, gone, ())
+    remove_oid_counter(storage_factory, storage)
     run_sql(storage, "DELETE FROM commit_row", ())
     findings = {f.name: f for f in diagnose_storage(storage, clients=1, checks=False)}
     assert findings["commit_row"].level == ERROR

@@ -26,6 +26,12 @@ def allocated(storage: Any, count: int) -> list[int]:
         conn.close()
 
 
+def remove_oid_counter(storage_factory: Any, storage: Any) -> None:
+    """Take away the database's oid counter: its row, PostgreSQL's sequence."""
+    run_sql(storage, "DROP SEQUENCE zoid_seq" if storage_factory.param.backend == "postgresql"
+            else "DELETE FROM oid_counter", ())
+
+
 def test_a_block_holds_the_oids_asked_for_after_the_last_block(storage_factory: Any) -> None:
     storage = storage_factory.open()
     first = allocated(storage, 16)
@@ -54,13 +60,12 @@ def test_a_database_without_its_oid_counter_refuses_new_oids(storage_factory: An
     db = ZODB.DB(storage)         # the root exists: oid 0
     try:
         where = storage.backend.describe()
+        remove_oid_counter(storage_factory, storage)
         if storage_factory.param.backend == "postgresql":
-            run_sql(storage, "DROP SEQUENCE zoid_seq", ())
             with pytest.raises(ZodbsqlError, match="zoid_seq") as raised:
                 storage.new_oid()
             assert where in str(raised.value)
         else:
-            run_sql(storage, "DELETE FROM oid_counter", ())
             with pytest.raises(SchemaError) as refused:
                 storage.new_oid()
             assert str(refused.value) == (

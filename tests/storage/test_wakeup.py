@@ -11,13 +11,13 @@ own log of an idle run.
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
 import dataclasses
+import logging
 import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable, Iterator
 
@@ -31,9 +31,9 @@ from tests.conformance.roomy_postgresql import private_postgresql
 from tests.databases import Param, PostgreSQLFactory
 from zodbsql.api import open_storage
 from zodbsql.backends.postgresql.listener import CommitListener, local_high, note_local_commit
+from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.backends.postgresql.pooler import TRANSACTION_POOLING
 from zodbsql.errors import ConnectionLost, described
-from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.storage import SQLStorage
 
 #: Statements of 20 idle transactions (begin, read, abort: ZODB polls at the begin and

@@ -14,11 +14,11 @@ from typing import Iterator
 
 from zodbsql.backends.base.contract import (ERROR, OK, WARNING, BackendContract,
                                             BackendOptions, ConnectionRole, Finding)
+from zodbsql.backends.base.poller import LAST_TID
 from zodbsql.backends.base.schema import SCHEMA_VERSION
 
 __all__ = ["ERROR", "OK", "WARNING", "Finding", "Inspector"]
 
-LAST_TID = "SELECT last_tid FROM commit_row"
 HIGHEST_OID = "SELECT MAX(zoid) FROM object_state"
 
 
