@@ -15,6 +15,7 @@ from tests.storage.test_verify import run_sql
 from zodbsql.backends.base.inspector import ERROR, OK
 from zodbsql.cli.doctor import diagnose_storage
 from zodbsql.cli.main import main
+from zodbsql.errors import SchemaError
 
 
 def test_doctor_on_every_backend(storage_factory: Any) -> None:
@@ -135,3 +136,40 @@ def test_doctor_finds_the_one_row_tables_empty(storage_factory: Any) -> None:
     run_sql(storage, findings["oid counter"].fix.removeprefix(
         "put it back above every oid stored: "), ())
     assert counter_finding(storage).level == OK
+
+
+def test_a_lost_commit_row_stops_the_open_and_doctor_gives_the_row_back(
+        storage_factory: Any) -> None:
+    """Read as tid 0, a lost commit_row showed another process an empty database:
+    ZODB failed creating a root that exists, with a ConflictError that reads as
+    retryable.  Now the open names the table, and doctor's fix (with the newest tid
+    stored) makes the database whole: its objects read, the next commit newer."""
+    db = ZODB.DB(storage_factory.open())
+    try:
+        with db.transaction() as conn:
+            conn.root()["kept"] = PersistentMapping(answer=42)
+        newest = u64(db.storage.lastTransaction())
+        run_sql(db.storage, "DELETE FROM commit_row", ())
+        # What ZODB.DB's open does first (an instance that polls), closed after: a DB
+        # whose constructor raised leaves its instance to the process's end.
+        instance = storage_factory.open().new_instance()
+        try:
+            with pytest.raises(SchemaError, match="table commit_row has no row"):
+                instance.poll_invalidations()
+        finally:
+            instance.release()
+        findings = {f.name: f for f in diagnose_storage(db.storage, clients=1,
+                                                          checks=False)}
+        fix = findings["commit_row"].fix
+        assert fix.endswith(f"VALUES (0, {newest})")
+        run_sql(db.storage, fix.split(": ", 1)[1], ())
+    finally:
+        db.close()
+    again = ZODB.DB(storage_factory.open())
+    try:
+        with again.transaction() as conn:
+            assert conn.root()["kept"]["answer"] == 42
+            conn.root()["after"] = 1
+        assert u64(again.storage.lastTransaction()) > newest
+    finally:
+        again.close()

@@ -20,6 +20,8 @@ from zodbsql.backends.base.schema import SCHEMA_VERSION
 __all__ = ["ERROR", "OK", "WARNING", "Finding", "Inspector"]
 
 HIGHEST_OID = "SELECT MAX(zoid) FROM object_state"
+#: The newest transaction that wrote a state: where a lost commit_row restarts.
+NEWEST_STORED_TID = "SELECT MAX(tid) FROM object_state"
 
 
 class Inspector:
@@ -60,10 +62,12 @@ class Inspector:
         hand), new objects would get oids in use and be written over existing ones."""
         findings = []
         if conn.fetchone(LAST_TID) is None:
+            newest = conn.fetchone(NEWEST_STORED_TID)
+            tid = int(newest[0]) if newest and newest[0] is not None else 0
             findings.append(Finding(
                 ERROR, "commit_row", "no row: commits can't be numbered and no process"
                 " sees them", "put it back with the newest tid the database holds:"
-                " INSERT INTO commit_row (id, last_tid) VALUES (0, <that tid>)"))
+                f" INSERT INTO commit_row (id, last_tid) VALUES (0, {tid})"))
         row = conn.fetchone(self.LAST_OID)
         stored = conn.fetchone(HIGHEST_OID)
         highest = int(stored[0]) if stored and stored[0] is not None else 0

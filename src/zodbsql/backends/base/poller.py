@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole, Polled, Revision
 from zodbsql.backends.base.statements import for_mode
+from zodbsql.errors import SchemaError
 
 LAST_TID = "SELECT last_tid FROM commit_row"
 # kind 0 is the marker row carrying the last tid; kind 1 rows are changed objects.
@@ -74,6 +75,16 @@ GONE_SINCE = (
     " UNION ALL SELECT 3, 0, floor_tid FROM gone_row"
     " UNION ALL SELECT 4, zoid, seq FROM gone_oids WHERE seq > %s AND tid >= %s")
 FIRST_POLL = "SELECT 0, 0, last_tid FROM commit_row UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
+
+
+def missing_commit_row() -> SchemaError:
+    """The one row of ``commit_row`` is gone.  Read as tid 0, a new process would see
+    an empty database (ZODB then fails creating a root that exists, with a
+    ConflictError that reads as retryable) and a commit would number its transaction
+    from nothing."""
+    return SchemaError("the schema is damaged: table commit_row has no row, so the"
+                       " last transaction can't be read (zodbsql doctor gives the"
+                       " statement that restores it)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,7 +117,9 @@ class Poller:
 
     def last_tid(self, conn: ConnectionRole) -> int:
         row = conn.fetchone(self.sql.last_tid)
-        return int(row[0]) if row else 0
+        if row is None:
+            raise missing_commit_row()
+        return int(row[0])
 
     def statement(self, since: int | None, gone_since: int | None,
                   limit: int) -> tuple[str, tuple[int, ...]]:
@@ -168,7 +181,9 @@ class Poller:
         # The marker rows (kinds 0, 2, 3), one each.
         markers = {kind: (int(value), int(tid)) for kind, value, tid in others
                    if kind != 4}
-        upto = markers.get(0, (0, 0))[1]
+        if 0 not in markers:
+            raise missing_commit_row()
+        upto = markers[0][1]
         floor, gone_seq = markers.get(2, (0, 0))
         floor_tid = markers.get(3, (0, 0))[1]
         # A changed row newer than the marker can't be (one snapshot), but be safe.
