@@ -13,6 +13,9 @@ from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import p64, u64, z64
 
+from tests.storage.test_verify import CORRUPT, run_sql
+from zodbsql.errors import CorruptRecordError
+
 
 def _commit(storage: Any, oid: bytes, serial: bytes, value: int) -> bytes:
     txn = TransactionMetaData()
@@ -38,6 +41,29 @@ def test_load_serial_gives_that_revision_or_none(storage_factory: Any) -> None:
     with pytest.raises(POSKeyError) as raised:
         storage.loadSerial(missing, second)
     assert raised.value.args == (missing,)          # the error names the object
+
+
+def test_a_damaged_revision_is_refused_by_every_read_of_a_revision(
+        storage_factory: Any) -> None:
+    """loadSerial and loadBefore check a state against its checksum as load does, and
+    name the object and the revision; a state of no bytes is given as it is."""
+    storage = storage_factory.open(cache_size_mb=0)
+    oid, empty_oid = storage.new_oid(), storage.new_oid()
+    tid = _commit(storage, oid, z64, 1)
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.store(empty_oid, z64, b"", "", txn)
+    storage.tpc_vote(txn)
+    empty_tid = storage.tpc_finish(txn)
+    after = p64(u64(empty_tid) + 1)
+    assert storage.loadSerial(empty_oid, empty_tid) == b""
+    assert storage.loadBefore(empty_oid, after) == (b"", empty_tid, None)
+    run_sql(storage, CORRUPT, (b"not what was stored", u64(oid)))
+    for read in (lambda: storage.loadSerial(oid, tid),
+                 lambda: storage.loadBefore(oid, after), lambda: storage.load(oid)):
+        with pytest.raises(CorruptRecordError) as raised:
+            read()
+        assert (raised.value.oid, raised.value.tid) == (u64(oid), u64(tid))
 
 
 class TestWriteOverAnUndoneCreation:

@@ -815,8 +815,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             row = self.shared.backend.mover.load_serial(self._conn(), oid_int, tid)
         if row is None or row.state is None:
             raise POSException.POSKeyError(oid)
-        return verified_by(self.shared.matches, oid_int, tid, row.checksum,
-                           row.state) or b""
+        verified_by(self.shared.matches, oid_int, tid, row.checksum, row.state)
+        return row.state
 
     def loadBefore(self, oid: bytes, tid: bytes) -> tuple[bytes, bytes, bytes | None] | None:
         oid_int = u64(oid)
@@ -830,8 +830,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         (start, stored_checksum, state), end = found
         if state is None:
             raise POSException.POSKeyError(oid)  # the object was deleted (undone creation)
-        data = verified_by(self.shared.matches, oid_int, int(start), stored_checksum,
-                           bytes(state)) or b""
+        data = bytes(state)
+        verified_by(self.shared.matches, oid_int, int(start), stored_checksum, data)
         return data, p64(start), (p64(end) if end is not None else None)
 
     def getTid(self, oid: bytes) -> bytes:
