@@ -290,6 +290,74 @@ def test_a_cold_btree_walk_misses_once_in_several_buckets_where_the_client_picks
     assert misses <= buckets // 4, (misses, buckets)
 
 
+def test_a_walk_onward_stays_within_the_prefetch_bytes_its_miss_left(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite: the steps a miss walks on from what came (``_walked_on``) bring at most
+    the bytes of ``prefetch-bytes`` the miss's batch left, and none once it took them
+    all, so the bound holds for the walk as for the batch."""
+    storage = storage_factory.open(prefetch_bytes=20000)
+    db = ZODB.DB(storage)
+    try:
+        if not always_picks(storage):
+            pytest.skip("only a mover whose client picks every batch walks on (SQLite)")
+        with db.transaction() as conn:
+            conn.root()["tree"] = tree = OOBTree()
+            for i in range(6000):
+                tree[i] = PersistentMapping(v=0, pad=b"p" * 100)
+        prefetcher = storage.shared.prefetcher
+        prefetcher.bound = prefetcher.limit             # a warm process's bound
+        walks: list[tuple[int, int]] = []
+        walked_on = storage_module.SQLStorage._walked_on
+
+        def measured(self: Any, conn: Any, snapshot: int, oid: int, came: Any,
+                     count: int) -> Any:
+            got = walked_on(self, conn, snapshot, oid, came, count)
+            walks.append((sum(len(each.state) for each in came if each.state),
+                          sum(len(each.state) for each in got if each.state)))
+            return got
+        monkeypatch.setattr(storage_module.SQLStorage, "_walked_on", measured)
+        cold_walk(storage, db, "tree")
+    finally:
+        db.close()
+    assert sum(1 for _, walked in walks if walked) >= 10      # it walked on
+    assert [(came, walked) for came, walked in walks
+            if walked > max(0, 20000 - came)] == []
+
+
+def test_a_miss_without_a_cached_parent_brings_only_its_uncached_references(
+        storage_and_db: Any, polled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite: a miss no cached state refers to (a container loaded by oid) comes with
+    its first references, then those of them the cache does not hold in one batch: a
+    child cached already is never read again, and every other one comes."""
+    storage, db = storage_and_db
+    if not always_picks(storage):
+        pytest.skip("only a mover whose client picks every batch looks ahead this way")
+    oids = [u64(oid) for oid in fill(db, 300)]
+    container = container_oid(db)
+    storage.shared.cache.clear()
+    prefetcher = storage.shared.prefetcher
+    prefetcher.bound = prefetcher.limit                 # a warm process's bound
+    instance = polled(storage)
+    cached = set(oids[::3])
+    for oid in sorted(cached):
+        instance.load(p64(oid))
+    mover = storage.shared.backend.mover
+    asked: list[int] = []
+    load_many_at = mover.load_many_at
+
+    def recorded(conn: Any, wanted: Any, *args: Any) -> Any:
+        asked.extend(wanted)
+        return load_many_at(conn, wanted, *args)
+    monkeypatch.setattr(mover, "load_many_at", recorded)
+    before = storage.statement_count()
+    instance.load(container)
+    assert storage.statement_count() - before <= 3
+    assert set(asked).isdisjoint(cached)
+    assert set(asked) == set(oids) - cached
+    snapshot = instance._snapshot
+    assert all(storage.shared.cache.has(oid, snapshot) for oid in oids)
+
+
 def test_a_walk_among_cached_states_brings_only_the_uncached(
         storage_factory: Any, storage_and_db: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
