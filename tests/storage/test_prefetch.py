@@ -232,6 +232,15 @@ def bucket_chain(db: Any, key: str) -> list[tuple[int, list[int]]]:
     return found
 
 
+def fill_tree(db: Any, **fields: Any) -> None:
+    """An OOBTree of 6,000 small mappings (``v=0`` and ``fields``) under "tree": 200 and
+    more buckets."""
+    with db.transaction() as conn:
+        conn.root()["tree"] = tree = OOBTree()
+        for i in range(6000):
+            tree[i] = PersistentMapping(v=0, **fields)
+
+
 def test_a_cold_walk_of_a_thousand_children_is_a_few_statements(storage_factory: Any,
                                                                 storage_and_db: Any) -> None:
     storage, db = storage_and_db
@@ -249,10 +258,7 @@ def test_a_cold_btree_walk_brings_the_next_buckets_with_their_items(
     storage = storage_factory.open()
     db = ZODB.DB(storage)
     try:
-        with db.transaction() as conn:
-            conn.root()["tree"] = tree = OOBTree()
-            for i in range(6000):
-                tree[i] = PersistentMapping(v=0)
+        fill_tree(db)
         buckets = len(bucket_chain(db, "tree"))
         statements = cold_walk(storage, db, "tree")
     finally:
@@ -275,10 +281,7 @@ def test_a_cold_btree_walk_misses_once_in_several_buckets_where_the_client_picks
     try:
         if not always_picks(storage):
             pytest.skip("only a mover whose client picks every batch walks on (SQLite)")
-        with db.transaction() as conn:
-            conn.root()["tree"] = tree = OOBTree()
-            for i in range(6000):
-                tree[i] = PersistentMapping(v=0)
+        fill_tree(db)
         buckets = len(bucket_chain(db, "tree"))
         misses = storage.shared.cache.misses
         statements = cold_walk(storage, db, "tree")
@@ -300,10 +303,7 @@ def test_a_walk_onward_stays_within_the_prefetch_bytes_its_miss_left(
     try:
         if not always_picks(storage):
             pytest.skip("only a mover whose client picks every batch walks on (SQLite)")
-        with db.transaction() as conn:
-            conn.root()["tree"] = tree = OOBTree()
-            for i in range(6000):
-                tree[i] = PersistentMapping(v=0, pad=b"p" * 100)
+        fill_tree(db, pad=b"p" * 100)
         prefetcher = storage.shared.prefetcher
         prefetcher.bound = prefetcher.limit             # a warm process's bound
         walks: list[tuple[int, int]] = []
