@@ -26,6 +26,7 @@ from zodbsql.cache.prefetch import (FRESH_ENTRY_BYTES, IN_FLIGHT_ENTRY_BYTES,
                                      QUEUED_ENTRY_BYTES, START, working_bytes)
 from zodbsql.errors import CorruptRecordError, DatabaseError
 from zodbsql.backends.base.contract import StateRow
+from zodbsql.backends.base.mover import BYTES_STEP
 from zodbsql.storage.records import verified
 from zodbsql.storage import storage as storage_module
 from zodbsql.storage.storage import SEND_AHEAD_AFTER
@@ -325,10 +326,12 @@ def test_a_walk_onward_stays_within_the_prefetch_bytes_its_miss_left(
 
 
 def test_a_miss_without_a_cached_parent_brings_only_its_uncached_references(
-        storage_and_db: Any, polled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        storage_factory: Any, storage_and_db: Any, polled: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite: a miss no cached state refers to (a container loaded by oid) comes with
     its first references, then those of them the cache does not hold in one batch: a
-    child cached already is never read again, and every other one comes."""
+    child cached already is never read again, and every other one comes; the batch
+    stops at prefetch-bytes."""
     storage, db = storage_and_db
     if not always_picks(storage):
         pytest.skip("only a mover whose client picks every batch looks ahead this way")
@@ -356,6 +359,14 @@ def test_a_miss_without_a_cached_parent_brings_only_its_uncached_references(
     assert set(asked) == set(oids) - cached
     snapshot = instance._snapshot
     assert all(storage.shared.cache.has(oid, snapshot) for oid in oids)
+    # The batch stops at prefetch-bytes: after its first statement (BYTES_STEP oids),
+    # which brings more than 1,500 bytes.
+    small = storage_factory.open(prefetch_bytes=1500)
+    small.shared.prefetcher.bound = small.shared.prefetcher.limit
+    reader = polled(small)
+    reader.load(container)
+    came = [oid for oid in oids if small.shared.cache.has(oid, reader._snapshot)]
+    assert 0 < len(came) <= BYTES_STEP < len(oids)
 
 
 def test_a_walk_among_cached_states_brings_only_the_uncached(
