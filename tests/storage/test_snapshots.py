@@ -354,3 +354,31 @@ def test_conflict_resolution_reads_the_retired_revision_from_the_cache(
             conn.close()
     finally:
         db.close()
+
+
+def test_each_poll_moves_the_snapshot_though_loads_came_between(storage_factory: Any) -> None:
+    """An instance polled twice with loads between and nothing telling it the ZODB
+    transaction ended (no afterCompletion, no sync): each poll still sees every commit
+    made before it, and the loads after it read those states, poll after poll (from
+    the database: no state cache)."""
+    db = ZODB.DB(storage_factory.open(cache_size_mb=0))
+    try:
+        with db.transaction() as conn:
+            conn.root()["a"] = PersistentMapping({"v": 0})
+        with db.transaction() as conn:
+            oid = conn.root()["a"]._p_oid
+        instance = db.storage.new_instance()
+        try:
+            instance.poll_invalidations()
+            for value in (1, 2, 3):
+                before = instance.load(oid)
+                with db.transaction() as conn:
+                    conn.root()["a"]["v"] = value
+                assert oid in instance.poll_invalidations()
+                state, tid = instance.load(oid)
+                assert tid > before[1] and state != before[0]
+                assert tid == db.storage.lastTransaction()
+        finally:
+            instance.release()
+    finally:
+        db.close()
