@@ -8,6 +8,7 @@ opened on the same database, with its own cache.
 from __future__ import annotations
 
 import io
+import logging
 import pickle
 from typing import Any, Callable, Iterator
 
@@ -1022,9 +1023,11 @@ def test_a_statement_after_a_pick_sent_ahead_reads_its_rows_first(
     assert instance.load(p64(held[250]))[0] != expected[held[250]]   # the new state
 
 
-def test_a_pick_sent_ahead_whose_session_is_lost(storage_and_db: Any, polled: Any) -> None:
+def test_a_pick_sent_ahead_whose_session_is_lost(storage_and_db: Any, polled: Any,
+                                                caplog: pytest.LogCaptureFixture) -> None:
     """The session dies while a pick is sent ahead: the next miss loads on a new
-    session, with the right state, and the error is not the reader's."""
+    session, with the right state, and the error is not the reader's (a DEBUG line
+    names the instance and the error)."""
     storage, db = storage_and_db
     if not storage.shared.backend.mover.SENDS_AHEAD:
         pytest.skip("only a mover that sends a pick ahead (PostgreSQL)")
@@ -1033,13 +1036,18 @@ def test_a_pick_sent_ahead_whose_session_is_lost(storage_and_db: Any, polled: An
     picked(instance, conn, held[1], snapshot, 1)
     pid = conn.raw.info.backend_pid
     run_sql(storage, "SELECT pg_terminate_backend(%s, 5000)", (pid,))
-    assert instance.load(p64(held[200]))[0] == expected[held[200]]
+    with caplog.at_level(logging.DEBUG, logger=storage_module.__name__):
+        assert instance.load(p64(held[200]))[0] == expected[held[200]]
+    [line] = [r.getMessage() for r in caplog.records if "sent ahead" in r.getMessage()]
+    assert line.startswith(f"{instance.__name__}: a pick sent ahead failed (")
+    assert line.endswith("); loading without it") and " was lost (" in line
     assert conn.broken and instance._load is not conn
     assert all(instance.load(p64(oid))[0] == expected[oid] for oid in held)
 
 
 def test_a_pick_that_cannot_be_sent_ahead(storage_and_db: Any, polled: Any,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     """Sending the rest of a pick fails: the miss still has its row and the first 128,
     and the rest load at their misses."""
     storage, db = storage_and_db
@@ -1051,11 +1059,39 @@ def test_a_pick_that_cannot_be_sent_ahead(storage_and_db: Any, polled: Any,
     def refused(*args: Any) -> Any:
         raise DatabaseError("refused by the test", "SELECT")
     monkeypatch.setattr(conn, "send_fetchall", refused)
-    row = picked(instance, conn, held[1], snapshot, 1)
+    with caplog.at_level(logging.DEBUG, logger=storage_module.__name__):
+        row = picked(instance, conn, held[1], snapshot, 1)
+    assert [r.getMessage() for r in caplog.records if "sent ahead" in r.getMessage()] == [
+        f"{instance.__name__}: a pick could not be sent ahead (refused by the test)"]
     assert row.state == expected[held[1]] and instance._sent_ahead is None
     assert all(storage.shared.cache.has(oid, snapshot)
                for oid in held[2:2 + SEND_AHEAD_AFTER])
     assert all(instance.load(p64(oid))[0] == expected[oid] for oid in held)
+
+
+def test_a_pick_sends_ahead_only_the_bytes_its_first_part_left(
+        storage_and_db: Any, polled: Any) -> None:
+    """What is sent ahead fits in the prefetch-bytes the part read at once left: a
+    part that took them all sends nothing; one that left some, at most those."""
+    storage, db = storage_and_db
+    if not storage.shared.backend.mover.SENDS_AHEAD:
+        pytest.skip("only a mover that sends a pick ahead (PostgreSQL)")
+    instance, conn, snapshot, held = sent_ahead_setup(storage, db, polled)
+    prefetcher, cache = storage.shared.prefetcher, storage.shared.cache
+    size = len(instance.load(p64(held[0]))[0])        # every child's state: one size
+    first_part = (SEND_AHEAD_AFTER + 1) * size
+    prefetcher.max_bytes = first_part                 # the part read at once takes it all
+    picked(instance, conn, held[1], snapshot, 1)
+    assert instance._sent_ahead is None
+    for room in (1, 10 * size):
+        cache.clear()
+        instance, conn, snapshot, held = sent_ahead_setup(storage, db, polled)
+        prefetcher.max_bytes = first_part + room
+        picked(instance, conn, held[1], snapshot, 1)
+        assert instance._sent_ahead is not None
+        instance.load(p64(held[299]))                 # the next miss takes them
+        came = [oid for oid in held[2 + SEND_AHEAD_AFTER:] if cache.has(oid, snapshot)]
+        assert 1 <= len(came) <= max(1, room // size) + 1, (room, len(came))
 
 
 @pytest.mark.parametrize("pipelined", [True, False])
