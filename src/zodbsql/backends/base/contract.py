@@ -529,7 +529,8 @@ class PollerRole(Protocol):
     reads_gone: bool
 
     def last_tid(self, conn: ConnectionRole) -> int:
-        """The tid of the last committed transaction (0 for an empty database)."""
+        """The tid of the last committed transaction (0 for an empty database);
+        ``SchemaError`` when ``commit_row`` lost its row."""
 
     def poll(self, conn: ConnectionRole, since: int | None,
              gone_since: int | None = None, limit: int = 0) -> Polled:

@@ -11,7 +11,7 @@ its poll, inside that snapshot, need not wait again.
 from __future__ import annotations
 
 from zodbsql.backends.base.contract import ConnectionRole, Polled
-from zodbsql.backends.base.poller import Poller
+from zodbsql.backends.base.poller import Poller, missing_commit_row
 from zodbsql.backends.mysql.connections import MySQLConnection
 
 
@@ -19,7 +19,9 @@ class MySQLPoller(Poller):
     def last_tid(self, conn: ConnectionRole) -> int:
         assert isinstance(conn, MySQLConnection)
         row = conn.fetchone(conn.causal + self.sql.last_tid)
-        return int(row[0]) if row else 0
+        if row is None:
+            raise missing_commit_row()
+        return int(row[0])
 
     def poll(self, conn: ConnectionRole, since: int | None,
              gone_since: int | None = None, limit: int = 0) -> Polled:
