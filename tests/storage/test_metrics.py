@@ -11,7 +11,7 @@ import transaction
 import ZODB
 from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
-from ZODB.POSException import ConflictError
+from ZODB.POSException import ConflictError, ReadConflictError
 
 from tests.fault.servers import free_port
 
@@ -122,8 +122,9 @@ def test_a_real_endpoint_serves_them(storage_factory: Any) -> None:
 def test_polls_count_what_others_changed_and_loads_say_where_they_came_from(
         storage_factory: Any) -> None:
     """Exact figures: a poll counts the objects another storage changed, not the
-    instance's own commit; each load is counted once under its source, and a prefetch
-    adds the bytes it read."""
+    instance's own commit; each load is counted once under its source, a prefetch
+    adds the bytes it read and a load from the database those of its state and of
+    what came with it; a read conflict is counted under its kind."""
     from ZODB.utils import z64
 
     from tests.storage.test_wakeup import commit_again, wait_until_heard
@@ -160,12 +161,29 @@ def test_polls_count_what_others_changed_and_loads_say_where_they_came_from(
         instance.poll_invalidations()
         loads = {source: value("zodbsql_loads_total", name, source=source)
                  for source in ("database", "cache", "prefetch")}
+        read = value("zodbsql_read_bytes_total", name)
         instance.load(z64)              # the root, from the database: brings x, y, z
+        # The bytes of the root's state and of the states that came with it.
+        assert value("zodbsql_read_bytes_total", name) - read == sum(
+            len(writer.storage.load(oid)[0]) for oid in [z64, *oids])
         instance.load(oids[0])          # brought by the root's load
         instance.load(oids[0])          # then simply cached
         assert {source: value("zodbsql_loads_total", name, source=source) - count
                 for source, count in loads.items()} == {
                     "database": 1, "cache": 1, "prefetch": 1}
+        if not storage_factory.param.keep_history:
+            # A state changed after the snapshot, read once its read transaction
+            # ended: a read conflict, counted under its kind.
+            conflicts = value("zodbsql_conflicts_total", name, kind="read_conflict")
+            storage.shared.cache.clear()
+            instance.poll_invalidations()
+            instance.afterCompletion()
+            with writer.transaction() as conn:
+                conn.root()["z"]["v"] = 2
+            with pytest.raises(ReadConflictError):
+                instance.load(oids[2])
+            assert value("zodbsql_conflicts_total", name,
+                         kind="read_conflict") == conflicts + 1
     finally:
         instance.release()
         writer.close()
