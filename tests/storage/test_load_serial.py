@@ -18,9 +18,13 @@ from zodbsql.errors import CorruptRecordError
 
 
 def _commit(storage: Any, oid: bytes, serial: bytes, value: int) -> bytes:
+    return _commit_state(storage, oid, serial, zodb_pickle(MinPO(value)))
+
+
+def _commit_state(storage: Any, oid: bytes, serial: bytes, state: bytes) -> bytes:
     txn = TransactionMetaData()
     storage.tpc_begin(txn)
-    storage.store(oid, serial, zodb_pickle(MinPO(value)), "", txn)
+    storage.store(oid, serial, state, "", txn)
     storage.tpc_vote(txn)
     tid: bytes = storage.tpc_finish(txn)
     return tid
@@ -50,11 +54,7 @@ def test_a_damaged_revision_is_refused_by_every_read_of_a_revision(
     storage = storage_factory.open(cache_size_mb=0)
     oid, empty_oid = storage.new_oid(), storage.new_oid()
     tid = _commit(storage, oid, z64, 1)
-    txn = TransactionMetaData()
-    storage.tpc_begin(txn)
-    storage.store(empty_oid, z64, b"", "", txn)
-    storage.tpc_vote(txn)
-    empty_tid = storage.tpc_finish(txn)
+    empty_tid = _commit_state(storage, empty_oid, z64, b"")
     after = p64(u64(empty_tid) + 1)
     assert storage.loadSerial(empty_oid, empty_tid) == b""
     assert storage.loadBefore(empty_oid, after) == (b"", empty_tid, None)

@@ -24,6 +24,12 @@ HIGHEST_OID = "SELECT MAX(zoid) FROM object_state"
 NEWEST_STORED_TID = "SELECT MAX(tid) FROM object_state"
 
 
+def highest_or_zero(conn: ConnectionRole, sql: str) -> int:
+    """The ``MAX`` that ``sql`` reads, 0 when the table is empty (NULL)."""
+    row = conn.fetchone(sql)
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 class Inspector:
     """The schema's findings and a scratch database (an ``InspectorRole``)."""
 
@@ -62,15 +68,13 @@ class Inspector:
         hand), new objects would get oids in use and be written over existing ones."""
         findings = []
         if conn.fetchone(LAST_TID) is None:
-            newest = conn.fetchone(NEWEST_STORED_TID)
-            tid = int(newest[0]) if newest and newest[0] is not None else 0
+            tid = highest_or_zero(conn, NEWEST_STORED_TID)
             findings.append(Finding(
                 ERROR, "commit_row", "no row: commits can't be numbered and no process"
                 " sees them", "put it back with the newest tid the database holds:"
                 f" INSERT INTO commit_row (id, last_tid) VALUES (0, {tid})"))
         row = conn.fetchone(self.LAST_OID)
-        stored = conn.fetchone(HIGHEST_OID)
-        highest = int(stored[0]) if stored and stored[0] is not None else 0
+        highest = highest_or_zero(conn, HIGHEST_OID)
         if row is None:
             return findings + [Finding(
                 ERROR, "oid counter", "gone: no new oid can be handed out",

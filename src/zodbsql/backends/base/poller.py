@@ -116,10 +116,14 @@ class Poller:
         self._texts: dict[tuple[str, int], str] = {}
 
     def last_tid(self, conn: ConnectionRole) -> int:
-        row = conn.fetchone(self.sql.last_tid)
+        row = conn.fetchone(self.last_tid_statement(conn))
         if row is None:
             raise missing_commit_row()
         return int(row[0])
+
+    def last_tid_statement(self, conn: ConnectionRole) -> str:
+        """The statement that reads the last tid on ``conn``."""
+        return self.sql.last_tid
 
     def statement(self, since: int | None, gone_since: int | None,
                   limit: int) -> tuple[str, tuple[int, ...]]:

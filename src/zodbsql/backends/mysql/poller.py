@@ -11,17 +11,14 @@ its poll, inside that snapshot, need not wait again.
 from __future__ import annotations
 
 from zodbsql.backends.base.contract import ConnectionRole, Polled
-from zodbsql.backends.base.poller import Poller, missing_commit_row
+from zodbsql.backends.base.poller import Poller
 from zodbsql.backends.mysql.connections import MySQLConnection
 
 
 class MySQLPoller(Poller):
-    def last_tid(self, conn: ConnectionRole) -> int:
+    def last_tid_statement(self, conn: ConnectionRole) -> str:
         assert isinstance(conn, MySQLConnection)
-        row = conn.fetchone(conn.causal + self.sql.last_tid)
-        if row is None:
-            raise missing_commit_row()
-        return int(row[0])
+        return conn.causal + self.sql.last_tid
 
     def poll(self, conn: ConnectionRole, since: int | None,
              gone_since: int | None = None, limit: int = 0) -> Polled:
