@@ -19,7 +19,7 @@ from zodbsql.cache.arena import (CHUNK_OBJECT_BYTES, HEADER_BYTES, LARGEST_OID,
                                  ArenaSegment, entry_cost)
 from zodbsql.cache.compression import LIBRARY_BYTES
 from zodbsql.cache.statecache import (_OID_BYTES, REVISIONS_SHARE, ROOM_PER_STATE,
-                                      FrequencySketch, StateCache,
+                                      SKETCH_START, FrequencySketch, StateCache,
                                       allocated, state_cost)
 
 STATE = b"s" * 100
@@ -1234,8 +1234,10 @@ def test_peek_many_answers_as_get_without_counting_or_marking() -> None:
 def test_a_batch_is_roomy_up_to_exactly_its_counted_need() -> None:
     """The estimate as documented: each state's pickle and ``ROOM_PER_STATE``, the
     window's table doubled, a chunk object for each chunk's worth the batch and the
-    window write to probation's log and two more, four bytes of sketch per state after
-    the batch; a batch fits when the count plus that is at most the limit."""
+    window write to probation's log and two more, and nothing for the sketch while the
+    states stay within its width (65,536 counters at first; its growth past them:
+    test_a_batch_the_room_says_fits_evicts_nothing); a batch fits when the count plus
+    that is at most the limit."""
     from zodbsql.cache.statecache import ROOM_PER_STATE
     cache = StateCache(8 << 20)
     cache.after_poll(1, 1, [])
@@ -1243,10 +1245,10 @@ def test_a_batch_is_roomy_up_to_exactly_its_counted_need() -> None:
     assert len(cache._window) and len(cache._probation)
     rows = [(oid, 1, bytes(50 + oid % 7)) for oid in range(30_000, 30_500)]
     entries = len(cache._probation) + len(cache._protected) + len(cache._window) + len(rows)
+    assert entries < 1 << cache._sketch.bits
     written = sum(len(state) for _, _, state in rows) + len(rows) * ROOM_PER_STATE
     opened = (written + cache._window_bytes) // cache._probation.chunk_size + 2
-    need = (written + 2 * cache._window.table_bytes + opened * CHUNK_OBJECT_BYTES
-            + 4 * entries)
+    need = written + 2 * cache._window.table_bytes + opened * CHUNK_OBJECT_BYTES
     cache.limit = cache._bytes() + need
     assert cache._fits_without_eviction(rows)
     cache.limit -= 1
@@ -1543,4 +1545,33 @@ def test_a_compressed_cache_keeps_a_batch_larger_than_its_window() -> None:
     assert all(value[8] == 0 for value in cache._probation.values())    # packed (TAG_ZSTD)
     for oid, state in states.items():
         assert cache.get(oid, 10) == (state, 9)
+    assert_counts_add_up(cache)
+
+
+@pytest.mark.parametrize("segment", ["probation", "protected"])
+@pytest.mark.parametrize("held", [1000, SKETCH_START])
+def test_a_batch_the_room_says_fits_evicts_nothing(segment: str, held: int) -> None:
+    """``_fits_without_eviction`` lets a batch skip admission because nothing will be
+    evicted for it: with the bound set to exactly the room it counts, one more state
+    enters and every state held stays, also when it takes the count past the sketch's
+    width and the sketch doubles twice on the way (590 KB, which the room once counted
+    as 4 bytes an entry), and whichever segment holds the states."""
+    cache = StateCache(64 << 20)
+    cache._window_limit = 0
+    cache.after_poll(1, 1, [])
+    cache.put_loaded_many([(oid, 1, b"s" * 20) for oid in range(held)], snapshot=1)
+    if segment == "protected":                   # moved there as promotions would
+        for oid in range(held):
+            value = cache._probation.pop(oid)
+            cache._protected.push(oid, value)
+            cache._protected_bytes += entry_cost(value)
+    assert len(getattr(cache, f"_{segment}")) == held
+    rows = [(held + 10, 1, b"t" * 20)]
+    cache.limit = cache._bytes() + cache._room_for(rows)
+    width = 1 << cache._sketch.bits
+    cache.put_loaded_many(rows, snapshot=1)
+    assert cache.has(held + 10, 1)
+    assert all(cache.has(oid, 1) for oid in range(held))
+    assert (1 << cache._sketch.bits) == (4 * width if held == SKETCH_START else width)
+    assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)

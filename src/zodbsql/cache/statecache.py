@@ -236,6 +236,11 @@ class FrequencySketch:
             self.rows = [first.translate(self._HALF), second.translate(self._HALF)]
             self.samples //= 2
 
+    def growth_bytes(self, entries: int) -> int:
+        """The bytes ``grow(entries)`` would add: its two rows and the marks widened."""
+        bits = max(self.bits, (max(entries, 1) - 1).bit_length())
+        return 3 * ((1 << bits) - (1 << self.bits))
+
     def grow(self, entries: int) -> None:
         """Widen the rows to a counter per entry for ``entries`` (never narrower), each
         counter's count going to the two that split it: an index is the top ``bits``
@@ -897,7 +902,9 @@ class StateCache:
         Counted high: each state with its tid and its entry (``ROOM_PER_STATE``); the
         window's table doubled; the chunks probation's log may open on the way, one
         for each chunk's worth written (what the window holds may move there too) and
-        two more; a sketch of two rows of twice the states, whole."""
+        two more; what the sketch grows by when the states pass its width (to twice
+        their number, rounded up to a power of two: at 65,536 it quadruples, 590 KB,
+        which the 4 bytes an entry counted before fell short of)."""
         if not rows:
             return 0
         count = len(rows)
@@ -905,7 +912,7 @@ class StateCache:
         written = sum(len(state) for _, _, state in rows) + count * ROOM_PER_STATE
         opened = (written + self._window_bytes) // self._probation.chunk_size + 2
         return (written + 2 * self._window.table_bytes + opened * CHUNK_OBJECT_BYTES
-                + 4 * entries)
+                + self._sketch.growth_bytes(self._sketch_wanted(entries)))
 
     def put_revision(self, oid: int, tid: int, state: bytes) -> None:
         """Remember an exact revision (a commit's own states)."""
@@ -1170,16 +1177,25 @@ class StateCache:
                 return -1
         return self._count_to_beat(victim)
 
+    def _sketch_wanted(self, entries: int) -> int:
+        """The counters the sketch should widen to for ``entries`` states (twice as
+        many, up to the cache's share), or 0 while it has one for each already."""
+        width = 1 << self._sketch.bits
+        if entries > width and width < self._sketch_entries:
+            return min(2 * entries, self._sketch_entries)
+        return 0
+
     def _shrink(self, newcomer: int | None) -> None:
         """Evict current states until the count fits (see :meth:`_victim`), exact
         revisions (kept within their share as they come) once none is left.  The count
         is taken again after each eviction: an eviction from a segment's head may also
         pass holes (given back) and a promotion on the way may move a state."""
         sketch = self._sketch
-        entries = len(self._probation) + len(self._protected) + len(self._window)
-        if entries > 1 << sketch.bits and (1 << sketch.bits) < self._sketch_entries:
+        wanted = self._sketch_wanted(
+            len(self._probation) + len(self._protected) + len(self._window))
+        if wanted:
             before = sketch.size_bytes
-            sketch.grow(min(2 * entries, self._sketch_entries))
+            sketch.grow(wanted)
             self._fixed_bytes += sketch.size_bytes - before
         while self._bytes() > self.limit:
             if not self._probation and not self._protected and not self._window:
