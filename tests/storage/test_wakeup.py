@@ -788,6 +788,18 @@ def test_history_free_start_keeps_only_an_open_snapshot() -> None:
         wait_until_heard(storage, other_root["x"]._p_serial)
         tm.begin()
         assert root["x"]["v"] == 1
+        # A commit heard while a transaction runs: the poll after its abort's
+        # afterCompletion ends the read transaction and begins the next in one query
+        # (a ROLLBACK of its own would be a second round trip), then the begin keeps it.
+        other_root["x"]["v"] = 2
+        other_tm.commit()
+        wait_until_heard(storage, other_root["x"]._p_serial)
+        before = storage.statement_count()
+        tm.abort()
+        assert storage.statement_count() - before == 1
+        tm.begin()
+        assert storage.statement_count() - before == 1
+        assert root["x"]["v"] == 2
         tm.abort()
         # Explicit: nothing polls after the abort, which ended the read transaction,
         # so every begin polls (COMMIT-less: BEGIN and the poll), and ROLLBACK.
@@ -795,7 +807,7 @@ def test_history_free_start_keeps_only_an_open_snapshot() -> None:
         explicit_root = db.open(explicit).root()
         explicit_storage = explicit_root._p_jar._storage
         explicit.begin()
-        assert explicit_root["x"]["v"] == 1
+        assert explicit_root["x"]["v"] == 2
         explicit.abort()
         idle_statements(explicit_storage, explicit, explicit_root, 2)
         assert idle_statements(explicit_storage, explicit, explicit_root, 5) == 10

@@ -196,12 +196,11 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def afterCompletion(self) -> None:
         with self._load_lock:
-            # ZODB's Connection.afterCompletion polls next; Connection.close does not
-            # (its ZODB connection goes to the pool).  The caller's frame says which,
-            # read only when that poll could end the read transaction.
-            if self._next_poll_may_end_read_txn() and next_poll.zodb_polls_next():
-                self._end_due = True
-            else:
+            # ZODB's Connection.afterCompletion polls next, through newTransaction,
+            # whose sync leaves the read transaction for that poll to end (``sync``);
+            # Connection.close does not poll (its ZODB connection goes to the pool).
+            # The caller's frame says which, read only when that poll could end it.
+            if not (self._next_poll_may_end_read_txn() and next_poll.zodb_polls_next()):
                 self._end_read_txn()
         # ZODB polls next (a plain transaction manager), or at the next begin: nothing is
         # read at this snapshot before, so no exact revision is kept for it.
