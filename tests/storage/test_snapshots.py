@@ -312,6 +312,14 @@ def test_a_retired_state_is_kept_only_while_a_transaction_reads_before_it(
         assert cache.get_revision(oid, second) is None
         tm1.begin()
         assert a["v"] == 2
+        third = u64(a._p_serial)
+        tm1.abort()
+        # Changed while c1 waits between transactions, seen by its begin's poll: its
+        # own last snapshot, older, is no other reader's.
+        change(3)
+        tm1.begin()
+        assert cache.get_revision(oid, third) is None
+        assert a["v"] == 3
         tm1.abort()
         c1.close()
     finally:
