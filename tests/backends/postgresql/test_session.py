@@ -144,7 +144,8 @@ def test_a_statement_sent_ahead_that_fails_raises_at_its_rows_and_breaks_the_ses
         session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
     if not session.sends_ahead():
         pytest.skip("this libpq has no pipeline mode")
-    bad = "SELECT * FROM zodbsql_no_such_table WHERE 1 = %s"
+    # Fails as it runs, after a pause: its error comes after the sending is over.
+    bad = "SELECT pg_sleep(0.05), 1 / (%s - 1)"
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         sent = session.send_fetchall(bad, [1])
         with pytest.raises(DatabaseError) as caught:
@@ -154,10 +155,10 @@ def test_a_statement_sent_ahead_that_fails_raises_at_its_rows_and_breaks_the_ses
     assert session.broken and session.read_ahead is None
     assert caught.value.statement == bad and again.value.statement == bad
     assert str(caught.value).startswith(f"psycopg error on {session.where}: ")
-    assert "zodbsql_no_such_table" in str(caught.value).split("\n")[0]
-    assert type(caught.value.__cause__).__name__ == "UndefinedTable"
+    assert "division by zero" in str(caught.value).split("\n")[0]
+    assert type(caught.value.__cause__).__name__ == "DivisionByZero"
     [line] = trace_lines(caplog)
-    assert " failed: UndefinedTable: " in line and line.endswith(f": {bad} (1 parameters)")
+    assert " failed: DivisionByZero: " in line and line.endswith(f": {bad} (1 parameters)")
 
 
 def test_a_statement_refused_before_it_is_sent_leaves_the_session_usable(
@@ -198,3 +199,109 @@ def test_a_commit_of_a_failed_transaction_is_refused_and_rolled_back(
     from psycopg.pq import TransactionStatus
     assert session.raw.pgconn.transaction_status == TransactionStatus.IDLE
     assert session.fetchone("SELECT 1") == (1,)
+
+
+# -- errors, word for word --------------------------------------------------------------
+
+def _translated(session: PostgreSQLConnection, state: str) -> Exception:
+    import psycopg
+    return session.translate_error(psycopg.errors.lookup(state)("the server says no"),
+                                   "SELECT 1")
+
+
+def test_each_error_says_what_happened_where_and_that_it_can_be_retried(
+        session: PostgreSQLConnection) -> None:
+    where = session.where
+    assert where.startswith("PostgreSQL database test at 127.0.0.1:5432")
+    lost = _translated(session, "57P01")
+    assert (str(lost), lost.statement) == (  # type: ignore[attr-defined]
+        f"the connection to {where} was lost (the server says no); the transaction can"
+        " be retried\n  statement: SELECT 1", "SELECT 1")
+    timeout = _translated(session, "55P03")
+    assert str(timeout) == (
+        f"a lock on {where} was not granted within {session.lock_timeout:g}s"
+        " (commit-lock-timeout; PostgreSQL lock_timeout): the server says no. The"
+        " transaction can be retried")
+    deadlock = _translated(session, "40P01")
+    assert str(deadlock) == (
+        f"{where} detected a deadlock and cancelled this transaction (the server says"
+        " no); it can be retried")
+    serialization = _translated(session, "40001")
+    assert str(serialization) == (
+        f"{where} cancelled this transaction on a serialization failure (the server"
+        " says no); it can be retried")
+    other = _translated(session, "42P01")
+    assert (str(other), other.statement) == (  # type: ignore[attr-defined]
+        f"psycopg error on {where}: the server says no\n  statement: SELECT 1",
+        "SELECT 1")
+
+
+def test_a_statement_on_a_closed_session_is_a_lost_connection(
+        session: PostgreSQLConnection) -> None:
+    """Closed by the client (a pool's close, a fork's cleanup): psycopg says so with an
+    OperationalError and no SQLSTATE, and the session counts as lost, never broken
+    data."""
+    from zodbsql.errors import ConnectionLost
+    session.raw.close()
+    assert session.raw.closed and not session.raw.broken
+    with pytest.raises(ConnectionLost) as caught:
+        session.fetchone("SELECT 1")
+    assert str(caught.value).startswith(f"the connection to {session.where} was lost (")
+    assert session.broken
+
+
+def test_a_server_error_with_a_code_psycopg_has_no_class_for_keeps_its_code(
+        session: PostgreSQLConnection) -> None:
+    """An SQLSTATE of class 08 (connection exception) psycopg does not know still
+    reads as a lost connection."""
+    from zodbsql.errors import ConnectionLost
+    with pytest.raises(ConnectionLost):
+        session.execute("DO $$ BEGIN RAISE EXCEPTION 'gone elsewhere'"
+                        " USING ERRCODE = '08Z99'; END $$")
+
+
+# -- slow statements and their plans ----------------------------------------------------
+
+PLANNED = "SELECT count(*) FROM generate_series(1, %s)"
+
+
+def test_a_slow_statement_is_logged_with_the_server_s_plan(
+        session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
+    """Every statement is slow at 0 s: its warning carries the plan the server gives
+    for it with its values (EXPLAIN needs their types, so they go inline), and
+    asking for the plan is counted as a statement of its own."""
+    session.tracer = Tracer(every=False, slow=0.0, explain=True, storage="traced")
+    before = session.statements
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert session.fetchone(PLANNED, [5]) == (5,)
+    assert session.statements == before + 2
+    [record] = [r for r in caplog.records if r.name == LOGGER]
+    text = record.getMessage()
+    assert text.startswith("slow statement (over 0 s): traced via ")
+    assert f": {PLANNED} (1 parameters)\n    " in text
+    plan = text.split("\n")[1:]
+    assert plan and all(line.startswith("    ") for line in plan)
+    assert any("Aggregate" in line for line in plan), plan
+    assert any("generate_series" in line for line in plan), plan
+
+
+def test_a_plan_asked_inside_a_transaction_leaves_it_as_it_was(
+        session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
+    """Inside a transaction the plan is asked under a savepoint, released after: the
+    transaction goes on with what it wrote, and ends as it would have."""
+    session.execute("CREATE TEMPORARY TABLE planned (n int)")
+    session.begin_write()
+    session.tracer = Tracer(every=False, slow=0.0, explain=True, storage="traced")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        session.execute("INSERT INTO planned VALUES (%s)", [7])
+        assert session.fetchone("SELECT n FROM planned WHERE n = %s", [7]) == (7,)
+    plans = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(plans) == 2 and all("\n    " in text for text in plans), plans
+    from psycopg.pq import TransactionStatus
+    assert session.raw.pgconn.transaction_status == TransactionStatus.INTRANS
+    session.commit()
+    session.tracer = None
+    assert session.fetchall("SELECT n FROM planned") == [(7,)]
+    # A savepoint still open would have been an error at RELEASE or a nested level
+    # left behind: the session is idle.
+    assert session.raw.pgconn.transaction_status == TransactionStatus.IDLE
