@@ -305,3 +305,33 @@ def test_a_plan_asked_inside_a_transaction_leaves_it_as_it_was(
     # A savepoint still open would have been an error at RELEASE or a nested level
     # left behind: the session is idle.
     assert session.raw.pgconn.transaction_status == TransactionStatus.IDLE
+
+
+def test_a_query_of_several_statements_that_fails_is_named_as_shown(
+        session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
+    """``simple_query`` sends values inline: its error and its trace line name the
+    statement as the caller shows it, with placeholders, never the text sent."""
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        with pytest.raises(DatabaseError) as caught:
+            session.simple_query("SELECT 1; SELECT 1 / 0", "SELECT 1; SELECT 1 / %s", 1,
+                                 last=True)
+        assert session.simple_query("SELECT 1; SELECT 2", "two", 0, last=True) == [(2,)]
+        assert session.simple_query("SELECT 1; SELECT 2", "two", 0, last=False) == [(1,)]
+    assert caught.value.statement == "SELECT 1; SELECT 1 / %s"
+    assert not session.in_transaction
+    failed, *done = trace_lines(caplog)
+    assert " failed: DivisionByZero: " in failed
+    assert failed.endswith(": SELECT 1; SELECT 1 / %s (1 parameters)")
+    assert [line.rsplit(": ", 1)[1] for line in done] == ["two (0 parameters)"] * 2
+
+
+def test_a_commit_is_traced_as_commit(session: PostgreSQLConnection,
+                                      caplog: pytest.LogCaptureFixture) -> None:
+    session.begin_write()
+    assert session.in_transaction
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        session.commit()
+        session.commit()                      # nothing open: nothing sent
+    assert not session.in_transaction
+    [line] = trace_lines(caplog)
+    assert line.endswith(": COMMIT (0 parameters)") and " failed" not in line
