@@ -109,7 +109,7 @@ def test_a_failed_query_leaves_the_transaction_to_roll_back(factory: PostgreSQLF
     try:
         before = conn.statements
         with pytest.raises(DatabaseError) as raised:
-            conn.begin_read_fetchall("SELECT 1 / 0")
+            conn.begin_read_fetchall("SELECT 1 / 0", end_first=False)
         # BEGIN ran, the query failed: as after begin_read and a failed fetchall.
         assert "division by zero" in str(raised.value)
         assert conn.in_transaction and not conn.broken
@@ -118,10 +118,10 @@ def test_a_failed_query_leaves_the_transaction_to_roll_back(factory: PostgreSQLF
         assert conn.raw.info.transaction_status.name == "IDLE"
         # Text the server can't parse fails whole: BEGIN never ran.
         with pytest.raises(DatabaseError):
-            conn.begin_read_fetchall("SELEC 1")
+            conn.begin_read_fetchall("SELEC 1", end_first=False)
         assert not conn.in_transaction
         assert conn.raw.info.transaction_status.name == "IDLE"
-        assert conn.begin_read_fetchall("SELECT 7") == [(7,)]
+        assert conn.begin_read_fetchall("SELECT 7", end_first=False) == [(7,)]
     finally:
         conn.close()
 

@@ -137,7 +137,7 @@ class PostgreSQLConnection(DBConnection):
         self.execute(BEGIN_READ)
         self.in_transaction = True
 
-    def begin_read_fetchall(self, sql: str, end_first: bool = False) -> list[Row]:
+    def begin_read_fetchall(self, sql: str, end_first: bool) -> list[Row]:
         """:meth:`begin_read`, then :meth:`fetchall` of ``sql`` in the new transaction,
         in one round trip: both go as one simple-protocol query.  ``sql`` has no
         parameters (the caller writes an integer into it), so it is never prepared on
