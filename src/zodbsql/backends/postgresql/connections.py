@@ -332,9 +332,6 @@ class PostgreSQLConnection(DBConnection):
 
 
 def sqlstate(exc: BaseException | None) -> str | None:
-    """The SQLSTATE of a psycopg error: from the server's report, else its class's."""
-    if exc is None:
-        return None
-    diag = getattr(exc, "diag", None)
-    state = getattr(diag, "sqlstate", None) if diag is not None else None
-    return state or getattr(exc, "sqlstate", None)
+    """The SQLSTATE of a psycopg error (None for any other exception).  Since psycopg
+    3.1 an error carries the server's code even when it has no class for it."""
+    return getattr(exc, "sqlstate", None)
