@@ -1575,3 +1575,16 @@ def test_a_batch_the_room_says_fits_evicts_nothing(segment: str, held: int) -> N
     assert (1 << cache._sketch.bits) == (4 * width if held == SKETCH_START else width)
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
+
+
+def test_what_the_sketch_says_it_grows_by_is_what_it_grows_by() -> None:
+    """``growth_bytes`` (what the room of a batch counts for the sketch) against
+    ``grow`` itself, at and around each power of two."""
+    for entries in (1, 63, 64, 65, 127, 128, 129, 1000, 4095, 4096, 4097,
+                    65535, 65536, 65537, 131072, 131073):
+        sketch = FrequencySketch(64)
+        before = sketch.size_bytes
+        said = sketch.growth_bytes(entries)
+        sketch.grow(entries)
+        assert sketch.size_bytes - before == said, entries
+        assert sketch.growth_bytes(entries) == 0        # grown: nothing more to add
