@@ -903,8 +903,8 @@ class StateCache:
         window's table doubled; the chunks probation's log may open on the way, one
         for each chunk's worth written (what the window holds may move there too) and
         two more; what the sketch grows by when the states pass its width (to twice
-        their number, rounded up to a power of two: at 65,536 it quadruples, 590 KB,
-        which the 4 bytes an entry counted before fell short of)."""
+        their number, rounded up to a power of two: past 65,536 states it quadruples,
+        590 KB)."""
         if not rows:
             return 0
         count = len(rows)
