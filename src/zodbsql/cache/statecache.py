@@ -191,7 +191,7 @@ class FrequencySketch:
     _HALF = bytes(i // 2 for i in range(256))
 
     def __init__(self, entries: int) -> None:
-        self.bits = max(6, (max(entries, 1) - 1).bit_length())
+        self.bits = max(6, self._bits_for(entries))
         width = 1 << self.bits
         self._shift = 64 - self.bits
         self.rows = [bytearray(width), bytearray(width)]
@@ -236,9 +236,14 @@ class FrequencySketch:
             self.rows = [first.translate(self._HALF), second.translate(self._HALF)]
             self.samples //= 2
 
+    @staticmethod
+    def _bits_for(entries: int) -> int:
+        """The bits of an index that gives each of ``entries`` a counter of its own."""
+        return (max(entries, 1) - 1).bit_length()
+
     def growth_bytes(self, entries: int) -> int:
         """The bytes ``grow(entries)`` would add: its two rows and the marks widened."""
-        bits = max(self.bits, (max(entries, 1) - 1).bit_length())
+        bits = max(self.bits, self._bits_for(entries))
         return 3 * ((1 << bits) - (1 << self.bits))
 
     def grow(self, entries: int) -> None:
@@ -246,7 +251,7 @@ class FrequencySketch:
         counter's count going to the two that split it: an index is the top ``bits``
         of the hash, so one more bit sends old counter i to 2i and 2i + 1, and no
         count is lost or lowered."""
-        bits = max(self.bits, (max(entries, 1) - 1).bit_length())
+        bits = max(self.bits, self._bits_for(entries))
         while self.bits < bits:
             rows = []
             for row in (*self.rows, self.marks):
