@@ -32,6 +32,13 @@ def polled_cache(limit: int = 100_000) -> StateCache:
     return cache
 
 
+def protect(cache: StateCache, oid: int) -> None:
+    """Move ``oid`` from probation to protected, as a promotion would."""
+    value = cache._probation.pop(oid)
+    cache._protected.push(oid, value)
+    cache._protected_bytes += entry_cost(value)
+
+
 def test_first_poll_starts_the_index() -> None:
     cache = StateCache(100_000)
     assert cache.position() == (None, None)      # never polled
@@ -767,10 +774,8 @@ def test_a_poll_retires_the_largest_oid_held_and_skips_only_those_above(
     cache._window_limit = 0
     for oid in (3, 7, 9):
         cache.put_loaded(oid, 5, b"s" * 60, snapshot=10)
-    if largest_in == "protected":                 # moved there as a promotion would
-        value = cache._probation.pop(9)
-        cache._protected.push(9, value)
-        cache._protected_bytes += entry_cost(value)
+    if largest_in == "protected":
+        protect(cache, 9)
     assert cache._probation.largest() == (7 if largest_in == "protected" else 9)
     cache._window_limit = 1 << 20
     cache.put_loaded(11, 5, b"w" * 60, snapshot=10)        # waits in the window
@@ -796,9 +801,7 @@ def test_a_cover_retires_what_it_names_from_every_segment_and_keeps_the_revision
     cache._window_limit = 0
     for oid in (3, 7, 9):
         cache.put_loaded(oid, 5, bytes([oid]) * 60, snapshot=10)
-    value = cache._probation.pop(9)               # moved as a promotion would
-    cache._protected.push(9, value)
-    cache._protected_bytes += entry_cost(value)
+    protect(cache, 9)
     cache._window_limit = 1 << 20
     cache.put_loaded(11, 5, bytes([11]) * 60, snapshot=10)   # waits in the window
     cache.put_loaded(12, 5, bytes([12]) * 60, snapshot=10)   # not named: stays
@@ -866,10 +869,8 @@ def test_a_poll_retires_the_root_object_in_any_segment(segment: str) -> None:
         cache._window_limit = 0
     cache.put_loaded(0, 5, b"root at 5", snapshot=10)
     cache.put_loaded(4, 5, b"four at 5", snapshot=10)
-    if segment == "protected":                    # moved there as a promotion would
-        value = cache._probation.pop(0)
-        cache._protected.push(0, value)
-        cache._protected_bytes += entry_cost(value)
+    if segment == "protected":
+        protect(cache, 0)
     holder = {"window": cache._window, "probation": cache._probation,
               "protected": cache._protected}[segment]
     assert 0 in holder
@@ -1560,11 +1561,9 @@ def test_a_batch_the_room_says_fits_evicts_nothing(segment: str, held: int) -> N
     cache._window_limit = 0
     cache.after_poll(1, 1, [])
     cache.put_loaded_many([(oid, 1, b"s" * 20) for oid in range(held)], snapshot=1)
-    if segment == "protected":                   # moved there as promotions would
+    if segment == "protected":
         for oid in range(held):
-            value = cache._probation.pop(oid)
-            cache._protected.push(oid, value)
-            cache._protected_bytes += entry_cost(value)
+            protect(cache, oid)
     assert len(getattr(cache, f"_{segment}")) == held
     rows = [(held + 10, 1, b"t" * 20)]
     cache.limit = cache._bytes() + cache._room_for(rows)
