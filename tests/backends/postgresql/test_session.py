@@ -9,6 +9,7 @@ import re
 import sys
 from typing import Iterator
 
+import psycopg
 import pytest
 
 from tests.databases import BACKENDS, Param, PostgreSQLFactory
@@ -66,7 +67,6 @@ def test_an_unknown_driver_is_refused_with_the_choices() -> None:
 
 
 def test_the_driver_s_own_implementation_is_taken() -> None:
-    import psycopg
     assert load_driver() is psycopg
     assert load_driver("psycopg") is psycopg
     loaded = psycopg.pq.__impl__
@@ -74,7 +74,6 @@ def test_the_driver_s_own_implementation_is_taken() -> None:
 
 
 def test_another_implementation_than_the_loaded_one_is_named() -> None:
-    import psycopg
     loaded = psycopg.pq.__impl__
     other = "python" if loaded != "python" else "binary"
     with pytest.raises(DriverNotFound) as caught:
@@ -104,11 +103,14 @@ def test_a_missing_driver_says_what_was_tried_and_how_to_install_it(
 
 SERIES = "SELECT generate_series(1, %s)"
 
+#: Statements sent ahead need libpq's pipeline mode (libpq 14 and later).
+needs_pipeline = pytest.mark.skipif(not psycopg.Pipeline.is_supported(),
+                                    reason="this libpq has no pipeline mode")
 
+
+@needs_pipeline
 def test_a_statement_sent_ahead_is_counted_once_and_traced_when_taken(
         session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
-    if not session.sends_ahead():
-        pytest.skip("this libpq has no pipeline mode")
     before = session.statements
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         sent = session.send_fetchall(SERIES, [3])
@@ -126,10 +128,9 @@ def test_a_statement_sent_ahead_is_counted_once_and_traced_when_taken(
     assert 0 <= took_ms(line) < 60_000            # timed from its sending
 
 
+@needs_pipeline
 def test_another_statement_takes_the_rows_sent_ahead_first(
         session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
-    if not session.sends_ahead():
-        pytest.skip("this libpq has no pipeline mode")
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         sent = session.send_fetchall(SERIES, [2])
         assert session.fetchone("SELECT 41 + %s", [1]) == (42,)
@@ -140,10 +141,9 @@ def test_another_statement_takes_the_rows_sent_ahead_first(
         "SELECT generate_series(1, %s) (1 parameters)", "SELECT 41 + %s (1 parameters)"]
 
 
+@needs_pipeline
 def test_a_statement_sent_ahead_that_fails_raises_at_its_rows_and_breaks_the_session(
         session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
-    if not session.sends_ahead():
-        pytest.skip("this libpq has no pipeline mode")
     # Fails as it runs, after a pause: its error comes after the sending is over.
     bad = "SELECT pg_sleep(0.05), 1 / (%s - 1)"
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
@@ -161,12 +161,11 @@ def test_a_statement_sent_ahead_that_fails_raises_at_its_rows_and_breaks_the_ses
     assert " failed: DivisionByZero: " in line and line.endswith(f": {bad} (1 parameters)")
 
 
+@needs_pipeline
 def test_a_statement_refused_before_it_is_sent_leaves_the_session_usable(
         session: PostgreSQLConnection, caplog: pytest.LogCaptureFixture) -> None:
     """psycopg refuses a statement whose parameters do not match before sending it:
     the pipeline is left, nothing is waiting, and the session works on."""
-    if not session.sends_ahead():
-        pytest.skip("this libpq has no pipeline mode")
     bad = "SELECT %s, %s"
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         with pytest.raises(DatabaseError) as caught:
@@ -205,7 +204,6 @@ def test_a_commit_of_a_failed_transaction_is_refused_and_rolled_back(
 # -- errors, word for word --------------------------------------------------------------
 
 def _translated(session: PostgreSQLConnection, state: str) -> Exception:
-    import psycopg
     return session.translate_error(psycopg.errors.lookup(state)("the server says no"),
                                    "SELECT 1")
 
