@@ -1587,3 +1587,6 @@ def test_what_the_sketch_says_it_grows_by_is_what_it_grows_by() -> None:
         sketch.grow(entries)
         assert sketch.size_bytes - before == said, entries
         assert sketch.growth_bytes(entries) == 0        # grown: nothing more to add
+        # A counter for each entry, in the narrowest power of two above 64 that has it.
+        width = 1 << sketch.bits
+        assert width >= entries and (width == 64 or width // 2 < entries), entries
