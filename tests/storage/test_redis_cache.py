@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import pytest
 import redis
 import ZODB
+from ZODB.utils import u64
 
 from tests.fault.servers import PrivateRedis, start_private
 from tests.storage.test_persistent_cache import COUNT, fill, read_all
@@ -142,3 +143,116 @@ def test_a_cold_read_from_redis_brings_the_prefetch_plan_along(storage_factory,
     assert used <= 3                                # the polls: nothing loaded
     assert level.hits >= COUNT
     assert 0 < calls["get"] + calls["mget"] <= COUNT // 10
+
+
+def committed_after(storage: Any) -> None:
+    """One more commit (the root's), so that the newest tid, where the first process
+    to open sets the shared checkpoint, is after the objects' states."""
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        conn.root()["later"] = 1
+    db.close()
+
+
+@pytest.mark.parametrize("prefetch", [0, 1000], ids=["load", "prefetched"])
+def test_a_state_older_than_the_checkpoint_is_shared_under_it(storage_factory, redis_options,
+                                                              prefetch):
+    """A revision committed before the checkpoint is current at it: a process that loads
+    one (by itself, or brought along by prefetch) writes it under the checkpoint, where a
+    process that starts later asks for it."""
+    fill(storage_factory.open())
+    committed_after(storage_factory.open())
+    first = storage_factory.open(**{**redis_options, "prefetch_count": prefetch})
+    first_level = first.shared.second_level
+    assert first_level is not None
+    assert first_level.checkpoint == u64(first.lastTransaction())
+    read_all(first)
+    second = storage_factory.open(**redis_options)
+    level = second.shared.second_level
+    assert level is not None and level.checkpoint == first_level.checkpoint
+    values, used = read_all(second)
+    assert values == {i: i for i in range(COUNT)}
+    assert used <= 3                                # the polls: nothing loaded
+    assert level.hits >= COUNT and level.misses == 0
+
+
+def test_a_checkpoint_the_index_moved_past_is_replaced(storage_factory, redis_options):
+    """More changes than a process's index of changes holds (1,000 in a small cache)
+    restart the index at the poll, which then no longer reaches the checkpoint: the
+    process publishes the poll's tid as its checkpoint and the shared one, and what it
+    loads from then on is shared under it."""
+    count = 1100
+    fill(storage_factory.open(), count)
+    reader_storage = storage_factory.open(**redis_options, cache_size_mb=0.25)
+    level = reader_storage.shared.second_level
+    assert level is not None
+    opened_at = level.checkpoint
+    reader = ZODB.DB(reader_storage)
+    values_of(reader, count)
+    writer = ZODB.DB(storage_factory.open())
+    with writer.transaction() as conn:
+        for i in range(count):
+            conn.root()[i]["value"] = -i
+    writer.close()
+    committed_after(storage_factory.open())
+    newest = u64(storage_factory.open().lastTransaction())
+    assert newest > opened_at
+    assert values_of(reader, count) == {i: -i for i in range(count)}
+    assert level.checkpoint == newest
+    assert level.client.get(level.prefix.encode() + b"checkpoint") == str(newest).encode()
+    reader.close()
+    late = storage_factory.open(**redis_options)
+    late_level = late.shared.second_level
+    assert late_level is not None
+    values, used = read_all(late, count)
+    assert values == {i: -i for i in range(count)}
+    assert used <= 3
+    assert late_level.hits >= count and late_level.misses == 0
+
+
+def test_a_poll_that_keeps_the_checkpoint_asks_redis_nothing(storage_factory,
+                                                             redis_options):
+    """The checkpoint is published only when the index of changes moves past it, not at
+    every poll: a transaction start that polls another process's commit and loads
+    nothing costs no Redis round trip."""
+    fill(storage_factory.open())
+    storage = storage_factory.open(**redis_options)
+    level = storage.shared.second_level
+    assert level is not None
+    db = ZODB.DB(storage)
+    values_of(db, 10)
+    asked = []
+    for name in ("get", "set", "mget", "pipeline"):
+        original = getattr(level.client, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original,
+                    **kwargs: Any) -> Any:
+            asked.append(_name)
+            return _original(*args, **kwargs)
+        setattr(level.client, name, counted)
+    writer = ZODB.DB(storage_factory.open())
+    for value in range(3):
+        with writer.transaction() as conn:
+            conn.root()[COUNT - 1]["value"] = value     # an object the reader never read
+        conn = db.open()
+        assert conn.root()[0]["value"] == 0
+        conn.close()
+        assert storage.shared.cache.polled == u64(writer.storage.lastTransaction())
+    writer.close()
+    assert asked == []
+    db.close()
+
+
+def test_a_load_redis_served_is_counted_under_its_source(storage_factory, redis_options):
+    """With metrics on, each state Redis served is one load of source "redis" (the
+    root's later loads, at ZODB.DB's open and the connection's, hit the cache)."""
+    from tests.storage.test_metrics import value
+    fill(storage_factory.open())
+    read_all(storage_factory.open(**redis_options))       # from the database, into Redis
+    name = f"metrics-redis-{uuid.uuid4().hex[:8]}"
+    second = storage_factory.open(**redis_options, metrics=True, name=name)
+    values, _ = read_all(second)
+    assert values == {i: i for i in range(COUNT)}
+    assert {source: value("zodbsql_loads_total", name, source=source)
+            for source in ("redis", "database", "cache", "prefetch")} == {
+                "redis": COUNT + 1, "database": 0, "cache": 2, "prefetch": 0}
