@@ -107,3 +107,36 @@ def test_a_standby_past_the_lag_bound_is_skipped(factory: ReplicaFactory) -> Non
     reader = ZODB.DB(factory.open(read_only=True))
     assert read(reader) == 2          # from the primary
     reader.close()
+
+
+def test_a_standby_poll_names_what_changed(factory: ReplicaFactory) -> None:
+    """Polled on the standby, a start reports exactly the objects another process
+    changed, not "everything" (which would empty every ZODB connection's cache at each
+    start), and its snapshot reads the new states."""
+    from persistent.mapping import PersistentMapping
+    from ZODB.utils import z64
+    standby = factory.cluster.standby
+    assert standby is not None
+    writer = ZODB.DB(factory.open())
+    with writer.transaction() as conn:
+        conn.root()["child"] = PersistentMapping(n=0)
+    with writer.transaction() as conn:
+        child = conn.root()["child"]._p_oid
+    standby.wait_replayed()
+    reader = factory.open(read_only=True, cache_size_mb=0)    # every load reaches a server
+    instance = reader.new_instance()
+    try:
+        instance.poll_invalidations()
+        instance.load(z64)
+        instance.load(child)
+        for n in (1, 2):
+            with writer.transaction() as conn:
+                conn.root()["child"]["n"] = n
+            standby.wait_replayed()
+            assert instance.poll_invalidations() == [child]
+            assert instance._on_replica                   # polled on the standby
+            assert instance.load(child)[0] == writer.storage.load(child)[0]
+    finally:
+        instance.release()
+        reader.close()
+        writer.close()

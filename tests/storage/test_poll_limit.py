@@ -8,6 +8,7 @@ served.  The model test (``tests/model``) runs with a limit of four changes too.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from ZODB.Connection import TransactionMetaData
@@ -75,9 +76,12 @@ def test_a_poll_reads_one_change_past_its_limit_at_most(storage_factory: Any) ->
 def test_a_start_past_the_limit_takes_everything_as_changed(storage_factory: Any) -> None:
     """The reader's process kept the objects' states; another process changes more of
     them than the reader's limit: its next start is told everything changed and reads
-    every new state.  One change fewer and it is told which."""
+    every new state.  One change fewer and it is told which.  Each poll is counted
+    (metrics), with the changes it listed."""
+    from tests.storage.test_metrics import value
+    name = f"poll-limit-{uuid.uuid4().hex[:8]}"
     writer = storage_factory.open()
-    reader = storage_factory.open(poll_changes_limit=3)
+    reader = storage_factory.open(poll_changes_limit=3, metrics=True, name=name)
     oids = [writer.new_oid() for _ in range(4)]
     _commit(writer, {oid: node_state(1, set()) for oid in oids})
     instance = reader.new_instance()
@@ -89,13 +93,20 @@ def test_a_start_past_the_limit_takes_everything_as_changed(storage_factory: Any
 
         serial = _commit(writer, {oid: node_state(2, set()) for oid in oids})
         wait_until_heard(reader, serial)
+        counted = (value("zodbsql_polls_total", name),
+                   value("zodbsql_invalidations_total", name))
         assert instance.poll_invalidations() is None
+        assert (value("zodbsql_polls_total", name),
+                value("zodbsql_invalidations_total", name)) == (counted[0] + 1, counted[1])
         assert u64(instance.lastTransaction()) == u64(serial)
         assert [instance.load(oid)[0] for oid in oids] == [node_state(2, set())] * 4
 
         serial = _commit(writer, {oid: node_state(3, set()) for oid in oids[:3]})
         wait_until_heard(reader, serial)
         assert sorted(instance.poll_invalidations()) == sorted(oids[:3])
+        assert (value("zodbsql_polls_total", name),
+                value("zodbsql_invalidations_total", name)) == (counted[0] + 2,
+                                                                counted[1] + 3)
         assert [instance.load(oid)[0] for oid in oids] == [node_state(3, set())] * 3 + [
             node_state(2, set())]
     finally:
