@@ -301,7 +301,8 @@ class ConnectionPool:
         self.in_use = 0
 
     def acquire(self, timeout: float | None = None) -> ConnectionRole:
-        if not self._slots.acquire(timeout=timeout if timeout is not None else -1):
+        # (A semaphore waits without end for None; -1, a lock's "forever", is no wait.)
+        if not self._slots.acquire(timeout=timeout):
             raise DatabaseError(
                 f"all {self.max_size} pooled connections stayed busy for {timeout}s"
                 " (raise the pool size or find the long commits)")
