@@ -72,6 +72,9 @@ def test_each_statement_is_counted_on_the_session_and_on_its_tally(path):
     tally = StatementTally()
     assert tally.total == 0
     session.tally = tally
+    assert not session.in_transaction and not session.broken
+    session.rollback()                      # a new session has no transaction to end
+    assert (session.statements, tally.total) == (0, 0)
     session.begin_write()
     session.executemany("INSERT INTO item (name) VALUES (%s)", [("a",), ("b",)])
     session.execute("UPDATE item SET name = %s WHERE name = %s", ("c", "b"))
@@ -219,6 +222,7 @@ def test_every_statement_is_traced_once_with_how_it_ended(path, traced):
     session.where = "the file"
     session.begin_write()
     session.executemany("INSERT INTO item (name) VALUES (%s)", [("a",)])
+    session.execute("UPDATE item SET name = %s WHERE id = %s", ("a", 1))
     session.fetchall("SELECT name FROM item WHERE id = %s", (1,))
     session.fetchone("SELECT name FROM item WHERE id = %s AND name = %s", (1, "a"))
     session.execute_script("SELECT 'value'", shown="a script")
@@ -230,15 +234,21 @@ def test_every_statement_is_traced_once_with_how_it_ended(path, traced):
     with pytest.raises(DatabaseError):
         session.executemany("INSERT INTO nowhere VALUES (%s)", [(1,)])
     with pytest.raises(DatabaseError):
-        session.fetchall("SELECT * FROM nowhere")
+        session.fetchall("SELECT * FROM nowhere WHERE id > %s AND id < %s", (1, 2))
+    with pytest.raises(DatabaseError):
+        session.execute("DELETE FROM nowhere WHERE id = %s", (1,))
     shown = lines(traced)
-    assert len(shown) == 11, shown
+    assert len(shown) == 13, shown
     assert all(line.startswith("site via the file [") for line in shown)
+    # Each timed from its own start: milliseconds, not the process's age.
+    took = [float(line.split("] ", 1)[1].split(" ms", 1)[0]) for line in shown]
+    assert all(0 <= each < 5000 for each in took), took
     tails = [line.split(": ", 1)[1] if "failed" not in line else line.split(" ms ", 1)[1]
              for line in shown]
     assert tails == [
         "BEGIN (0 parameters)",
         "INSERT INTO item (name) VALUES (%s) (0 parameters)",
+        "UPDATE item SET name = %s WHERE id = %s (2 parameters)",
         "SELECT name FROM item WHERE id = %s (1 parameters)",
         "SELECT name FROM item WHERE id = %s AND name = %s (2 parameters)",
         "a script (0 parameters)",
@@ -247,7 +257,9 @@ def test_every_statement_is_traced_once_with_how_it_ended(path, traced):
         "ROLLBACK (0 parameters)",
         "failed: OperationalError: SELECT * FROM nowhere WHERE id = %s (1 parameters)",
         "failed: OperationalError: INSERT INTO nowhere VALUES (%s) (0 parameters)",
-        "failed: OperationalError: SELECT * FROM nowhere (0 parameters)"]
+        "failed: OperationalError: SELECT * FROM nowhere WHERE id > %s AND id < %s"
+        " (2 parameters)",
+        "failed: OperationalError: DELETE FROM nowhere WHERE id = %s (1 parameters)"]
 
 
 def test_a_failed_commit_is_traced_as_failed(path, traced):

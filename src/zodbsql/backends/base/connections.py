@@ -133,8 +133,7 @@ class DBConnection:
         error = self.translate_error(exc, sql)
         if isinstance(error, ConnectionLost):
             self.broken = True
-        error.__cause__ = exc
-        return error
+        return error        # (its callers raise it "from exc")
 
     def settle_read_ahead(self) -> None:
         """Take the rows of a statement sent ahead, if one is out (``read_ahead``):
