@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.backends.mysql.test_mysql import DRIVERS_PRESENT
+from tests.backends.pooled import pooled_session
 from tests.databases import BACKENDS, MySQLFactory, Param
 from zodbsql.backends.base.trace import Tracer
 from zodbsql.backends.mysql.connections import (CAUSAL_READ, MySQLConnection, error_number,
@@ -26,22 +27,10 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(params=DRIVERS_PRESENT)
 def session(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[MySQLConnection]:
     """A commit session of a new storage's pool, given back afterwards."""
-    factory = MySQLFactory(Param("mysql", True), tmp_path, driver=request.param)
-    try:
-        storage = factory.open()
-        pool = storage.shared.pool
-        conn = pool.acquire()
+    with pooled_session(MySQLFactory(Param("mysql", True), tmp_path,
+                                     driver=request.param)) as conn:
         assert isinstance(conn, MySQLConnection)
-        try:
-            yield conn
-        finally:
-            conn.tracer = None
-            if conn.broken:
-                conn.close()
-            else:
-                pool.release(conn)
-    finally:
-        factory.cleanup()
+        yield conn
 
 
 def told(session: MySQLConnection, number: int) -> Exception:
@@ -52,29 +41,25 @@ def told(session: MySQLConnection, number: int) -> Exception:
 def test_each_error_number_is_told_word_for_word(session):
     where, cause = session.where, "(%d, 'server says no')"
     assert where and session.lock_timeout is not None
-    for number in (2006, 2013, 2055, 1927, 4031):
+    lost = (f"the connection to {where} was lost ({cause});"
+            " the transaction can be retried\n  statement: SELECT 1")
+    waited = (f"a row or commit lock on {where} was not granted within"
+              f" {session.lock_timeout}s (commit-lock-timeout, applied as the session's"
+              " innodb_lock_wait_timeout); the transaction can be retried")
+    too_large = (f"a statement to {where} was larger than the server's max_allowed_packet"
+                 f" ({session.max_allowed_packet} bytes): {cause}. Raise"
+                 " max_allowed_packet on the server\n  statement: SELECT 1")
+    expected = {**dict.fromkeys((2006, 2013, 2055, 1927, 4031), (ConnectionLost, lost)),
+                **dict.fromkeys((1205, 3572), (CommitLockTimeout, waited)),
+                **dict.fromkeys((1153, 1301, 2020), (DatabaseError, too_large))}
+    for number, (kind, words) in expected.items():
         error = told(session, number)
-        assert type(error) is ConnectionLost
-        assert str(error) == (f"the connection to {where} was lost ({cause % number});"
-                              " the transaction can be retried\n  statement: SELECT 1")
-    for number in (1205, 3572):
-        error = told(session, number)
-        assert type(error) is CommitLockTimeout
-        assert str(error) == (
-            f"a row or commit lock on {where} was not granted within"
-            f" {session.lock_timeout}s (commit-lock-timeout, applied as the session's"
-            " innodb_lock_wait_timeout); the transaction can be retried")
+        assert type(error) is kind, number
+        assert str(error) == (words % number if "%d" in words else words)
     error = told(session, 1213)
     assert type(error) is DeadlockError
     assert str(error) == (f"InnoDB deadlock on {where}; the transaction was rolled back"
                           f" and can be retried ({cause % 1213})")
-    for number in (1153, 1301, 2020):
-        error = told(session, number)
-        assert type(error) is DatabaseError
-        assert str(error) == (
-            f"a statement to {where} was larger than the server's max_allowed_packet"
-            f" ({session.max_allowed_packet} bytes): {cause % number}. Raise"
-            " max_allowed_packet on the server\n  statement: SELECT 1")
     assert session.max_allowed_packet > 0
     # A node that is not ready is only Galera's answer; elsewhere an error like others.
     for number in (1047, 1146):

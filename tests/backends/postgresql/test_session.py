@@ -12,6 +12,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
+from tests.backends.pooled import pooled_session
 from tests.databases import BACKENDS, Param, PostgreSQLFactory
 from zodbsql.backends.base.trace import Tracer
 from zodbsql.backends.postgresql.connections import PostgreSQLConnection, load_driver
@@ -27,23 +28,10 @@ LOGGER = "zodbsql.sql"
 @pytest.fixture
 def session() -> Iterator[PostgreSQLConnection]:
     """A session of a new storage's pool, traced at DEBUG, given back afterwards."""
-    factory = PostgreSQLFactory(Param("postgresql", True))
-    try:
-        storage = factory.open()
-        pool = storage.shared.pool
-        conn = pool.acquire()
+    with pooled_session(PostgreSQLFactory(Param("postgresql", True))) as conn:
         assert isinstance(conn, PostgreSQLConnection)
         conn.tracer = Tracer(every=True, slow=None, explain=False, storage="traced")
-        try:
-            yield conn
-        finally:
-            conn.tracer = None
-            if conn.broken:
-                conn.close()
-            else:
-                pool.release(conn)
-    finally:
-        factory.cleanup()
+        yield conn
 
 
 def trace_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
