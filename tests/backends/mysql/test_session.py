@@ -6,7 +6,10 @@ read from the reply, and the Galera probe.  Real sessions of the shared server, 
 each driver installed, in a database of their own."""
 from __future__ import annotations
 
+import importlib
 import logging
+import ssl
+import sys
 from typing import Any, Iterator
 
 import pytest
@@ -15,10 +18,11 @@ from tests.backends.mysql.test_mysql import DRIVERS_PRESENT
 from tests.backends.pooled import pooled_session
 from tests.databases import BACKENDS, MySQLFactory, Param
 from zodbsql.backends.base.trace import Tracer
-from zodbsql.backends.mysql.connections import (CAUSAL_READ, MySQLConnection, error_number,
-                                                is_galera)
+from zodbsql.backends.mysql.connections import (CAUSAL_READ, DRIVERS, MySQLConnection,
+                                                error_number, is_galera, load_driver,
+                                                pymysql_connection_class)
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseConflict,
-                            DatabaseError, DeadlockError)
+                            DatabaseError, DeadlockError, DriverNotFound)
 
 pytestmark = pytest.mark.skipif(
     "mysql" not in BACKENDS, reason="mysql is not in ZODBSQL_TEST_BACKENDS")
@@ -65,6 +69,7 @@ def test_each_error_number_is_told_word_for_word(session):
     for number in (1047, 1146):
         error = told(session, number)
         assert type(error) is DatabaseError
+        assert session.driver_name in {name for name, _ in DRIVERS}
         assert str(error) == (f"{session.driver_name} error on {where}: {cause % number}"
                               "\n  statement: SELECT 1")
     # The driver's interface errors (a closed connection) say the session is gone.
@@ -164,7 +169,8 @@ def test_last_insert_id_comes_from_the_reply_counted_and_traced(session, caplog)
     with pytest.raises(DatabaseError) as raised:
         session.execute_insert_id("INSERT INTO t_nowhere (v) VALUES (%s)", (1,))
     assert raised.value.statement == "INSERT INTO t_nowhere (v) VALUES (%s)"
-    assert "t_nowhere" in str(raised.value) and not session.broken
+    assert "t_nowhere' doesn't exist" in str(raised.value).split("\n")[0]
+    assert not session.broken
 
 
 def test_a_companion_session_is_closed_with_its_session(session, tmp_path):
@@ -193,3 +199,67 @@ def test_a_companion_session_is_closed_with_its_session(session, tmp_path):
 ])
 def test_galera_is_on_only_with_wsrep_on_and_a_provider(rows, galera):
     assert is_galera(rows) is galera
+
+
+# -- the driver -------------------------------------------------------------------------
+def test_each_driver_is_chosen_by_its_own_name():
+    assert load_driver("mysqlclient") == ("mysqlclient", importlib.import_module("MySQLdb"))
+    assert load_driver("pymysql") == ("pymysql", importlib.import_module("pymysql"))
+    assert load_driver("auto")[0] == "mysqlclient"      # installed here: tried first
+    with pytest.raises(DriverNotFound) as raised:
+        load_driver("MySQLdb")                           # a module's name is no choice
+    assert str(raised.value) == (
+        "unknown MySQL driver 'MySQLdb': expected auto, mysqlclient or pymysql")
+
+
+def test_no_driver_found_says_what_was_tried_and_how_to_install_one(monkeypatch):
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)
+    monkeypatch.setitem(sys.modules, "pymysql", None)
+    with pytest.raises(DriverNotFound) as raised:
+        load_driver("auto")
+    assert str(raised.value) == (
+        "no MySQL driver could be loaded; tried mysqlclient (import MySQLdb): import of"
+        " MySQLdb halted; None in sys.modules; pymysql (import pymysql): import of"
+        " pymysql halted; None in sys.modules. Install PyMySQL (pip install PyMySQL) or"
+        " mysqlclient (pip install 'zodbsql[mysql]', which needs the MySQL client"
+        " headers)")
+
+
+def test_pymysql_sessions_share_one_default_tls_context(tmp_path):
+    """PyMySQL builds a TLS context for every connection it may use TLS on (about 20 ms
+    each, the system's CA store loaded): without TLS options, one is built for all."""
+    import pymysql
+    factory = MySQLFactory(Param("mysql", True), tmp_path, driver="pymysql")
+    try:
+        storage = factory.open()
+        first, second = storage.shared.pool.acquire(), storage.shared.pool.acquire()
+        assert isinstance(first.raw, pymysql.connections.Connection)
+        assert isinstance(first.raw.ctx, ssl.SSLContext) and first.raw.ctx is second.raw.ctx
+        assert type(first.raw) is type(second.raw) is pymysql_connection_class(pymysql)
+        # Explicit TLS options still get a context of their own.
+        bare = type(first.raw).__new__(type(first.raw))
+        own = bare._create_ssl_ctx({"check_hostname": False, "verify_mode": False})
+        assert isinstance(own, ssl.SSLContext) and own is not first.raw.ctx
+        assert bare._create_ssl_ctx({}) is first.raw.ctx
+        storage.shared.pool.release(first)
+        storage.shared.pool.release(second)
+    finally:
+        factory.cleanup()
+
+
+def test_a_session_made_on_its_own_is_a_plain_servers(session):
+    """What a session is before the backend's connect sets it up for the primary (a
+    standby's session stays so): no Galera, no causal wait, no setting known."""
+    plain = MySQLConnection(session.raw, session.driver_name, "somewhere", session.module)
+    assert plain.driver_name in {name for name, _ in DRIVERS}
+    assert (plain.galera, plain.causal, plain.isolation, plain.lock_timeout) == (
+        False, "", None, None)
+    assert (plain.server_started, plain.client_address, plain.max_allowed_packet) == (
+        None, None, 0)
+    assert type(told(plain, 1213)) is DeadlockError
+    assert str(told(plain, 1205)).startswith(
+        "a row or commit lock on somewhere was not granted within ?s")
+    assert plain.session_id == plain.connection_id == session.connection_id
+    sent = plain.statements
+    plain.set_isolation("REPEATABLE READ")      # nothing known: sent
+    assert plain.statements == sent + 1
