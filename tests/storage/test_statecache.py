@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import sys
 import tracemalloc
+from typing import Any
 
 import pytest
 
@@ -871,8 +872,8 @@ def test_a_poll_retires_the_root_object_in_any_segment(segment: str) -> None:
     cache.put_loaded(4, 5, b"four at 5", snapshot=10)
     if segment == "protected":
         protect(cache, 0)
-    holder = {"window": cache._window, "probation": cache._probation,
-              "protected": cache._protected}[segment]
+    holder: Any = {"window": cache._window, "probation": cache._probation,
+                   "protected": cache._protected}[segment]
     assert 0 in holder
     cache.after_poll(10, 20, [(0, 20)])
     assert 0 not in holder and cache.get_revision(0, 5) == b"root at 5"
@@ -1450,7 +1451,7 @@ def test_hits_noted_in_bulk_leave_the_cache_as_get_s_hits_do(policy: str) -> Non
     filled alike, one hit with ``get``, the other told, keep the same states through
     the same scan afterwards."""
     caches = []
-    for told in (False, True):
+    for telling in (False, True):
         cache = StateCache(64 * 1024)
         if policy == "lru":
             cache._policy_for_comparison("lru")
@@ -1459,7 +1460,7 @@ def test_hits_noted_in_bulk_leave_the_cache_as_get_s_hits_do(policy: str) -> Non
             cache.put_loaded(oid, 1, STATE, snapshot=1)
         hit = [oid for oid in range(400) if oid % 3 == 0 and cache.has(oid, 1)]
         assert len(hit) > 50
-        if told:
+        if telling:
             cache.note_hits([(oid, 1, STATE) for oid in hit], 1, cache.epoch)
         else:
             for oid in hit:

@@ -290,13 +290,16 @@ def test_a_start_after_an_own_commit_made_alone_reads_no_changes(
         poller = db.storage.shared.backend.poller
         polls: list[int | None] = []
         poll, begin_and_poll = poller.poll, poller.begin_and_poll
-        monkeypatch.setattr(poller, "poll", lambda conn, since, gone_since=None, limit=0: (
-            polls.append(since), poll(conn, since, gone_since, limit))[1])
-        monkeypatch.setattr(
-            poller, "begin_and_poll",
-            lambda conn, since, gone_since=None, end_first=False, limit=0: (
-                polls.append(since),
-                begin_and_poll(conn, since, gone_since, end_first, limit))[1])
+        def counted_poll(conn: Any, since: Any, gone_since: Any = None, limit: int = 0) -> Any:
+            polls.append(since)
+            return poll(conn, since, gone_since, limit)
+
+        def counted_begin_and_poll(conn: Any, since: Any, gone_since: Any = None,
+                                   end_first: bool = False, limit: int = 0) -> Any:
+            polls.append(since)
+            return begin_and_poll(conn, since, gone_since, end_first, limit)
+        monkeypatch.setattr(poller, "poll", counted_poll)
+        monkeypatch.setattr(poller, "begin_and_poll", counted_begin_and_poll)
         first_after: list[int | None] = []   # the first poll after each commit
         own_tids = []
         for value in range(1, 4):
