@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends.sessions import TRACE_LOGGER, trace_lines
 from zodbsql.backends.base.connections import ConnectionPool, DBConnection, StatementTally
 from zodbsql.backends.base.trace import Tracer
 from zodbsql.errors import ConnectionLost, DatabaseError
@@ -208,12 +209,8 @@ def test_a_statement_sent_ahead_is_settled_before_any_other(path):
 
 @pytest.fixture
 def traced(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.DEBUG, logger="zodbsql.sql")
+    caplog.set_level(logging.DEBUG, logger=TRACE_LOGGER)
     return caplog
-
-
-def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [record.getMessage() for record in caplog.records if record.name == "zodbsql.sql"]
 
 
 def test_every_statement_is_traced_once_with_how_it_ended(path, traced):
@@ -237,7 +234,7 @@ def test_every_statement_is_traced_once_with_how_it_ended(path, traced):
         session.fetchall("SELECT * FROM nowhere WHERE id > %s AND id < %s", (1, 2))
     with pytest.raises(DatabaseError):
         session.execute("DELETE FROM nowhere WHERE id = %s", (1,))
-    shown = lines(traced)
+    shown = trace_lines(traced)
     assert len(shown) == 13, shown
     assert all(line.startswith("site via the file [") for line in shown)
     # Each timed from its own start: milliseconds, not the process's age.
@@ -270,9 +267,9 @@ def test_a_failed_commit_is_traced_as_failed(path, traced):
     session.execute("INSERT INTO child (item) VALUES (%s)", (42,))
     with pytest.raises(DatabaseError):
         session.commit()
-    assert lines(traced)[-1].endswith("failed: IntegrityError: COMMIT (0 parameters)")
+    assert trace_lines(traced)[-1].endswith("failed: IntegrityError: COMMIT (0 parameters)")
     # Without a place of its own, a session is named by its driver.
-    assert lines(traced)[-1].startswith("site via plain [")
+    assert trace_lines(traced)[-1].startswith("site via plain [")
 
 
 def test_a_slow_statement_is_logged_with_its_plan(path, traced):
@@ -281,7 +278,7 @@ def test_a_slow_statement_is_logged_with_its_plan(path, traced):
     session.where = "site"
     rows = session.fetchall("SELECT name FROM item WHERE id = %s", (1,))
     assert rows == []
-    [line] = lines(traced)
+    [line] = trace_lines(traced)
     head, *plan = line.split("\n    ")
     assert head.startswith("slow statement (over 0 s): site [")
     assert head.endswith(": SELECT name FROM item WHERE id = %s (1 parameters)")

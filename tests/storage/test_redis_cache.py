@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from typing import Any, Iterator
 
 import pytest
@@ -33,6 +34,21 @@ def redis_options() -> Iterator[dict[str, Any]]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+def counted_calls(client: Any, *names: str) -> Counter[str]:
+    """Count the calls of the Redis client's methods ``names`` from now on (each still
+    goes to Redis)."""
+    calls: Counter[str] = Counter()
+    for name in names:
+        original = getattr(client, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original,
+                    **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+        setattr(client, name, counted)
+    return calls
 
 
 def test_a_new_process_reads_from_redis_what_another_loaded(storage_factory,
@@ -130,14 +146,7 @@ def test_a_cold_read_from_redis_brings_the_prefetch_plan_along(storage_factory,
     second = storage_factory.open(**options)
     level = second.shared.second_level
     assert level is not None
-    calls = {"get": 0, "mget": 0}
-    for name in calls:
-        original = getattr(level.client, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
-            calls[_name] += 1
-            return _original(*args)
-        setattr(level.client, name, counted)
+    calls = counted_calls(level.client, "get", "mget")
     values, used = read_all(second)
     assert values == {i: i for i in range(COUNT)}
     assert used <= 3                                # the polls: nothing loaded
@@ -221,15 +230,7 @@ def test_a_poll_that_keeps_the_checkpoint_asks_redis_nothing(storage_factory,
     assert level is not None
     db = ZODB.DB(storage)
     values_of(db, 10)
-    asked = []
-    for name in ("get", "set", "mget", "pipeline"):
-        original = getattr(level.client, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original,
-                    **kwargs: Any) -> Any:
-            asked.append(_name)
-            return _original(*args, **kwargs)
-        setattr(level.client, name, counted)
+    asked = counted_calls(level.client, "get", "set", "mget", "pipeline")
     writer = ZODB.DB(storage_factory.open())
     for value in range(3):
         with writer.transaction() as conn:
@@ -239,7 +240,7 @@ def test_a_poll_that_keeps_the_checkpoint_asks_redis_nothing(storage_factory,
         conn.close()
         assert storage.shared.cache.polled == u64(writer.storage.lastTransaction())
     writer.close()
-    assert asked == []
+    assert asked == {}
     db.close()
 
 

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.backends.mysql.test_mysql import DRIVERS_PRESENT
-from tests.backends.pooled import pooled_session
+from tests.backends.sessions import TRACE_LOGGER, pooled_session, trace_lines
 from tests.databases import BACKENDS, MySQLFactory, Param
 from zodbsql.backends.base.trace import Tracer
 from zodbsql.backends.mysql.connections import (CAUSAL_READ, DRIVERS, MySQLConnection,
@@ -137,11 +137,11 @@ def test_a_read_transaction_is_one_snapshot_begun_as_the_causal_setting_says(ses
     with pytest.raises(DatabaseError, match="READ ONLY"):
         session.execute("UPDATE commit_row SET last_tid = last_tid")
     session.rollback()
-    caplog.set_level(logging.DEBUG, logger="zodbsql.sql")
+    caplog.set_level(logging.DEBUG, logger=TRACE_LOGGER)
     session.tracer = Tracer(every=True, slow=None, explain=False, storage="s")
     session.causal = "/* causal */ "
     session.begin_read()
-    lines = [r.getMessage() for r in caplog.records if r.name == "zodbsql.sql"]
+    lines = trace_lines(caplog)
     assert lines[-1].endswith(": /* causal */ START TRANSACTION WITH CONSISTENT SNAPSHOT,"
                               " READ ONLY (0 parameters)")
     session.rollback()
@@ -155,14 +155,14 @@ def test_a_read_transaction_is_one_snapshot_begun_as_the_causal_setting_says(ses
 def test_last_insert_id_comes_from_the_reply_counted_and_traced(session, caplog):
     session.execute("CREATE TEMPORARY TABLE t_ids (id BIGINT AUTO_INCREMENT PRIMARY KEY,"
                     " v INT)")
-    caplog.set_level(logging.DEBUG, logger="zodbsql.sql")
+    caplog.set_level(logging.DEBUG, logger=TRACE_LOGGER)
     session.tracer = Tracer(every=True, slow=None, explain=False, storage="s")
     sent = session.statements
     assert session.execute_insert_id("INSERT INTO t_ids (v) VALUES (%s)", (5,)) == 1
     assert session.execute_insert_id(
         "UPDATE t_ids SET id = LAST_INSERT_ID(id + 40) WHERE v = %s", (5,)) == 41
     assert session.statements == sent + 2
-    lines = [r.getMessage() for r in caplog.records if r.name == "zodbsql.sql"]
+    lines = trace_lines(caplog)
     assert [line.split(": ", 1)[1] for line in lines] == [
         "INSERT INTO t_ids (v) VALUES (%s) (0 parameters)",
         "UPDATE t_ids SET id = LAST_INSERT_ID(id + 40) WHERE v = %s (0 parameters)"]
@@ -229,7 +229,7 @@ def test_no_driver_found_says_what_was_tried_and_how_to_install_one(monkeypatch)
 def test_pymysql_sessions_share_one_default_tls_context(tmp_path):
     """PyMySQL builds a TLS context for every connection it may use TLS on (about 20 ms
     each, the system's CA store loaded): without TLS options, one is built for all."""
-    import pymysql
+    import pymysql  # type: ignore[import-untyped]
     factory = MySQLFactory(Param("mysql", True), tmp_path, driver="pymysql")
     try:
         storage = factory.open()

@@ -12,7 +12,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from tests.backends.pooled import pooled_session
+from tests.backends.sessions import TRACE_LOGGER as LOGGER, pooled_session, trace_lines
 from tests.databases import BACKENDS, Param, PostgreSQLFactory
 from zodbsql.backends.base.trace import Tracer
 from zodbsql.backends.postgresql.connections import PostgreSQLConnection, load_driver
@@ -22,9 +22,6 @@ pytestmark = pytest.mark.skipif(
     "postgresql" not in BACKENDS,
     reason="postgresql is not in ZODBSQL_TEST_BACKENDS")
 
-LOGGER = "zodbsql.sql"
-
-
 @pytest.fixture
 def session() -> Iterator[PostgreSQLConnection]:
     """A session of a new storage's pool, traced at DEBUG, given back afterwards."""
@@ -32,10 +29,6 @@ def session() -> Iterator[PostgreSQLConnection]:
         assert isinstance(conn, PostgreSQLConnection)
         conn.tracer = Tracer(every=True, slow=None, explain=False, storage="traced")
         yield conn
-
-
-def trace_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
 
 
 def took_ms(line: str) -> float:

@@ -1,8 +1,14 @@
-"""A session of a storage's pool, for the tests of one backend's session class."""
+"""Helpers for the tests of a backend's session class: a session of a storage's pool,
+and the SQL trace's lines."""
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Iterator
+
+import pytest
+
+#: The SQL trace's logger (backends/base/trace.py).
+TRACE_LOGGER = "zodbsql.sql"
 
 
 @contextlib.contextmanager
@@ -23,3 +29,8 @@ def pooled_session(factory: Any) -> Iterator[Any]:
                 pool.release(conn)
     finally:
         factory.cleanup()
+
+
+def trace_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The SQL trace's lines ``caplog`` captured, in order."""
+    return [r.getMessage() for r in caplog.records if r.name == TRACE_LOGGER]
