@@ -122,15 +122,18 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._number = shared.instance_number()     # its key in ``shared.reading_at``
 
     @staticmethod
-    def _open_checked(backend: BackendContract, options: Options,
-                      shared: Shared) -> ConnectionRole:
-        if not options.create_schema:
+    def _open_checked(backend: BackendContract, options: Options, shared: Shared,
+                      remake: bool = False) -> ConnectionRole:
+        """The load connection, once the schema is checked (made if allowed, or
+        ``remake``: zap's, whatever create-schema says) and the at-rest keys match."""
+        create = options.create_schema or remake
+        if not create:
             backend.check_exists()
         codec = shared.codec
         conn = backend.connect()
         try:
-            backend.schema.prepare(conn, options.keep_history, options.create_schema,
-                                   options.read_only)
+            backend.schema.prepare(conn, options.keep_history, create, options.read_only,
+                                   remake)
             if codec.keys is not None:
                 codec.checksum_key = check_keys(backend, conn, codec.keys, options.read_only)
             else:
@@ -1201,7 +1204,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         shared.close_spare()
         shared.pool.close()
         shared.backend.destroy()
-        self._load = self._open_checked(shared.backend, self._options, shared)
+        self._load = self._open_checked(shared.backend, self._options, shared, remake=True)
         shared.cache.clear()
         caches.open_caches(shared, self._load)
         shared.watch.reset()

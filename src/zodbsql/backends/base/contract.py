@@ -339,11 +339,13 @@ class SchemaRole(Protocol):
         :class:`SchemaError` naming the version or history mode found and wanted."""
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
-                read_only: bool) -> None:
+                read_only: bool, remake: bool = False) -> None:
         """Check the schema, creating it first when the database is empty and ``create``
         and not ``read_only``.  Raises :class:`SchemaError` for a foreign database,
         another schema version or history mode, or a missing schema that may not be
-        created; nothing was written then."""
+        created; nothing was written then.  ``remake``: the schema zap just dropped is
+        made again, tables that are not zodbsql's beside it or not (it was zodbsql's
+        database)."""
 
     def create(self, conn: ConnectionRole, keep_history: bool) -> None:
         """Create every table (in the caller's write transaction)."""

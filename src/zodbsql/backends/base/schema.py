@@ -114,8 +114,9 @@ class Schema:
                 " Nothing was changed")
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
-                read_only: bool) -> None:
-        """Check the schema, creating it first when the database is empty and allowed."""
+                read_only: bool, remake: bool = False) -> None:
+        """Check the schema, creating it first when the database is empty and allowed
+        (``remake``: zap's, beside any other tables)."""
         meta = self.read_meta(conn)
         if meta is not None:
             if not read_only and meta.get("schema_version") == str(MIGRATABLE_VERSION):
@@ -142,7 +143,7 @@ class Schema:
             return
         where = self.backend.describe()
         foreign = self.list_tables(conn)
-        if foreign:
+        if foreign and not remake:
             names = ", ".join(sorted(foreign)[:5])
             raise SchemaError(
                 f"{where} holds tables that are not zodbsql's ({names}); refusing to"

@@ -123,10 +123,10 @@ class MySQLSchema(Schema):
     LIST_VIEWS = LIST_VIEWS
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
-                read_only: bool) -> None:
+                read_only: bool, remake: bool = False) -> None:
         self._await_creation_elsewhere(conn)
         if read_only or not create:
-            super().prepare(conn, keep_history, create, read_only)
+            super().prepare(conn, keep_history, create, read_only, remake)
         else:
             # Two processes opening an empty database at once: one creates, the other
             # waits and then finds the schema (the base re-reads the meta table under
@@ -136,7 +136,7 @@ class MySQLSchema(Schema):
                 raise SchemaError(f"{self.backend.describe()}: another process held the"
                                   " schema lock for 60s while creating the schema")
             try:
-                super().prepare(conn, keep_history, create, read_only)
+                super().prepare(conn, keep_history, create, read_only, remake)
             finally:
                 conn.fetchone(SCHEMA_UNLOCK)
         if not read_only and conn.fetchone(HAS_PACK_GATE) is None:

@@ -165,7 +165,7 @@ class PostgreSQLSchema(Schema):
     HISTORY_FREE_MIGRATION = HISTORY_FREE_MIGRATION
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
-                read_only: bool) -> None:
+                read_only: bool, remake: bool = False) -> None:
         # A search_path naming no existing schema leaves current_schema() NULL: say
         # so, instead of finding "no tables" or failing to create them.
         row = conn.fetchone(CURRENT_SCHEMA)
@@ -176,7 +176,7 @@ class PostgreSQLSchema(Schema):
             raise SchemaError(
                 f"{backend.describe()}: {what} does not exist; create it first"
                 " (CREATE SCHEMA), zodbsql creates tables, not schemas")
-        super().prepare(conn, keep_history, create, read_only)
+        super().prepare(conn, keep_history, create, read_only, remake)
         if not read_only and conn.fetchone(
                 HAS_CURRENT_PROCEDURES, (list(PROCEDURES), len(PROCEDURES))) is None:
             # A database made before vote locked in one call, before commits were

@@ -105,7 +105,7 @@ class SQLiteSchema(Schema):
     HISTORY_FREE_MIGRATION = HISTORY_FREE_MIGRATION
 
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
-                read_only: bool) -> None:
-        super().prepare(conn, keep_history, create, read_only)
+                read_only: bool, remake: bool = False) -> None:
+        super().prepare(conn, keep_history, create, read_only, remake)
         if not read_only:
             use_wal(conn)  # the schema is checked (or was just created): now it's ours
