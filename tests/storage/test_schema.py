@@ -9,12 +9,14 @@ prepares no schema (a storage's open would create one).
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
+from ZODB.blob import Blob
+from ZODB.utils import u64
 
 from zodbsql.backends.base.schema import MIGRATABLE_VERSION, SCHEMA_VERSION, TABLES
 from zodbsql.errors import SchemaError
@@ -220,26 +222,31 @@ def test_foreign_tables_are_refused_by_name_and_nothing_is_added(
                                               "meta": None}
 
 
-def test_a_schema_made_by_many_processes_at_once_is_made_once(storage_factory: Any) -> None:
-    """Storages opening one empty database together: one creates the schema under its
-    lock, the others find it made; every one opens, and the meta rows are there once."""
-    path = empty_database(storage_factory)
+def open_all_at_once(count: int, open_one: Callable[[], Any]) -> None:
+    """``count`` threads call ``open_one`` together; none may fail."""
     errors: list[BaseException] = []
-    start = threading.Barrier(4)
+    start = threading.Barrier(count)
 
-    def open_one() -> None:
+    def opening() -> None:
         try:
             start.wait()
-            storage_factory.open(path)
+            open_one()
         except BaseException as exc:   # noqa: B902 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    threads = [threading.Thread(target=opening) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
     assert errors == []
+
+
+def test_a_schema_made_by_many_processes_at_once_is_made_once(storage_factory: Any) -> None:
+    """Storages opening one empty database together: one creates the schema under its
+    lock, the others find it made; every one opens, and the meta rows are there once."""
+    path = empty_database(storage_factory)
+    open_all_at_once(4, lambda: storage_factory.open(path))
     backend = backend_of(storage_factory, path)
     conn = backend.connect()
     try:
@@ -304,10 +311,57 @@ def test_zap_all_empties_the_database_beside_another_applications_table(
     assert other_app_rows(beside) == [(7,)]
 
 
+BLOB_TABLES = ("blob_ref", "blob_chunk", "blob_content")
+
+
+def made_before_blobs(factory: Any) -> None:
+    """A database as zodbsql made it before blobs: no blob table."""
+    make_database(factory)
+    run(factory, *(f"DROP TABLE {table}" for table in BLOB_TABLES))
+
+
+def test_blob_tables_added_to_an_older_database_keep_the_history_mode(
+        storage_factory: Any, tmp_path: Any) -> None:
+    """Added at the first open for writing, as a new database of the same history mode
+    has them: history-preserving keeps each revision's blob, history-free one a blob."""
+    keep_history = storage_factory.param.keep_history
+    made_before_blobs(storage_factory)
+    db = ZODB.DB(storage_factory.open(blob_dir=str(tmp_path / "blobs")))
+    try:
+        with db.transaction() as conn:
+            conn.root()["blob"] = Blob(b"first")
+        first_tid = db.lastTransaction()
+        with db.transaction() as conn:
+            blob = conn.root()["blob"]
+            oid = blob._p_oid
+            with blob.open("w") as f:
+                f.write(b"second")
+        with db.transaction() as conn:
+            with conn.root()["blob"].open() as f:
+                assert f.read() == b"second"
+        conn = backend_of(storage_factory).connect()
+        try:
+            rows = conn.fetchall("SELECT tid FROM blob_ref WHERE zoid = %s", (u64(oid),))
+            conn.rollback()
+        finally:
+            conn.close()
+        assert len(rows) == (2 if keep_history else 1)
+        if keep_history:
+            with open(db.storage.loadBlob(oid, first_tid), "rb") as f:
+                assert f.read() == b"first"
+    finally:
+        db.close()
+
+
+def test_blob_tables_are_added_once_by_processes_opening_together(
+        storage_factory: Any) -> None:
+    made_before_blobs(storage_factory)
+    open_all_at_once(4, storage_factory.open)
+    assert set(BLOB_TABLES) <= picture(storage_factory)["tables"]
+
+
 def test_blob_tables_are_not_added_read_only(storage_factory: Any) -> None:
-    make_database(storage_factory)
-    run(storage_factory, *(f"DROP TABLE {table}"
-                           for table in ("blob_ref", "blob_chunk", "blob_content")))
+    made_before_blobs(storage_factory)
     before = picture(storage_factory)
     db = ZODB.DB(storage_factory.open(read_only=True))
     try:
@@ -318,7 +372,7 @@ def test_blob_tables_are_not_added_read_only(storage_factory: Any) -> None:
         transaction.abort()
     assert picture(storage_factory) == before
     storage_factory.open().close()
-    assert {"blob_ref", "blob_chunk", "blob_content"} <= picture(storage_factory)["tables"]
+    assert set(BLOB_TABLES) <= picture(storage_factory)["tables"]
 
 
 def test_zap_all_makes_the_schema_again_with_create_schema_false(

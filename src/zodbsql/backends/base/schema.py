@@ -118,6 +118,12 @@ class Schema:
         """Check the schema, creating it first when the database is empty and allowed
         (``remake``: zap's, beside any other tables)."""
         meta = self.read_meta(conn)
+        foreign: set[str] = set()
+        if meta is None:
+            foreign = self.list_tables(conn)
+            if foreign:
+                # Another process may have made the schema between the two looks.
+                meta = self.read_meta(conn)
         if meta is not None:
             if not read_only and meta.get("schema_version") == str(MIGRATABLE_VERSION):
                 self.check(meta, keep_history, MIGRATABLE_VERSION)
@@ -142,7 +148,6 @@ class Schema:
                     self.add_gone_tables(conn)
             return
         where = self.backend.describe()
-        foreign = self.list_tables(conn)
         if foreign and not remake:
             names = ", ".join(sorted(foreign)[:5])
             raise SchemaError(

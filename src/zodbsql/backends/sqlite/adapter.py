@@ -109,7 +109,7 @@ class SQLiteBackend(Backend[SQLiteOptions]):
             # Only a zodbsql database is switched to WAL (switching writes the file's
             # header); a new one is switched once its schema exists (SQLiteSchema).
             if not self.read_only and conn.fetchone(HAS_META) is not None:
-                use_wal(conn)
+                use_wal(conn, self.lock_timeout)
             conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
             if not self.read_only:
                 conn.execute(f"PRAGMA wal_autocheckpoint = {int(self.options.wal_autocheckpoint)}")

@@ -1,6 +1,12 @@
 """SQLite's tables.  Integers are 64-bit; tids and oids fit as signed values."""
+import time
+
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.schema import Schema, gone_ddl
+from zodbsql.errors import CommitLockTimeout
+
+#: Seconds between tries of the switch to WAL that another connection kept from it.
+SWITCH_RETRY = 0.02
 
 COMMON_DDL = (
     "CREATE TABLE zodbsql_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -80,11 +86,24 @@ HISTORY_FREE_MIGRATION = (
 HAS_META = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'zodbsql_meta'"
 
 
-def use_wal(conn: ConnectionRole) -> None:
-    """Put the database in WAL mode (persistent: done once per file, outside a transaction)."""
-    row = conn.fetchone("PRAGMA journal_mode")
-    if row and str(row[0]).lower() != "wal":
-        conn.execute("PRAGMA journal_mode = WAL")
+def use_wal(conn: ConnectionRole, timeout: float) -> None:
+    """Put the database in WAL mode (persistent: done once per file, outside a
+    transaction).  The switch needs the file to itself, and SQLite refuses it at once,
+    without its busy wait, while another connection reads it (processes opening a new
+    database together): tried again until one has switched it, for at most
+    ``timeout`` seconds (commit-lock-timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        row = conn.fetchone("PRAGMA journal_mode")
+        if not row or str(row[0]).lower() == "wal":
+            return
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except CommitLockTimeout:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(SWITCH_RETRY)
 
 
 # The deleted oids of each record as rows (base/schema.py's gone_ddl).
@@ -108,4 +127,5 @@ class SQLiteSchema(Schema):
                 read_only: bool, remake: bool = False) -> None:
         super().prepare(conn, keep_history, create, read_only, remake)
         if not read_only:
-            use_wal(conn)  # the schema is checked (or was just created): now it's ours
+            # The schema is checked (or was just created): now it's ours.
+            use_wal(conn, self.backend.lock_timeout)
