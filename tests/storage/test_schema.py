@@ -246,7 +246,7 @@ def test_a_schema_made_by_many_processes_at_once_is_made_once(storage_factory: A
     """Storages opening one empty database together: one creates the schema under its
     lock, the others find it made; every one opens, and the meta rows are there once."""
     path = empty_database(storage_factory)
-    open_all_at_once(4, lambda: storage_factory.open(path))
+    open_all_at_once(8, lambda: storage_factory.open(path))
     backend = backend_of(storage_factory, path)
     conn = backend.connect()
     try:
@@ -356,7 +356,7 @@ def test_blob_tables_added_to_an_older_database_keep_the_history_mode(
 def test_blob_tables_are_added_once_by_processes_opening_together(
         storage_factory: Any) -> None:
     made_before_blobs(storage_factory)
-    open_all_at_once(4, storage_factory.open)
+    open_all_at_once(8, storage_factory.open)
     assert set(BLOB_TABLES) <= picture(storage_factory)["tables"]
 
 

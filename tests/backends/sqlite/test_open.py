@@ -38,3 +38,39 @@ def test_a_storage_opens_while_another_process_holds_the_write_lock(
     finally:
         writer.rollback()
         writer.close()
+
+
+def definitions(path: str, names: tuple[str, ...]) -> dict[str, str]:
+    """The CREATE statements SQLite keeps for ``names`` (tables and their indexes)."""
+    raw = sqlite3.connect(path)
+    try:
+        rows = raw.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name IN"
+                           f" ({', '.join('?' for _ in names)})", names).fetchall()
+    finally:
+        raw.close()
+    return dict(rows)
+
+
+def test_an_older_file_gets_the_tables_a_new_file_of_its_mode_has(
+        storage_factory: Any) -> None:
+    """The blob tables and the deletion record, added at the first writable open of a
+    file made before them, are defined as a new file's: each history mode keys its
+    blob references its own way (by revision, or one an object)."""
+    added = ("blob_ref", "blob_chunk", "blob_content", "object_gone", "gone_row", "gone_oids")
+    storage_factory.open().close()
+    new = definitions(storage_factory.path, added)
+    older = storage_factory.new_path()
+    storage_factory.open(older).close()
+    raw = sqlite3.connect(older, isolation_level=None)
+    try:
+        raw.execute("BEGIN")
+        raw.execute("DROP VIEW gone_oids")
+        for table in added[:-1]:
+            raw.execute(f"DROP TABLE {table}")
+        raw.execute("COMMIT")
+    finally:
+        raw.close()
+    assert definitions(older, added) == {}
+    storage_factory.open(older).close()
+    assert definitions(older, added) == new
+    assert set(added) | {"blob_ref_hash"} <= set(new)
