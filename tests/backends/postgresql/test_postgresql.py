@@ -1129,3 +1129,48 @@ def test_a_schema_is_dropped_past_a_session_left_in_it(factory):
     with pytest.raises(psycopg.OperationalError):
         left.execute("SELECT 1")                    # it was ended
     left.close()
+
+
+def where(options: PostgreSQLOptions) -> str:
+    return str(options.create_backend(True, 10.0).describe())
+
+
+def test_a_schema_that_does_not_exist_is_named_and_not_made() -> None:
+    """zodbsql makes tables, not schemas: a missing one is named, as is a search_path
+    that names none that exists; nothing is created."""
+    factory = PostgreSQLFactory(Param("postgresql", True))
+    try:
+        missing = f"{factory.path}_missing"
+        options = PostgreSQLOptions(dsn=POSTGRESQL_DSN, schema=missing)
+        with pytest.raises(SchemaError) as info:
+            open_storage(options)
+        assert str(info.value) == (
+            f"{where(options)}: schema {missing!r} does not exist; create it first"
+            " (CREATE SCHEMA), zodbsql creates tables, not schemas")
+        on_path = PostgreSQLOptions(dsn=f"{POSTGRESQL_DSN} options='-c search_path={missing}'")
+        with pytest.raises(SchemaError) as info:
+            open_storage(on_path)
+        assert str(info.value) == (
+            f"{where(on_path)}: no schema of the search_path exists; create one first"
+            " (CREATE SCHEMA), zodbsql creates tables, not schemas")
+        made = factory.admin.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s",
+                                     (missing,)).fetchone()
+        assert made == (0,)
+    finally:
+        factory.cleanup()
+
+
+def test_a_history_free_database_made_before_commit_log_loses_its_older_finish() -> None:
+    """Its finish function took no nonce; the new one (commit_log's) does. The older
+    one is dropped when the procedures are installed again, not left as an overload."""
+    older_finish = (
+        'CREATE FUNCTION "{schema}".zodbsql_finish(BIGINT, BIGINT, BYTEA, BYTEA, BYTEA,'
+        " BOOLEAN, INTEGER, BOOLEAN) RETURNS BIGINT LANGUAGE sql AS 'SELECT 0::BIGINT'")
+    with made_older(False, 'DROP FUNCTION "{schema}".zodbsql_commit_log_window()',
+                    older_finish) as (made, db):
+        arguments = made.admin.execute(
+            "SELECT pronargs FROM pg_proc WHERE proname = 'zodbsql_finish' AND pronamespace"
+            " = (SELECT oid FROM pg_namespace WHERE nspname = %s)", (made.path,)).fetchall()
+        assert arguments == [(9,)]
+        with db.transaction() as conn:
+            assert conn.root()["x"]["a"] == 1

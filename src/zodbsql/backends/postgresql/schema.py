@@ -172,10 +172,10 @@ class PostgreSQLSchema(Schema):
         if row is None or row[0] is None:
             backend: Any = self.backend
             named = backend.options.schema
-            what = f"schema {named!r}" if named else "no schema of the search_path"
-            raise SchemaError(
-                f"{backend.describe()}: {what} does not exist; create it first"
-                " (CREATE SCHEMA), zodbsql creates tables, not schemas")
+            what = (f"schema {named!r} does not exist; create it first" if named else
+                    "no schema of the search_path exists; create one first")
+            raise SchemaError(f"{backend.describe()}: {what} (CREATE SCHEMA), zodbsql"
+                              " creates tables, not schemas")
         super().prepare(conn, keep_history, create, read_only, remake)
         if not read_only and conn.fetchone(
                 HAS_CURRENT_PROCEDURES, (list(PROCEDURES), len(PROCEDURES))) is None:
