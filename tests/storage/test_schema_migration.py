@@ -29,6 +29,26 @@ def _references(storage: Any, keep_history: bool) -> list[tuple[int, ...]]:
         storage.shared.pool.release(conn)
 
 
+#: The columns of a relation, by backend (the migrated view's must be a new one's).
+COLUMNS = {
+    "sqlite": "SELECT name FROM pragma_table_info(%s) ORDER BY cid",
+    "postgresql": "SELECT column_name FROM information_schema.columns WHERE table_schema"
+                  " = current_schema() AND table_name = %s ORDER BY ordinal_position",
+    "mysql": "SELECT column_name FROM information_schema.columns WHERE table_schema"
+             " = DATABASE() AND table_name = %s ORDER BY ordinal_position",
+}
+
+
+def _columns(storage: Any, backend: str, relation: str) -> list[str]:
+    conn = storage.shared.pool.acquire()
+    try:
+        rows = conn.fetchall(COLUMNS[backend], (relation,))
+        conn.rollback()
+        return [str(row[0]).lower() for row in rows]
+    finally:
+        storage.shared.pool.release(conn)
+
+
 def _make_version_1(storage: Any) -> None:
     """Turn the storage's database back into schema version 1's layout."""
     columns = "zoid, tid, to_zoid" if storage.shared.backend.keep_history else "zoid, to_zoid"
@@ -73,6 +93,9 @@ def test_a_version_1_database_is_migrated_when_opened_for_writing(storage_factor
     db = ZODB.DB(storage)
     try:
         assert _references(storage, keep_history) == expected
+        backend = storage_factory.param.backend
+        assert _columns(storage, backend, "object_ref") == (
+            ["zoid", "tid", "to_zoid"] if keep_history else ["zoid", "to_zoid"])
         with db.transaction() as conn:
             tree = conn.root()["tree"]
             assert sorted(tree[k]["v"] for k in tree) == list(range(1, 41))

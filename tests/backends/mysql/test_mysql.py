@@ -6,6 +6,7 @@ CI=true an unreachable server fails them.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -23,10 +24,14 @@ from ZODB.utils import z64
 
 import zodbsql
 from zodbsql.api import parse_url
+from zodbsql.backends.base.schema import MIGRATABLE_VERSION
+from zodbsql.backends.mysql import schema as mysql_schema
+from zodbsql.backends.mysql.locker import CLOSE_PACK_GATE
 from zodbsql.backends.mysql.options import MySQLOptions
+from zodbsql.backends.mysql.schema import SCHEMA_LOCK
 from zodbsql.backends.mysql.connections import DRIVERS, MySQLConnection, load_driver
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
-                            DriverNotFound, RowLockTimeout)
+                            DriverNotFound, RowLockTimeout, SchemaError)
 from tests.databases import BACKENDS, MySQLFactory, Param, mysql_admin
 
 pytestmark = pytest.mark.skipif(
@@ -605,3 +610,83 @@ def test_an_oid_block_that_lost_certification_is_asked_for_again(
         assert oids.allocate(conn, 16)[0] == after[-1] + 1
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def session_of(factory: MySQLFactory) -> Iterator[Any]:
+    """A plain session on the factory's database, as another process has."""
+    conn = factory.backend_options().create_backend(factory.param.keep_history, 10.0).connect()
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def test_a_storage_opens_while_a_pack_batch_holds_the_gate(factory: MySQLFactory) -> None:
+    """A writable open of a current database writes nothing: the pack gate's row is
+    there, so it is not added again (which would wait for the batch's lock)."""
+    db = ZODB.DB(factory.open())
+    with db.transaction() as conn:
+        conn.root()["opened"] = True
+    db.close()
+    with session_of(factory) as pack:
+        pack.begin_write()
+        pack.fetchall(CLOSE_PACK_GATE)
+        db = ZODB.DB(factory.open(commit_lock_timeout=1))   # (its commits wait)
+        try:
+            with db.transaction() as conn:
+                assert conn.root()["opened"] is True
+        finally:
+            db.close()
+        pack.rollback()
+
+
+@contextlib.contextmanager
+def schema_lock_taken(factory: MySQLFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Another session holds the database's schema lock (a process creating or
+    migrating the schema); the wait for it is made one second."""
+    monkeypatch.setattr(mysql_schema, "SCHEMA_WAIT", 1)
+    with session_of(factory) as other:
+        assert other.fetchone(SCHEMA_LOCK, (0,)) == (1,)
+        yield
+
+
+def where(factory: MySQLFactory) -> str:
+    return str(factory.backend_options().create_backend(True, 1.0).describe())
+
+
+def test_an_empty_database_waits_for_the_schema_lock_then_names_it(
+        factory: MySQLFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    with schema_lock_taken(factory, monkeypatch), pytest.raises(SchemaError) as info:
+        factory.open()
+    assert str(info.value) == (f"{where(factory)}: another process held the schema lock"
+                               " for 1s (it creates or migrates the schema); nothing was"
+                               " changed")
+    with session_of(factory) as conn:
+        assert conn.fetchall("SHOW TABLES") == []
+
+
+def test_a_version_1_database_waits_for_the_schema_lock_then_names_it(
+        factory: MySQLFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    factory.open().close()
+    with session_of(factory) as conn:
+        conn.begin_write()
+        conn.execute(f"UPDATE zodbsql_meta SET value = '{MIGRATABLE_VERSION}'"
+                     " WHERE name = 'schema_version'")
+        conn.commit()
+    for create_schema in (True, False):   # the lock taken by prepare, or by migrate
+        with schema_lock_taken(factory, monkeypatch), pytest.raises(SchemaError) as info:
+            factory.open(create_schema=create_schema)
+        assert str(info.value) == (f"{where(factory)}: another process held the schema"
+                                   " lock for 1s (it creates or migrates the schema);"
+                                   " nothing was changed")
+    with session_of(factory) as conn:
+        assert conn.fetchone("SELECT value FROM zodbsql_meta WHERE name = 'schema_version'"
+                             ) == (str(MIGRATABLE_VERSION),)
+
+
+def test_a_read_only_open_does_not_wait_for_the_schema_lock(
+        factory: MySQLFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    factory.open().close()
+    with schema_lock_taken(factory, monkeypatch):
+        factory.open(read_only=True).close()

@@ -131,10 +131,7 @@ class MySQLSchema(Schema):
             # Two processes opening an empty database at once: one creates, the other
             # waits and then finds the schema (the base re-reads the meta table under
             # the lock).
-            row = conn.fetchone(SCHEMA_LOCK, (SCHEMA_WAIT,))
-            if not row or row[0] != 1:
-                raise SchemaError(f"{self.backend.describe()}: another process held the"
-                                  " schema lock for 60s while creating the schema")
+            self._take_schema_lock(conn)
             try:
                 super().prepare(conn, keep_history, create, read_only, remake)
             finally:
@@ -149,10 +146,7 @@ class MySQLSchema(Schema):
                 raise
 
     def migrate(self, conn: ConnectionRole, keep_history: bool) -> None:
-        row = conn.fetchone(SCHEMA_LOCK, (SCHEMA_WAIT,))
-        if not row or row[0] != 1:
-            raise SchemaError(f"{self.backend.describe()}: another process held the"
-                              " schema lock for 60s while migrating the schema")
+        self._take_schema_lock(conn)
         try:
             meta = self.read_meta(conn) or {}
             if meta.get("schema_version") != str(MIGRATABLE_VERSION):
@@ -173,6 +167,15 @@ class MySQLSchema(Schema):
                 raise
         finally:
             conn.fetchone(SCHEMA_UNLOCK)
+
+    def _take_schema_lock(self, conn: ConnectionRole) -> None:
+        """The named lock a process holds while it creates, checks or migrates the
+        schema (a session may take it again inside: migrate under prepare)."""
+        row = conn.fetchone(SCHEMA_LOCK, (SCHEMA_WAIT,))
+        if not row or row[0] != 1:
+            raise SchemaError(
+                f"{self.backend.describe()}: another process held the schema lock for"
+                f" {SCHEMA_WAIT}s (it creates or migrates the schema); nothing was changed")
 
     def list_tables(self, conn: ConnectionRole) -> set[str]:
         assert isinstance(conn, MySQLConnection)
