@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from zodbsql.backends.mysql.options import MySQLOptions
+from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.errors import ConfigurationError
 from zodbsql.options import Options, convert, from_query
 
@@ -116,3 +118,37 @@ def test_a_url_value_of_the_wrong_type_is_refused_by_name(name: str, text: str,
     with pytest.raises(ConfigurationError) as info:
         convert(Options, name, text)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("name, values", [
+    ("cache_compress", ("off", "zstd", "auto")), ("compress", ("off", "zstd"))])
+def test_each_named_value_of_a_setting_is_taken(name: str, values: tuple[str, ...]) -> None:
+    for value in values:
+        given: dict[str, Any] = {name: value}
+        assert getattr(Options(**given), name) == value
+
+
+@pytest.mark.parametrize("read_only", [None, False, True])
+def test_a_backend_is_made_with_the_storage_settings_it_is_given(
+        tmp_path: Any, read_only: bool | None) -> None:
+    path = tmp_path / "Data.sqlite"
+    path.touch()                   # a read-only backend is made for a file that exists
+    options = SQLiteOptions(path=str(path))
+    if read_only is None:          # not given: a writable backend
+        backend = options.create_backend(False, 7.5)
+    else:
+        backend = options.create_backend(True, 7.5, read_only)
+    assert (backend.keep_history, backend.lock_timeout, backend.read_only) == (
+        read_only is not None, 7.5, bool(read_only))
+    assert backend.options is options
+
+
+def test_no_secret_setting_is_shown_by_repr() -> None:
+    """What logs and tracebacks print of the settings: the plain ones, never a password
+    or a URL that may hold one."""
+    shown = repr(Options(prefetch_count=7, cache_redis_url="redis://:s3cret@cache:6379/0"))
+    assert "prefetch_count=7" in shown and "s3cret" not in shown
+    mysql = repr(MySQLOptions(db="site", user="alice", passwd="s3cret",
+                              replica_dsns="mysql://alice:s3cret2@standby/site"))
+    assert "user='alice'" in mysql and "db='site'" in mysql
+    assert "s3cret" not in mysql
