@@ -9,6 +9,7 @@ import ZODB.config
 import zodburi
 
 import zodbsql
+import zodbsql.uri
 from zodbsql.errors import ConfigurationError, SchemaError
 
 
@@ -71,6 +72,23 @@ def test_zodburi_resolves_storage_and_db_arguments(tmp_path: pathlib.Path) -> No
         assert storage.options.cache_size_mb == 4.0
     finally:
         storage.close()
+
+
+@pytest.mark.parametrize("slashes", ["//", "///"], ids=["sqlite:///abs", "sqlite:////abs"])
+def test_an_absolute_sqlite_path_stays_absolute_through_zodburi(
+        tmp_path: pathlib.Path, slashes: str) -> None:
+    """Both spellings of an absolute path (ours, SQLAlchemy's) name the same file, also
+    when zodburi's DB arguments are taken out of the query (a URL put back together by
+    its parts once made the path relative: sqlite://tmp/...)."""
+    path = f"{tmp_path}/Data.sqlite"
+    for uri in (f"zodbsql+sqlite:{slashes}{path}", f"sqlite:{slashes}{path}",
+                f"zodbsql+sqlite:{slashes}{path}?database_name=main&prefetch_count=3"):
+        factory, _ = zodbsql.uri.resolve_uri(uri)
+        storage = factory()
+        try:
+            assert getattr(storage.shared.backend.options, "path") == path
+        finally:
+            storage.close()
 
 
 def test_prefetch_bounds_from_zconfig_and_uri(tmp_path: pathlib.Path) -> None:

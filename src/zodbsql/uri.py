@@ -7,7 +7,7 @@ Query parameters that zodburi knows as ``ZODB.DB`` arguments (``database_name``,
 from __future__ import annotations
 
 from typing import Any, Callable
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from zodburi import PARAMETERS
 
@@ -20,7 +20,10 @@ def resolve_uri(uri: str) -> tuple[Callable[[], SQLStorage], dict[str, Any]]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     dbkw = {k: v for k, v in query if k in PARAMETERS}
     storage_query = urlencode([(k, v) for k, v in query if k not in PARAMETERS])
-    url = urlunsplit((parts.scheme, parts.netloc, parts.path, storage_query, ""))
+    # The URI's own text up to its query: urlunsplit would turn sqlite:////abs/path
+    # (an empty host and an absolute path) into sqlite://abs/path, a relative one.
+    base = uri.partition("#")[0].partition("?")[0]
+    url = f"{base}?{storage_query}" if storage_query else base
     # Parse now, so a bad URI fails when it is resolved, not when the DB opens.
     parse_url(url)
 

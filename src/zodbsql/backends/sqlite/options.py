@@ -41,8 +41,12 @@ class SQLiteOptions(BackendOptions):
     @classmethod
     def from_url(cls, url: SplitResult, query: dict[str, Any],
                  other: list[tuple[str, str]]) -> "SQLiteOptions":
-        """``sqlite:///abs/path`` and ``sqlite://rel/path`` name the file."""
+        """``sqlite:///abs/path`` and ``sqlite://rel/path`` name the file, and so does
+        ``sqlite:////abs/path`` (SQLAlchemy's form of an absolute path)."""
         if "@" in url.netloc:
             raise ConfigurationError(f"an sqlite:// URL names a file and takes no login:"
                                      f" {mask_secrets(urlunsplit(url))!r}")
-        return cls(path=unquote(url.netloc + url.path), **query)
+        path = unquote(url.netloc + url.path)
+        if path.startswith("//"):
+            path = "/" + path.lstrip("/")
+        return cls(path=path, **query)
