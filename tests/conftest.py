@@ -8,13 +8,15 @@ the reason, so nothing is left out silently.
 from __future__ import annotations
 
 import os
+import pathlib
 import threading
+from typing import Callable, cast
 
 import pytest
 import transaction
 
 from tests.conformance.differences import HISTORY_FREE_SKIPS, SERVER_SESSIONS_NEEDED
-from tests.databases import FACTORIES, PARAMS, Param, server_session_limit
+from tests.databases import FACTORIES, PARAMS, Param, StorageFactory, server_session_limit
 
 
 def narrowed(holder: object, attribute: str) -> tuple[object, ...] | None:
@@ -52,9 +54,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("storage_factory") if callspec else None
-        if not isinstance(param, Param) or item.cls is None:
+        function = cast(pytest.Function, item)  # if a cell: only functions have a callspec
+        if not isinstance(param, Param) or function.cls is None:
             continue  # not a cell of the matrix, or no class to look up
-        needed = SERVER_SESSIONS_NEEDED.get(f"{item.cls.__name__}::{item.originalname}")
+        needed = SERVER_SESSIONS_NEEDED.get(
+            f"{function.cls.__name__}::{function.originalname}")
         if needed:
             limit = server_session_limit(param.backend)
             if limit is not None and limit < needed[0]:
@@ -63,7 +67,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                            f" (max_connections), this test needs about {needed[0]}: {needed[1]}"))
         if param.keep_history:
             continue
-        reason = HISTORY_FREE_SKIPS.get(f"{item.cls.__name__}::{item.originalname}")
+        reason = HISTORY_FREE_SKIPS.get(f"{function.cls.__name__}::{function.originalname}")
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"history-free: {reason}"))
 
@@ -84,7 +88,10 @@ def _no_leftover_synchronizers():
 @pytest.fixture
 def storage_factory(request: pytest.FixtureRequest, tmp_path):
     param: Param = request.param
-    factory = FACTORIES[param.backend](param, tmp_path)
+    # Every factory takes these (StorageFactory, FACTORIES' declared type, has no __init__).
+    new_factory = cast(Callable[[Param, pathlib.Path], StorageFactory],
+                       FACTORIES[param.backend])
+    factory = new_factory(param, tmp_path)
     yield factory
     factory.cleanup()
 
@@ -106,7 +113,7 @@ def storage_and_db(storage_factory):
 
 # ZODBSQL_RSS_LOG=FILE appends "rss_kib threads nodeid" after each test: the way to
 # find which tests make the test process grow (a CI run was once killed for memory).
-_RSS_LOG = os.environ.get("ZODBSQL_RSS_LOG")
+_RSS_LOG = os.environ.get("ZODBSQL_RSS_LOG", "")
 
 
 def _rss_kib() -> int:

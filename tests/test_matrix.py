@@ -3,6 +3,7 @@ modes of a test needs a reason, and the cells outside become skips that give it.
 from __future__ import annotations
 
 import types
+from typing import cast
 
 import pytest
 
@@ -29,7 +30,8 @@ class TestHistoryPreservingOnly:
 def test_every_cell_is_collected(request: pytest.FixtureRequest) -> None:
     """The class above collects a history-free cell per backend, marked skipped."""
     from tests.databases import PARAMS
-    items = [item for item in request.session.items
+    # The class's test functions (a pytest.Function has the callspec).
+    items = [cast(pytest.Function, item) for item in request.session.items
              if item.nodeid.startswith(f"{__name__.replace('.', '/')}.py::"
                                        "TestHistoryPreservingOnly")]
     if not items:

@@ -62,7 +62,7 @@ def test_zconfig_snippet_parses(line: int, body: str, tmp_path: pathlib.Path) ->
     (tmp_path / "var").mkdir()          # $INSTANCE/var, as in a Zope instance
     if "<zodbsql destination>" in body:
         # RelStorage's zodbconvert reads it, with its own schema (importing RelStorage).
-        from relstorage.zodbconvert import schema_xml
+        from relstorage.zodbconvert import schema_xml  # type: ignore[import-untyped]
         schema = ZConfig.loadSchemaFile(io.StringIO(schema_xml))
         config, _ = ZConfig.loadConfigFile(schema, io.StringIO(body))
         assert isinstance(config.destination, StorageFactory), f"README line {line}"

@@ -6,8 +6,9 @@ a real storage; MySQL's table is in tests/backends/mysql/test_mysql.py.
 """
 from __future__ import annotations
 
+import pathlib
 import sqlite3
-from typing import Any
+from typing import Any, Callable, cast
 
 import pytest
 from transaction.interfaces import TransientError
@@ -15,7 +16,7 @@ from ZODB.POSException import ConflictError
 
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseConflict,
                             DatabaseError, DeadlockError, SchemaError)
-from tests.databases import FACTORIES, Param
+from tests.databases import FACTORIES, Param, StorageFactory
 
 # SQLSTATE -> (class, retryable)
 POSTGRESQL = [
@@ -41,12 +42,14 @@ SQLITE = [
 
 
 def _classified(backend: str, tmp_path: Any, make: Any) -> Exception:
-    factory = FACTORIES[backend](Param(backend, True), tmp_path)
+    # Every factory takes these (StorageFactory, FACTORIES' declared type, has no __init__).
+    new_factory = cast(Callable[[Param, pathlib.Path], StorageFactory], FACTORIES[backend])
+    factory = new_factory(Param(backend, True), tmp_path)
     try:
         storage = factory.open()
         conn = storage.shared.pool.acquire()
         try:
-            return conn.translate_error(make(), "SELECT 1")
+            return getattr(conn, "translate_error")(make(), "SELECT 1")
         finally:
             storage.shared.pool.release(conn)
     finally:

@@ -388,7 +388,8 @@ def test_sparse_and_walk_read_their_shared_structures() -> None:
     sparse = workloads.sparse_run(unit, {})
     assert (sparse.objects, sparse.loads) == (3, path + 3)   # children 0, 100 and 200
     walk = workloads.walk_run(unit, {})
-    assert walk.objects == 300 and walk.loads > 300    # every item, and the tree's buckets
+    # Every item, and the tree's buckets.
+    assert walk.objects == 300 and walk.loads is not None and walk.loads > 300
     unit.tm.begin()
     bench = unit.conn.root()[workloads.ROOT_KEY]
     assert sorted(k for k in bench.keys() if "-" in k) == ["sparse-250", "walk-300"]
@@ -445,7 +446,7 @@ class _Round:
     caught_up = 0
 
     def __init__(self, contender: Any, params: Any, profile_dir: Any, needs_readers: bool,
-                 fails: dict[str, str], fail_on_enter: str = "") -> None:
+                 *, fails: dict[str, str], fail_on_enter: str = "") -> None:
         self.fails, self.fail_on_enter = fails, fail_on_enter
 
     def __enter__(self) -> "_Round":

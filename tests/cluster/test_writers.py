@@ -140,8 +140,8 @@ def test_node_killed_under_load(galera: GaleraCluster, galera_factory: GaleraFac
     stop.touch()
     done = finish(children)
     total = check_every_node(galera_factory, configs)
-    for node in range(len(galera.nodes)):
-        run_verify(galera_factory.url(node))
+    for index in range(len(galera.nodes)):
+        run_verify(galera_factory.url(index))
     print(f"node3 killed; the others committed 10 more each within"
           f" {survivors_went_on:.1f}s; node3 rejoined by {transfer}; {total} commits"
           f" on every node; writers: {done}")

@@ -10,7 +10,8 @@ import pytest
 from zodbsql.backends.base.mover import Mover
 from zodbsql.backends.base.statements import in_list
 from zodbsql.backends.mysql.mover import MySQLMover
-from zodbsql.backends.sqlite.adapter import SQLiteBackend, SQLiteOptions
+from zodbsql.backends.sqlite.adapter import SQLiteBackend
+from zodbsql.backends.sqlite.options import SQLiteOptions
 
 ROLES = ("mover", "locker", "poller", "history", "packer", "checker", "txncontrol")
 

@@ -17,6 +17,7 @@ import functools
 import time
 from typing import Any, Callable, Iterable, Iterator
 
+from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.storage import SQLStorage
 from zodbsql.storage.commit import PendingCommit
 
@@ -68,22 +69,27 @@ def arm(storage: SQLStorage, phase: str, at: int, hold: float,
         SQLStorage.store = stopper.after(SQLStorage.store)  # type: ignore[method-assign]
     elif phase == "vote":
         # A commit passes one of the two: staging, or writing its states at vote.
-        backend.locker.stage_and_lock = stopper.after(backend.locker.stage_and_lock)
-        backend.mover.write_states = stopper.after(backend.mover.write_states)
+        backend.locker.stage_and_lock = stopper.after(  # type: ignore[method-assign]
+            backend.locker.stage_and_lock)
+        backend.mover.write_states = stopper.after(  # type: ignore[method-assign]
+            backend.mover.write_states)
     elif phase == "finish" and backend.features.writes_at_vote:
         # The backend's finish ran in vote; finish's last step before COMMIT is this.
         PendingCommit._raise_oid_counter = stopper.after(  # type: ignore[method-assign]
             PendingCommit._raise_oid_counter)
     elif phase == "finish":
-        backend.txncontrol.finish = stopper.after(backend.txncontrol.finish)
+        backend.txncontrol.finish = stopper.after(  # type: ignore[method-assign]
+            backend.txncontrol.finish)
     elif phase == "blob":
         upload = backend.blobs.upload
 
-        def slow_upload(conn: Any, content_hash: bytes, size: int,
-                        pieces: Iterable[bytes]) -> Any:
-            return upload(conn, content_hash, size, stopper.chunks(pieces))
-        backend.blobs.upload = slow_upload
+        def slow_upload(conn: ConnectionRole, content_hash: bytes, size: int,
+                        chunks: Iterator[bytes]) -> int:
+            return upload(conn, content_hash, size, stopper.chunks(chunks))
+        backend.blobs.upload = slow_upload  # type: ignore[method-assign]
     elif phase == "pack":
         packer = backend.packer
-        packer.delete_objects = stopper.after(packer.delete_objects)
-        packer.delete_old_revisions = stopper.after(packer.delete_old_revisions)
+        packer.delete_objects = stopper.after(  # type: ignore[method-assign]
+            packer.delete_objects)
+        packer.delete_old_revisions = stopper.after(  # type: ignore[method-assign]
+            packer.delete_old_revisions)

@@ -41,7 +41,7 @@ class CommitFault:
             conn = connect(*args, **kwargs)
             conn.raw = FaultyConnection(conn.raw, self)
             return conn
-        backend.connect_for_commit = faulty_connect
+        backend.connect_for_commit = faulty_connect  # type: ignore[method-assign]
         storage.shared.pool.close()  # idle connections opened before are unwrapped
 
     def around(self, sql: str, run: Any) -> Any:

@@ -14,7 +14,7 @@ changed-oid index is reset all the time.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Iterable, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -38,6 +38,8 @@ INSTANCES = 3
 NEVER_STORED = 10_000_000
 #: What one edit of an object does, weighted towards making garbage.
 ACTIONS = ["value", "link", "link", "unlink", "unlink", "unlink", "new", "new"]
+#: ``{oid: (state, links)}`` of a transaction, as ``Model.commit`` takes them.
+Writes = dict[int, tuple[bytes | None, Iterable[int]]]
 
 
 class StorageMachine(RuleBasedStateMachine):
@@ -118,7 +120,7 @@ class StorageMachine(RuleBasedStateMachine):
         if not may_skip:
             self.prunes_at[i] = self.prunes + self.pruning
 
-    def _commit(self, i: int, writes: dict[int, tuple[bytes | None, frozenset[int]]]) -> int:
+    def _commit(self, i: int, writes: Writes) -> int:
         self._poll(i)
         instance = self.instances[i]
         txn = TransactionMetaData()
@@ -133,7 +135,7 @@ class StorageMachine(RuleBasedStateMachine):
         return tid
 
     def _draw_writes(self, data: st.DataObject, i: int, allowed: set[int] | None = None,
-                     ) -> dict[int, tuple[bytes | None, frozenset[int]]]:
+                     ) -> Writes:
         """1 to 3 edits of live objects (any of them, reachable or not)."""
         live = [oid for oid in self.model.live() if allowed is None or oid in allowed]
         links: dict[int, set[int]] = {}
@@ -164,7 +166,7 @@ class StorageMachine(RuleBasedStateMachine):
     @initialize()
     def create_root(self) -> None:
         children = {u64(self.instances[0].new_oid()) for _ in range(3)}
-        writes = {ROOT: self._state(children)}
+        writes: Writes = {ROOT: self._state(children)}
         writes.update((oid, self._state(set())) for oid in children)
         self._commit(0, writes)
         for i in range(INSTANCES):
@@ -283,7 +285,7 @@ class StorageMachine(RuleBasedStateMachine):
         finally:
             if instance.tpc_transaction() is txn:
                 instance.tpc_abort(txn)
-        model.commit(new_tid, writes, by=i)
+        model.commit(new_tid, cast(Writes, writes), by=i)  # dict is invariant; only read
 
     @rule(data=st.data(),
           gc=st.sampled_from([True, True, False]),

@@ -9,7 +9,7 @@ import os
 import pathlib
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from ZODB.POSException import POSKeyError
@@ -27,9 +27,16 @@ def hash_of(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
+def writing(data: bytes) -> Callable[[Callable[[bytes], object]], None]:
+    """A ``write_to`` for ``BlobCache.fill``: passes ``data`` in one piece."""
+    def write_to(write: Callable[[bytes], object]) -> None:
+        write(data)
+    return write_to
+
+
 def filled(cache: BlobCache, data: bytes, used: float | None = None) -> str:
     """``data`` written into the cache (as a download does), last used at ``used``."""
-    path = cache.fill(hash_of(data), len(data), lambda write: write(data))
+    path = cache.fill(hash_of(data), len(data), writing(data))
     if used is not None:
         os.utime(path, (used, used))
     return path
@@ -89,9 +96,9 @@ def test_a_content_is_cached_by_its_hash_and_written_whole(cache: BlobCache) -> 
 def test_a_download_that_is_not_the_content_leaves_nothing(cache: BlobCache) -> None:
     data = b"y" * KB
     with pytest.raises(POSKeyError):
-        cache.fill(hash_of(data), len(data), lambda write: write(data[:-1]))
+        cache.fill(hash_of(data), len(data), writing(data[:-1]))
     with pytest.raises(POSKeyError):
-        cache.fill(hash_of(data), len(data), lambda write: write(b"z" * KB))
+        cache.fill(hash_of(data), len(data), writing(b"z" * KB))
     assert files_in(cache.directory) == []
 
 
@@ -226,7 +233,7 @@ def test_wait_returns_when_the_prune_is_done(cache: BlobCache) -> None:
     filled(cache, b"w")
     threading.Timer(0.2, release.set).start()
     cache.wait()
-    assert release.is_set() and not cache._pruner.is_alive()
+    assert release.is_set() and cache._pruner is not None and not cache._pruner.is_alive()
 
 
 # -- the memo of revisions' content hashes --------------------------------------------------

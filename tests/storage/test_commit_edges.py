@@ -188,7 +188,7 @@ def test_two_blobs_of_new_contents_in_one_commit_ask_for_it_once(
         root = conn.root()
         root["holder"] = PersistentMapping()
         transaction.commit()
-        counts = []
+        counts: list[int] = []
         for copies in (1, 2, 1, 2):
             data = os.urandom(2000)
             for n in range(copies):
@@ -435,10 +435,16 @@ def test_resolution_merges_with_the_cached_committed_state_without_reading_it(
         serials_loaded: list[bytes] = []
         mover = storage.shared.backend.mover
         load_revisions, load_serial = mover.load_revisions, type(storage).loadSerial
-        monkeypatch.setattr(mover, "load_revisions", lambda conn, wanted: (
-            revisions_read.append(dict(wanted)) or load_revisions(conn, wanted)))
-        monkeypatch.setattr(type(storage), "loadSerial", lambda self, oid, serial: (
-            serials_loaded.append(serial) or load_serial(self, oid, serial)))
+
+        def counted_revisions(conn: Any, wanted: dict[int, int]) -> Any:
+            revisions_read.append(dict(wanted))
+            return load_revisions(conn, wanted)
+
+        def counted_serial(self: Any, oid: bytes, serial: bytes) -> Any:
+            serials_loaded.append(serial)
+            return load_serial(self, oid, serial)
+        monkeypatch.setattr(mover, "load_revisions", counted_revisions)
+        monkeypatch.setattr(type(storage), "loadSerial", counted_serial)
         tally_b.count += 1
         tm_b.commit()
         assert tally_b.count == 2

@@ -127,7 +127,8 @@ def test_the_lookup_tries_again_while_the_database_refuses_sessions(
     failing = FailingCommits(storage, lambda: ConnectionLost("cut"), ran=True)
     failing.armed = 1
     backend = storage.shared.backend
-    connect, refusals = backend.connect, []
+    connect = backend.connect
+    refusals: list[int] = []
 
     def refuse_twice(*args: Any, **kwargs: Any) -> Any:
         if failing.fired and len(refusals) < 2:     # the lookup's sessions

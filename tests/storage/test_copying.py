@@ -40,6 +40,13 @@ def make_filestorage(path: pathlib.Path) -> None:
         db.close()
 
 
+def resume_at(source: Any, dest: Any) -> bytes:
+    """``copying.resume_point`` of a destination that is behind: a tid, not None."""
+    start = copying.resume_point(source, dest)
+    assert start is not None
+    return start
+
+
 def blob_filestorage(tmp_path: pathlib.Path, name: str) -> Any:
     return ZODB.blob.BlobStorage(str(tmp_path / f"{name}.blobs"),
                                  ZODB.FileStorage.FileStorage(str(tmp_path / f"{name}.fs")))
@@ -59,11 +66,11 @@ def test_round_trip(storage_factory: Any, tmp_path: pathlib.Path) -> None:
     middle = storage_factory.open()
     back = ZODB.FileStorage.FileStorage(str(tmp_path / "Back.fs"))
     try:
-        counts = copying.copy_transactions(source, middle, copying.resume_point(source, middle))
+        counts = copying.copy_transactions(source, middle, resume_at(source, middle))
         assert (counts.transactions, counts.records) == (13, 33)
         if storage_factory.param.keep_history:
             assert history(middle) == history(source)
-        copying.copy_transactions(middle, back, copying.resume_point(middle, back))
+        copying.copy_transactions(middle, back, resume_at(middle, back))
         if storage_factory.param.keep_history:
             assert history(back) == history(source)
         # Either way the current states are the same everywhere.
@@ -86,9 +93,9 @@ def test_interrupted_copy_completes_without_doubles(storage_factory: Any,
             raise KeyboardInterrupt
     try:
         with pytest.raises(KeyboardInterrupt):
-            copying.copy_transactions(source, dest, copying.resume_point(source, dest),
+            copying.copy_transactions(source, dest, resume_at(source, dest),
                                       stop_after_five)
-        rest = copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+        rest = copying.copy_transactions(source, dest, resume_at(source, dest))
         assert rest.transactions == 8
         if storage_factory.param.keep_history:
             assert history(dest) == history(source)
@@ -154,11 +161,11 @@ def test_blobs_round_trip_byte_identical(storage_factory: Any, tmp_path: pathlib
         scratch = tmp_path / "scratch"   # the temporary directory while copying
         scratch.mkdir()
         monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-        copied = copying.copy_transactions(source, middle, copying.resume_point(source, middle))
+        copied = copying.copy_transactions(source, middle, resume_at(source, middle))
         assert copied.blobs == 4
         assert copying.count_from(source, z64).blobs == 4
         assert os.listdir(scratch) == []   # the blob copies were taken over, then removed
-        copying.copy_transactions(middle, back, copying.resume_point(middle, back))
+        copying.copy_transactions(middle, back, resume_at(middle, back))
         expected = blobs(source)
         assert len(expected) == 4
         if storage_factory.param.keep_history:
@@ -183,7 +190,7 @@ def test_counts_say_what_was_copied(storage_factory: Any, tmp_path: pathlib.Path
         records = [r for txn in source.iterator() for r in txn]
         seen: list[tuple[int, bytes]] = []
         counts = copying.copy_transactions(
-            source, dest, copying.resume_point(source, dest),
+            source, dest, resume_at(source, dest),
             lambda so_far, tid: seen.append((so_far.transactions, tid)))
         tids = [txn.tid for txn in source.iterator()]
         assert counts == copying.CopyCounts(
@@ -203,7 +210,7 @@ def test_resumes_right_after_the_last_copied_tid(storage_factory: Any) -> None:
     source = storage_factory.open()
     tids = restore_consecutive(source, 4)
     dest = storage_factory.open_other()
-    copied = copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+    copied = copying.copy_transactions(source, dest, resume_at(source, dest))
     assert copied.transactions == 4 and copying.resume_point(source, dest) is None
     partial = storage_factory.open_other()
     restore_consecutive(partial, 1)    # the same first transaction as the source's
@@ -224,7 +231,7 @@ def test_refuses_blobs_for_a_destination_without_blob_support(
     dest = ZODB.FileStorage.FileStorage(str(tmp_path / "NoBlobs.fs"))
     try:
         with pytest.raises(copying.ConfigurationError) as refused:
-            copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+            copying.copy_transactions(source, dest, resume_at(source, dest))
         assert str(refused.value) == "the source has blobs but the destination stores none"
         assert dest.tpc_transaction() is None   # the refused transaction was aborted
         # The transaction with the blob was aborted; those before it were copied.
@@ -252,7 +259,7 @@ class TestCopyKeepsHistory:
         source.pack(pack_time)
         back = ZODB.FileStorage.FileStorage(str(tmp_path / "Back.fs"))
         try:
-            copying.copy_transactions(source, back, copying.resume_point(source, back))
+            copying.copy_transactions(source, back, resume_at(source, back))
             statuses = [(txn.tid, txn.status) for txn in source.iterator()]
             assert [status for _, status in statuses] == ["p", " "]
             assert [(txn.tid, txn.status) for txn in back.iterator()] == statuses
@@ -275,7 +282,7 @@ class TestCopyKeepsHistory:
         source = blob_filestorage(tmp_path, "source")
         middle = storage_factory.open(blob_dir=str(tmp_path / "middle-blobs"))
         try:
-            copying.copy_transactions(source, middle, copying.resume_point(source, middle))
+            copying.copy_transactions(source, middle, resume_at(source, middle))
             assert history(middle) == history(source)
             undone = [r for r in list(middle.iterator())[-1] if r.data_txn is not None]
             assert len(undone) == 1
@@ -297,7 +304,7 @@ def test_a_source_opened_without_its_blobs_copies_the_records_alone(
     source = storage_factory.open()
     dest = ZODB.FileStorage.FileStorage(str(tmp_path / "NoBlobs.fs"))
     try:
-        counts = copying.copy_transactions(source, dest, copying.resume_point(source, dest))
+        counts = copying.copy_transactions(source, dest, resume_at(source, dest))
         assert counts.blobs == 0 and counts.records >= 2   # the root and the blob's
         assert dest.lastTransaction() == source.lastTransaction()
     finally:
@@ -320,7 +327,7 @@ def test_temporary_files_stay_in_one_named_directory_removed_at_the_end(
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     during: list[list[str]] = []
     try:
-        copying.copy_transactions(source, dest, copying.resume_point(source, dest),
+        copying.copy_transactions(source, dest, resume_at(source, dest),
                                   lambda counts, tid: during.append(os.listdir(scratch)))
         assert len(during) == 2
         assert all(len(names) == 1 and names[0].startswith("zodbsql-copy-")

@@ -24,7 +24,11 @@ def resident_mb() -> float:
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The trims asked for (the C library's function replaced by a recorder)."""
     made: list[int] = []
-    monkeypatch.setattr(heap, "_trim", lambda pad: made.append(pad) or 1)
+
+    def trim(pad: int) -> int:
+        made.append(pad)
+        return 1
+    monkeypatch.setattr(heap, "_trim", trim)
     return made
 
 

@@ -132,7 +132,7 @@ def test_what_cant_be_settled(sessions: Sessions) -> None:
 
 def test_a_session_gone_before_its_kill_is_settled(sessions: Sessions,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import MySQLdb
+    import MySQLdb  # type: ignore[import-untyped]
     old = sessions.lingering()
     conn = sessions.connect()
     kills: list[str] = []
@@ -153,7 +153,7 @@ def test_a_session_gone_before_its_kill_is_settled(sessions: Sessions,
 @pytest.mark.parametrize("cause", ["other error", "no cause"])
 def test_another_kill_error_is_raised(sessions: Sessions, monkeypatch: pytest.MonkeyPatch,
                                       cause: str) -> None:
-    import MySQLdb
+    import MySQLdb  # type: ignore[import-untyped]
     old = sessions.lingering()
     conn = sessions.connect()
 

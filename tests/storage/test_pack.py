@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 import transaction
@@ -88,8 +88,11 @@ def test_batched_pack_removes_every_unreachable_object(
         packer = storage.shared.backend.packer
         rechecked: list[int] = []
         unreached = packer.unreached
-        monkeypatch.setattr(packer, "unreached", lambda conn, oids: (
-            rechecked.append(len(oids)), unreached(conn, oids))[1])
+
+        def counted(conn: Any, oids: Sequence[int]) -> list[int]:
+            rechecked.append(len(oids))
+            return unreached(conn, oids)
+        monkeypatch.setattr(packer, "unreached", counted)
         counts = pack.pack(storage, time.time(), batch_size=3)
         assert counts["garbage"] == len(garbage) == 20
         assert rechecked == []

@@ -52,8 +52,12 @@ def test_a_poll_reads_one_change_past_its_limit_at_most(storage_factory: Any) ->
     conn = storage.shared.connect()
     read: list[int] = []
     fetchall = conn.fetchall
-    conn.fetchall = lambda sql, params=(): (lambda rows: (read.append(_changes_read(rows)),
-                                                          rows)[1])(fetchall(sql, params))
+
+    def counted(sql: str, params: Any = ()) -> Any:
+        rows = fetchall(sql, params)
+        read.append(_changes_read(rows))
+        return rows
+    conn.fetchall = counted
     try:
         everything = sorted((u64(oid), tid) for oid in oids)
         for limit in (0, 5, 6):

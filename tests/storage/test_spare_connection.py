@@ -31,7 +31,11 @@ def _watch_close(conn: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Lists ``conn`` when it is closed."""
     closed: list[Any] = []
     close = conn.close
-    monkeypatch.setattr(conn, "close", lambda: (closed.append(conn), close()))
+
+    def recorded_close() -> None:
+        closed.append(conn)
+        close()
+    monkeypatch.setattr(conn, "close", recorded_close)
     return closed
 
 

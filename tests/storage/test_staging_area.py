@@ -11,12 +11,14 @@ import os
 import pathlib
 import re
 import stat
+import time
 from typing import Any
 
 import pytest
 
-from zodbsql.storage import staging
 from zodbsql.storage.staging import StagingArea
+
+# staging imports os, time and fcntl whole: patching those modules patches its calls.
 
 storage_backends = ("sqlite",)
 storage_backends_reason = "staging is files in the blob directory, the same on every backend"
@@ -72,8 +74,8 @@ def dead_writer(folders: tuple[pathlib.Path, pathlib.Path], count: int = 1,
 
 def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """The clock ``seconds`` ahead: every file is that much older."""
-    now = staging.time.time()
-    monkeypatch.setattr(staging.time, "time", lambda: now + seconds)
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + seconds)
 
 
 def test_the_first_file_takes_a_token_and_its_lock(folders: Any) -> None:
@@ -145,8 +147,8 @@ def test_a_token_whose_lock_file_a_cleaner_removed_is_not_kept(
         closed.append(fd)
         real_close(fd)
 
-    monkeypatch.setattr(staging.fcntl, "flock", cleaner_first)
-    monkeypatch.setattr(staging.os, "close", recorded_close)
+    monkeypatch.setattr(fcntl, "flock", cleaner_first)
+    monkeypatch.setattr(os, "close", recorded_close)
     staging_area = area(folders)
     staging_area.new_file()
     assert len(calls) == 2
@@ -199,7 +201,7 @@ def test_files_whose_lock_file_is_gone_go(folders: Any,
         closed.append(fd)
         real_close(fd)
 
-    monkeypatch.setattr(staging.os, "close", recorded_close)
+    monkeypatch.setattr(os, "close", recorded_close)
     assert area(folders).remove_stale() == 3
     assert names(directory) == set()
     assert closed == []                      # no lock file opened: no descriptor closed
@@ -228,14 +230,14 @@ def test_a_lock_file_another_cleaner_removed_first(folders: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     directory, lock_dir = folders
     token, files = dead_writer(folders)
-    real_remove = staging.os.remove
+    real_remove = os.remove
 
     def raced(path: str) -> None:
         real_remove(path)
         if path.endswith(".lock"):
             raise FileNotFoundError(path)     # as if the other cleaner was first
 
-    monkeypatch.setattr(staging.os, "remove", raced)
+    monkeypatch.setattr(os, "remove", raced)
     assert area(folders).remove_stale() == 1
     assert names(directory) == set() and lock_files(lock_dir) == set()
 
@@ -267,8 +269,8 @@ def test_a_shared_directory_removes_a_file_of_exactly_an_hour(
     directory, _ = folders
     token, (name,) = dead_writer(folders)
     made = 1_700_000_000.0                    # whole seconds: the difference is exact
-    monkeypatch.setattr(staging.os, "lstat", lambda path: os.stat_result((0,) * 9 + (made,)))
-    monkeypatch.setattr(staging.time, "time", lambda: made + HOUR)
+    monkeypatch.setattr(os, "lstat", lambda path: os.stat_result((0,) * 9 + (made,)))
+    monkeypatch.setattr(time, "time", lambda: made + HOUR)
     assert area(folders, shared=True).remove_stale() == 1
     assert names(directory) == set()
 
@@ -277,9 +279,9 @@ def test_a_shared_directory_keeps_the_lock_of_files_it_kept(
         folders: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     directory, lock_dir = folders
     token, (old, young) = dead_writer(folders, count=2)
-    hour_ago = staging.time.time() - HOUR - 60
-    monkeypatch.setattr(staging.os, "lstat", lambda path: os.stat_result(
-        (0,) * 9 + (hour_ago if path.endswith(old) else staging.time.time(),)))
+    hour_ago = time.time() - HOUR - 60
+    monkeypatch.setattr(os, "lstat", lambda path: os.stat_result(
+        (0,) * 9 + (hour_ago if path.endswith(old) else time.time(),)))
     assert area(folders, shared=True).remove_stale() == 1
     assert names(directory) == {young}
     assert lock_files(lock_dir) == {f".commit-{token}.lock"}
@@ -354,7 +356,7 @@ def test_a_lock_error_other_than_held_is_raised(folders: Any,
     def failing(fd: int, operation: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(staging.fcntl, "flock", failing)
+    monkeypatch.setattr(fcntl, "flock", failing)
     with pytest.raises(OSError, match="Input/output"):
         area(folders).remove_stale()
     assert names(directory) == set(files)
@@ -370,7 +372,7 @@ def test_a_lock_held_elsewhere_keeps_its_files(folders: Any, monkeypatch: pytest
     def held(fd: int, operation: int) -> None:
         raise OSError(getattr(errno, errno_name), "held")
 
-    monkeypatch.setattr(staging.fcntl, "flock", held)
+    monkeypatch.setattr(fcntl, "flock", held)
     assert area(folders).remove_stale() == 0
     assert names(directory) == set(files)
 
@@ -380,14 +382,14 @@ def test_a_file_that_vanishes_meanwhile_is_not_counted(
     # Another cleaner (or the writer's commit) removed it between listing and removal.
     directory, lock_dir = folders
     token, (gone, kept) = dead_writer(folders, count=2)
-    real_remove = staging.os.remove
+    real_remove = os.remove
 
     def racing(path: str) -> None:
         if path.endswith(gone):
             real_remove(path)
         real_remove(path)
 
-    monkeypatch.setattr(staging.os, "remove", racing)
+    monkeypatch.setattr(os, "remove", racing)
     assert area(folders).remove_stale() == 1
     assert names(directory) == set()
     # One of two counted: its lock file stays for the next cleaner to see.
@@ -403,6 +405,6 @@ def test_a_file_that_vanishes_before_its_age_is_read_is_kept_out(
     def vanished(path: str) -> os.stat_result:
         raise FileNotFoundError(path)
 
-    monkeypatch.setattr(staging.os, "lstat", vanished)
+    monkeypatch.setattr(os, "lstat", vanished)
     assert area(folders).remove_stale() == 0
     assert names(directory) == {"commit-abc.blob"}

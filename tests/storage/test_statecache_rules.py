@@ -120,7 +120,7 @@ def test_an_eviction_promotes_the_states_asked_for_before_the_victim() -> None:
     for asked in order[:2] + order[3:5]:
         assert cache.get(asked, 10) is not None
     assert list(cache._probation) == order and not cache._protected
-    asked = order[:2] + order[3:5]
+    asked_for = order[:2] + order[3:5]
     while order[2] in cache._probation:           # until the next eviction
         oid += 1
         cache.put_loaded(oid, 5, STATE, snapshot=10)
@@ -128,9 +128,9 @@ def test_an_eviction_promotes_the_states_asked_for_before_the_victim() -> None:
     # the next two asked for).
     assert list(cache._protected)[:2] == order[:2]
     assert order[2] not in cache._probation       # evicted
-    assert all(cache.has(state, 10) for state in asked)
+    assert all(cache.has(state, 10) for state in asked_for)
     gone = set(order) - set(cache._probation) - set(cache._protected)
-    assert order[2] in gone and not gone & set(asked)
+    assert order[2] in gone and not gone & set(asked_for)
     assert cache.bytes_used <= cache.limit
     assert_counts_add_up(cache)
 

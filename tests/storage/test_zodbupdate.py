@@ -10,7 +10,7 @@ from typing import Any
 
 import transaction
 import ZODB
-import zodbupdate.update
+import zodbupdate.update  # type: ignore[import-untyped]
 from persistent import Persistent
 from ZODB.interfaces import IStorageCurrentRecordIteration
 

@@ -41,6 +41,7 @@ def test_a_settle_kills_the_session_whose_commit_was_lost(backend: Any) -> None:
     try:
         assert isinstance(old, MySQLConnection) and old.client_address
         session = old.session_id
+        assert session is not None
         assert _alive(probe, session)
         assert backend.txncontrol.settle_session(probe, old, time.monotonic() + 10)
         assert not _alive(probe, session)

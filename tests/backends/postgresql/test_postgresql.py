@@ -175,7 +175,9 @@ def large_states_compression(factory, method: str | None) -> tuple[str, list[str
         conn.root()["big"] = PersistentMapping(text="a catalog's node " * 1250)
     conn = storage.shared.backend.connect()
     try:
-        setting = conn.fetchone("SHOW default_toast_compression")[0]
+        shown = conn.fetchone("SHOW default_toast_compression")
+        assert shown is not None
+        setting = shown[0]
         methods = [row[0] for row in conn.fetchall(
             "SELECT pg_column_compression(state) FROM object_state WHERE state_size > 20000")]
     finally:
@@ -693,7 +695,7 @@ def test_a_database_made_before_generation_8_gets_its_procedures(keep_history: b
                     ' expected BIGINT, actual BIGINT, kind "char") LANGUAGE sql AS'
                     " 'SELECT 0::BIGINT, 0::BIGINT, 0::BIGINT, ''w''::\"char\" WHERE false'"
                     ) as (made, db):
-        bodies = dict(made.admin.execute(
+        bodies: dict[str, str] = dict(made.admin.execute(
             "SELECT proname, prosrc FROM pg_proc p JOIN pg_namespace n"
             " ON n.oid = p.pronamespace WHERE n.nspname = %s"
             " AND p.proname IN ('zodbsql_lock_objects', 'zodbsql_finish')",
@@ -858,10 +860,12 @@ def test_current_object_has_no_index_but_its_key_and_room_for_hot_updates() -> N
                 "SELECT indexname FROM pg_indexes WHERE schemaname = %s"
                 " AND tablename = 'current_object'", (made.path,))]
             assert indexes == ["current_object_pkey"]
-            options = made.admin.execute(
+            row = made.admin.execute(
                 "SELECT reloptions FROM pg_class c JOIN pg_namespace n"
                 " ON n.oid = c.relnamespace WHERE n.nspname = %s"
-                " AND c.relname = 'current_object'", (made.path,)).fetchone()[0]
+                " AND c.relname = 'current_object'", (made.path,)).fetchone()
+            assert row is not None
+            options = row[0]
             assert options == ["fillfactor=70"]
             for round in range(3):
                 with db.transaction() as conn:
