@@ -62,6 +62,11 @@ class StorageFactory:
         """A storage on a second, empty database of the same kind."""
         return self.open(self.new_path(), **options)
 
+    def backend(self, path: str | None = None) -> Any:
+        """The backend of the test's database (or of ``path``) in the cell's mode, made
+        without a storage: it prepares no schema, so the database is seen as it is."""
+        return self.backend_options(path).create_backend(self.param.keep_history, 10.0)
+
     def close_storages(self) -> None:
         for storage in self.opened:
             storage.close()

@@ -25,15 +25,9 @@ MODE = {True: "history-preserving", False: "history-free"}
 FOREIGN = ("t_f", "t_e", "t_d", "t_c", "t_b", "t_a")
 
 
-def backend_of(factory: Any, path: str | None = None, keep_history: bool | None = None) -> Any:
-    if keep_history is None:
-        keep_history = factory.param.keep_history
-    return factory.backend_options(path).create_backend(keep_history, 10.0)
-
-
 def run(factory: Any, *statements: str, path: str | None = None) -> None:
     """``statements`` in one write transaction on the database (DDL included)."""
-    conn = backend_of(factory, path).connect()
+    conn = factory.backend(path).connect()
     try:
         conn.begin_write()
         for statement in statements:
@@ -46,7 +40,7 @@ def run(factory: Any, *statements: str, path: str | None = None) -> None:
 def picture(factory: Any, path: str | None = None) -> dict[str, Any]:
     """What a refused open must leave as it was: the tables and views, the meta rows,
     and (where there is a schema) the stored revisions and the deletion record's row."""
-    backend = backend_of(factory, path)
+    backend = factory.backend(path)
     conn = backend.connect()
     try:
         views = backend.schema.list_views(conn)
@@ -65,7 +59,7 @@ def picture(factory: Any, path: str | None = None) -> dict[str, Any]:
 
 
 def describe(factory: Any, path: str | None = None) -> str:
-    return backend_of(factory, path).describe()
+    return factory.backend(path).describe()
 
 
 def make_database(factory: Any, path: str | None = None) -> None:
@@ -81,7 +75,7 @@ def empty_database(factory: Any) -> str:
     """A new database (an SQLite file, a PostgreSQL schema, a MySQL database) with no
     table at all."""
     path = factory.new_path()
-    conn = backend_of(factory, path).connect()   # SQLite: the file, empty
+    conn = factory.backend(path).connect()   # SQLite: the file, empty
     conn.close()
     return path
 
@@ -182,7 +176,7 @@ def test_a_migration_another_process_finished_does_nothing(storage_factory: Any)
     process migrated meanwhile (already at the current version) is left alone."""
     make_database(storage_factory)
     before = picture(storage_factory)
-    backend = backend_of(storage_factory)
+    backend = storage_factory.backend()
     conn = backend.connect()
     try:
         backend.schema.migrate(conn, storage_factory.param.keep_history)
@@ -247,7 +241,7 @@ def test_a_schema_made_by_many_processes_at_once_is_made_once(storage_factory: A
     lock, the others find it made; every one opens, and the meta rows are there once."""
     path = empty_database(storage_factory)
     open_all_at_once(8, lambda: storage_factory.open(path))
-    backend = backend_of(storage_factory, path)
+    backend = storage_factory.backend(path)
     conn = backend.connect()
     try:
         names = [row[0] for row in conn.fetchall("SELECT name FROM zodbsql_meta")]
@@ -269,7 +263,7 @@ def beside(storage_factory: Any) -> Iterator[Any]:
 
 
 def other_app_rows(factory: Any) -> list[Any]:
-    conn = backend_of(factory).connect()
+    conn = factory.backend().connect()
     try:
         rows = conn.fetchall("SELECT id FROM other_app")
         conn.rollback()
@@ -279,7 +273,7 @@ def other_app_rows(factory: Any) -> list[Any]:
 
 
 def test_destroy_drops_zodbsql_tables_and_views_and_nothing_else(beside: Any) -> None:
-    backend_of(beside).destroy()
+    beside.backend().destroy()
     assert picture(beside) == {"tables": {"other_app"}, "views": set(), "meta": None}
     assert other_app_rows(beside) == [(7,)]
 
@@ -339,7 +333,7 @@ def test_blob_tables_added_to_an_older_database_keep_the_history_mode(
         with db.transaction() as conn:
             with conn.root()["blob"].open() as f:
                 assert f.read() == b"second"
-        conn = backend_of(storage_factory).connect()
+        conn = storage_factory.backend().connect()
         try:
             rows = conn.fetchall("SELECT tid FROM blob_ref WHERE zoid = %s", (u64(oid),))
             conn.rollback()

@@ -620,7 +620,7 @@ def test_an_oid_block_that_lost_certification_is_asked_for_again(
 @contextlib.contextmanager
 def session_of(factory: MySQLFactory) -> Iterator[Any]:
     """A plain session on the factory's database, as another process has."""
-    conn = factory.backend_options().create_backend(factory.param.keep_history, 10.0).connect()
+    conn = factory.backend().connect()
     try:
         yield conn
     finally:
@@ -657,7 +657,7 @@ def schema_lock_taken(factory: MySQLFactory, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def where(factory: MySQLFactory) -> str:
-    return str(factory.backend_options().create_backend(True, 1.0).describe())
+    return str(factory.backend().describe())
 
 
 def test_an_empty_database_waits_for_the_schema_lock_then_names_it(
