@@ -88,9 +88,15 @@ def load_keys(key_file: str | None, key_env: str | None, key_id: str | None) -> 
         try:
             with open(key_file, encoding="ascii") as stream:
                 text = stream.read()
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             raise ConfigurationError(
-                f"key-file {key_file!r} cannot be read: {type(exc).__name__}") from None
+                f"key-file {key_file!r} cannot be read: {exc.strerror or type(exc).__name__}"
+            ) from None
+        except UnicodeDecodeError as exc:
+            # Say where, never what: the bytes around it may be key material.
+            raise ConfigurationError(
+                f"key-file {key_file!r} is not ASCII text (a byte above 127 at offset"
+                f" {exc.start}); keys are base64, one id:key entry a line") from None
         keys.update(parse_keys(text, f"key-file {key_file!r}", bare_id))
     if key_env is not None:
         variable = os.environ.get(key_env)
