@@ -55,34 +55,67 @@ def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
                read_only: bool) -> bytes | None:
     """Refuse a key whose id the database knows with another key; record the ones it
     does not know yet (unless read-only).  Return the database's checksum key (None:
-    read-only on a database without encrypted records)."""
-    from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    for key_id in keys.ids():
-        key = keys.get(key_id)
-        assert key is not None
-        cipher = AESGCM(key)
-        nonce = os.urandom(12)
-        made = base64.b64encode(nonce + cipher.encrypt(nonce, b"", _aad(key_id))).decode()
-        recorded = identity.recorded_once(backend, conn, KEY_CHECK + key_id, made, read_only)
-        if recorded is None:
-            continue
-        raw = base64.b64decode(recorded)
-        try:
-            cipher.decrypt(raw[:12], raw[12:], _aad(key_id))
-        except InvalidTag:
-            raise RecordKeyError(
-                f"the key configured as key id {key_id!r} is not the key {backend.describe()}"
-                " was written with under that id; nothing was written", key_id) from None
-    found = _checksum_key(backend, conn, keys, read_only)
+    read-only on a database without encrypted records).
+
+    Everything is checked before anything is recorded: a refused open leaves the meta
+    table as it was, so a key id it named is not bound to a key that never wrote."""
+    unchecked = [key_id for key_id in keys.ids()
+                 if not _passes_check(backend, keys, key_id,
+                                      backend.history.get_meta(conn, KEY_CHECK + key_id))]
+    found, missing = _open_checksum_key(backend, conn, keys)
+    if read_only:
+        return found
+    for key_id in unchecked:
+        # Recorded once: another process may have recorded another key under the id.
+        recorded = identity.recorded_once(backend, conn, KEY_CHECK + key_id,
+                                          _key_check(keys, key_id), read_only)
+        _passes_check(backend, keys, key_id, recorded)
+    if found is None:
+        stored = identity.recorded_once(backend, conn, CHECKSUM_KEY + keys.current,
+                                        _wrap(keys, keys.current, os.urandom(32)), read_only)
+        assert stored is not None
+        found = _unwrap(keys, keys.current, stored)
+        missing.remove(keys.current)
+    for key_id in missing:
+        identity.recorded_once(backend, conn, CHECKSUM_KEY + key_id,
+                               _wrap(keys, key_id, found), read_only)
     identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, read_only)
     return found
 
 
-def _checksum_key(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
-                  read_only: bool) -> bytes | None:
-    """The database's checksum key, opened with a configured key; made when the
-    database has none; recorded under every configured id that lacks it."""
+def _key_check(keys: KeyRing, key_id: str) -> str:
+    """A new check value of ``key_id``'s key: an AES-GCM tag of nothing."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    key = keys.get(key_id)
+    assert key is not None
+    nonce = os.urandom(12)
+    return base64.b64encode(nonce + AESGCM(key).encrypt(nonce, b"", _aad(key_id))).decode()
+
+
+def _passes_check(backend: BackendContract, keys: KeyRing, key_id: str,
+                  recorded: str | None) -> bool:
+    """Does the check recorded for ``key_id`` open with its configured key?  False when
+    none is recorded; RecordKeyError when it does not open."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    if recorded is None:
+        return False
+    key = keys.get(key_id)
+    assert key is not None
+    raw = base64.b64decode(recorded)
+    try:
+        AESGCM(key).decrypt(raw[:12], raw[12:], _aad(key_id))
+    except InvalidTag:
+        raise RecordKeyError(
+            f"the key configured as key id {key_id!r} is not the key {backend.describe()}"
+            " was written with under that id; nothing was written", key_id) from None
+    return True
+
+
+def _open_checksum_key(backend: BackendContract, conn: ConnectionRole,
+                       keys: KeyRing) -> tuple[bytes | None, list[str]]:
+    """The database's checksum key opened with a configured key (None: it has none
+    yet), and the configured ids it is not recorded under.  Reads only."""
     found = None
     missing = []
     for key_id in keys.ids():
@@ -99,19 +132,7 @@ def _checksum_key(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
                 f" {backend.describe()} before, so its checksum key can't be read; configure"
                 f" a key id it knows (the first was {first!r}) beside the new one once;"
                 " nothing was written", first)
-        if read_only:
-            return None
-        made = _wrap(keys, keys.current, os.urandom(32))
-        stored = identity.recorded_once(backend, conn, CHECKSUM_KEY + keys.current, made,
-                                        read_only)
-        assert stored is not None
-        found = _unwrap(keys, keys.current, stored)
-        missing.remove(keys.current)
-    if not read_only:
-        for key_id in missing:
-            identity.recorded_once(backend, conn, CHECKSUM_KEY + key_id,
-                                   _wrap(keys, key_id, found), read_only)
-    return found
+    return found, missing
 
 
 def _wrap(keys: KeyRing, key_id: str, secret: bytes) -> str:
