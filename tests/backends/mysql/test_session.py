@@ -264,3 +264,28 @@ def test_a_session_made_on_its_own_is_a_plain_servers(session):
     sent = plain.statements
     plain.set_isolation("REPEATABLE READ")      # nothing known: sent
     assert plain.statements == sent + 1
+
+
+@pytest.mark.parametrize("driver", DRIVERS_PRESENT)
+def test_a_new_session_as_connect_leaves_it(driver: str, tmp_path: Any) -> None:
+    """Repeatable read said explicitly (a server whose default is another level must not
+    change what a history-free snapshot sees), the server's limits read, nothing counted."""
+    factory = MySQLFactory(Param("mysql", False), tmp_path, driver=driver)
+    try:
+        factory.open().close()     # the database and its schema
+        conn = factory.backend().connect()
+        try:
+            assert conn.statements == 0
+            assert conn.isolation == "REPEATABLE READ"
+            packet, wait, version = conn.fetchone(
+                "SELECT @@max_allowed_packet, @@SESSION.innodb_lock_wait_timeout, @@version")
+            assert conn.max_allowed_packet == packet
+            assert conn.lock_timeout == int(float(wait))
+            assert conn.max_state_size == (packet - 64 * 1024) // 2
+            assert conn.share_lock_nowait == (
+                "LOCK IN SHARE MODE NOWAIT" if "MariaDB" in version else "FOR SHARE NOWAIT")
+            assert conn.fetchone("SELECT @@SESSION.tx_isolation") == ("REPEATABLE-READ",)
+        finally:
+            conn.close()
+    finally:
+        factory.cleanup()

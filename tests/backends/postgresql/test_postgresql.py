@@ -18,6 +18,7 @@ from ZODB.utils import u64, z64
 
 from tests.databases import BACKENDS, POSTGRESQL_DSN, Param, PostgreSQLFactory
 from zodbsql.api import open_storage, parse_url
+from zodbsql.backends.postgresql.connections import SESSION_IDENTITY
 from zodbsql.backends.postgresql.mover import bigint_array
 from zodbsql.backends.postgresql.options import PostgreSQLOptions
 from zodbsql.errors import (CommitLockTimeout, ConfigurationError, ConnectionLost,
@@ -120,6 +121,33 @@ def test_sessions_compile_no_statement_to_machine_code(factory):
     conn = storage.shared.backend.connect()
     try:
         assert conn.fetchone("SHOW jit")[0] == "off"
+    finally:
+        conn.close()
+
+
+def test_what_each_session_is_set_to(factory):
+    """Generic plans, the storage's schema first, the pid and start that name the
+    session after a lost COMMIT, nothing counted; read-only sessions refuse writes at
+    the server, whatever statement a bug might send."""
+    factory.open().close()
+    for read_only in (False, True):
+        storage = factory.open(read_only=read_only)
+        conn = storage.shared.backend.connect()
+        try:
+            assert conn.statements == 0
+            assert conn.fetchone("SHOW plan_cache_mode")[0] == "force_generic_plan"
+            assert conn.fetchone("SELECT current_schema()")[0] == factory.path
+            assert conn.fetchone("SHOW default_transaction_read_only")[0] == (
+                "on" if read_only else "off")
+            assert (conn.session_id, conn.session_started) == conn.fetchone(SESSION_IDENTITY)
+        finally:
+            conn.close()
+        storage.close()
+    storage = factory.open(read_only=True)
+    conn = storage.shared.backend.connect()
+    try:
+        with pytest.raises(DatabaseError, match="read-only transaction"):
+            conn.execute("UPDATE zodbsql_meta SET value = value")
     finally:
         conn.close()
 
