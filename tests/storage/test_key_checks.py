@@ -16,6 +16,7 @@ from persistent.mapping import PersistentMapping
 from tests.storage.test_codec import trained
 from zodbsql.atrest import opening
 from zodbsql.atrest.codec import PLAIN, RecordCodec
+from zodbsql.atrest.keys import KeyRing, parse_keys
 from zodbsql.errors import ConfigurationError, RecordKeyError
 from zodbsql.options import Options
 
@@ -228,3 +229,25 @@ def test_no_key_on_an_encrypted_database(storage_factory: Any,
     assert info.value.key_id == "k1"
     storage_factory.open(read_only=True).close()
     assert meta(storage) == before
+
+
+def test_a_check_another_process_recorded_meanwhile_is_verified(
+        storage_factory: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes opening with the same new key id and different keys: the one whose
+    check was recorded second is refused, not left writing under an id bound to the
+    other key."""
+    k1, ours, theirs = entry("k1"), entry("k2"), entry("k2")
+    storage = storage_factory.open(key_file=key_file(tmp_path, "k1", k1))
+    their_check = opening._key_check(KeyRing(parse_keys(theirs, "theirs", "k2"), "k2"), "k2")
+    checked = opening._open_checksum_key
+
+    def others_record_first(*args: Any) -> Any:
+        found = checked(*args)
+        set_meta(storage, "key_check:k2", their_check)   # after our read of the checks
+        return found
+
+    monkeypatch.setattr(opening, "_open_checksum_key", others_record_first)
+    with pytest.raises(RecordKeyError) as info:
+        storage_factory.open(key_file=key_file(tmp_path, "ours", k1, ours), key_id="k1")
+    assert info.value.key_id == "k2" and "key id 'k2' is not the key" in str(info.value)
+    assert "checksum_key:k2" not in meta(storage)
