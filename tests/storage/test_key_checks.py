@@ -249,5 +249,7 @@ def test_a_check_another_process_recorded_meanwhile_is_verified(
     monkeypatch.setattr(opening, "_open_checksum_key", others_record_first)
     with pytest.raises(RecordKeyError) as info:
         storage_factory.open(key_file=key_file(tmp_path, "ours", k1, ours), key_id="k1")
-    assert info.value.key_id == "k2" and "key id 'k2' is not the key" in str(info.value)
-    assert "checksum_key:k2" not in meta(storage)
+    assert str(info.value) == (
+        f"the key configured as key id 'k2' is not the key {storage.backend.describe()}"
+        " was written with under that id; nothing was written")
+    assert info.value.key_id == "k2" and "checksum_key:k2" not in meta(storage)

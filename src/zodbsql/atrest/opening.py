@@ -68,18 +68,18 @@ def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
     for key_id in unchecked:
         # Recorded once: another process may have recorded another key under the id.
         recorded = identity.recorded_once(backend, conn, KEY_CHECK + key_id,
-                                          _key_check(keys, key_id), read_only)
+                                          _key_check(keys, key_id), False)
         _passes_check(backend, keys, key_id, recorded)
     if found is None:
         stored = identity.recorded_once(backend, conn, CHECKSUM_KEY + keys.current,
-                                        _wrap(keys, keys.current, os.urandom(32)), read_only)
+                                        _wrap(keys, keys.current, os.urandom(32)), False)
         assert stored is not None
         found = _unwrap(keys, keys.current, stored)
         missing.remove(keys.current)
     for key_id in missing:
         identity.recorded_once(backend, conn, CHECKSUM_KEY + key_id,
-                               _wrap(keys, key_id, found), read_only)
-    identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, read_only)
+                               _wrap(keys, key_id, found), False)
+    identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, False)
     return found
 
 
