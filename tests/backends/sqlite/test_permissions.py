@@ -13,6 +13,7 @@ from typing import Iterator
 
 import pytest
 
+import zodbsql
 from zodbsql.cli.main import main
 
 
@@ -22,8 +23,12 @@ def run_bound_by_permissions(*args: str) -> subprocess.CompletedProcess[str]:
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv to drop the override capabilities")
         prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    # The zodbsql this test imported (under mutation testing, the mutated copy, whose
+    # active mutant the environment names).
+    source = str(pathlib.Path(zodbsql.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": source}
     return subprocess.run([*prefix, sys.executable, "-m", "zodbsql.cli.main", *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.fixture
@@ -43,13 +48,49 @@ def test_a_read_only_directory_is_named_not_the_file(database: pathlib.Path) -> 
     for tool in (["verify", str(database)], ["pack", str(database)]):
         done = run_bound_by_permissions(*tool)
         assert done.returncode == 2, done
-        assert f"the directory {database.parent} is not writable" in done.stderr, done.stderr
-        assert "read-only true" not in done.stderr and "file's permissions" not in done.stderr
+        assert done.stderr == (
+            f"zodbsql {tool[0]}: error: SQLite database {database} is in WAL mode, which"
+            f" needs {database}-wal and {database}-shm; SQLite can't create them because"
+            f" the directory {database.parent} is not writable for this process: make the"
+            " directory writable for the user the storage runs as\n"), done.stderr
+    # With the files there (another process has the database open), it opens.
+    for suffix in ("-wal", "-shm"):
+        database.parent.chmod(0o755)
+        pathlib.Path(f"{database}{suffix}").touch()
+        database.parent.chmod(0o555)
+    done = run_bound_by_permissions("verify", str(database))
+    assert "needs" not in done.stderr, done.stderr
+
+
+def test_one_missing_file_of_a_wal_database_is_named(database: pathlib.Path) -> None:
+    pathlib.Path(f"{database}-shm").touch()
+    database.parent.chmod(0o555)
+    done = run_bound_by_permissions("verify", str(database))
+    assert done.returncode == 2 and f"which needs {database}-wal; SQLite" in done.stderr, done
+
+
+def test_a_database_that_can_t_be_made_in_a_read_only_directory(
+        database: pathlib.Path) -> None:
+    new = database.parent / "new.sqlite"
+    database.parent.chmod(0o555)
+    done = run_bound_by_permissions("demo", "--objects", "1", "--path", str(new))
+    assert done.returncode != 0 and (
+        f"cannot create the SQLite database {new}: its directory is not writable"
+        in done.stderr), done
+
+
+def test_an_unreadable_file(database: pathlib.Path) -> None:
+    database.chmod(0o000)
+    done = run_bound_by_permissions("verify", str(database))
+    assert done.returncode == 2 and done.stderr == (
+        f"zodbsql verify: error: SQLite database {database} is not readable\n"), done
 
 
 def test_a_read_only_file_in_a_writable_directory(database: pathlib.Path) -> None:
     database.chmod(0o444)
     done = run_bound_by_permissions("pack", str(database))
-    assert done.returncode == 2 and "open the storage with read-only true" in done.stderr
+    assert done.returncode == 2 and done.stderr == (
+        f"zodbsql pack: error: SQLite database {database} is read-only for this process;"
+        " open the storage with read-only true or fix the file's permissions\n"), done
     done = run_bound_by_permissions("verify", str(database))
     assert done.returncode == 0 and ": clean" in done.stdout, done

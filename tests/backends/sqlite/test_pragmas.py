@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sqlite3
+import threading
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ import zodbsql
 
 from zodbsql.backends.sqlite.adapter import in_wal_mode
 from zodbsql.backends.sqlite.options import SQLiteOptions
-from zodbsql.errors import ConfigurationError, SchemaError
+from zodbsql.errors import ConfigurationError, DatabaseError, SchemaError
 
 storage_backends = ("sqlite",)
 storage_backends_reason = "SQLite's own pragmas"
@@ -32,8 +34,10 @@ def pragmas(conn: Any) -> dict[str, Any]:
     return found
 
 
-def backend_of(path: pathlib.Path, read_only: bool = False, **options: Any) -> Any:
-    return SQLiteOptions(path=str(path), **options).create_backend(True, 5.0, read_only)
+def backend_of(path: pathlib.Path, read_only: bool = False, lock_timeout: float = 5.0,
+               **options: Any) -> Any:
+    return SQLiteOptions(path=str(path), **options).create_backend(True, lock_timeout,
+                                                                   read_only)
 
 
 def test_a_storage_s_connections_by_default(tmp_path: pathlib.Path) -> None:
@@ -78,6 +82,23 @@ def test_a_file_becomes_wal_only_with_zodbsql_s_tables(tmp_path: pathlib.Path,
     storage.close()
 
 
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_busy_waits_last_commit_lock_timeout(storage_factory: Any, read_only: bool) -> None:
+    storage_factory.open().close()
+    conn = backend_of(pathlib.Path(storage_factory.path), read_only=read_only,
+                      lock_timeout=7.25).connect()
+    try:
+        assert conn.fetchone("PRAGMA busy_timeout") == (7250,)
+        # Any thread of the process may use a connection (the pool hands them round).
+        answers: list[Any] = []
+        worker = threading.Thread(target=lambda: answers.append(conn.fetchone("SELECT 1")))
+        worker.start()
+        worker.join()
+        assert answers == [(1,)]
+    finally:
+        conn.close()
+
+
 def test_read_only_connections(tmp_path: pathlib.Path, storage_factory: Any) -> None:
     storage_factory.open().close()
     conn = backend_of(pathlib.Path(storage_factory.path), read_only=True,
@@ -89,6 +110,45 @@ def test_read_only_connections(tmp_path: pathlib.Path, storage_factory: Any) -> 
                 found["temp_store"]) == (1, "wal", 1000, 2)
         with pytest.raises(Exception, match="readonly"):
             conn.execute("CREATE TABLE t (x INTEGER)")
+    finally:
+        conn.close()
+
+
+def test_a_zodbsql_file_out_of_wal_is_switched_back_at_connect(storage_factory: Any) -> None:
+    storage_factory.open().close()
+    path = pathlib.Path(storage_factory.path)
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA journal_mode = DELETE").fetchone() == ("delete",)
+    raw.close()
+    reader = backend_of(path, read_only=True).connect()
+    try:
+        assert pragmas(reader)["journal_mode"] == "delete"    # read-only: left as it is
+    finally:
+        reader.close()
+    assert not in_wal_mode(str(path))
+    conn = backend_of(path).connect()        # no schema check: the connection alone
+    conn.close()
+    assert in_wal_mode(str(path))
+
+
+def test_a_file_gone_before_the_read_only_connection(tmp_path: pathlib.Path,
+                                                    storage_factory: Any) -> None:
+    storage_factory.open().close()
+    backend = backend_of(pathlib.Path(storage_factory.path), read_only=True)
+    for suffix in ("", "-wal", "-shm"):
+        pathlib.Path(storage_factory.path + suffix).unlink(missing_ok=True)
+    with pytest.raises(DatabaseError) as info:
+        backend.connect()
+    assert str(info.value) == (
+        f"cannot open SQLite database {storage_factory.path}: unable to open database file")
+
+
+def test_the_database_size_is_its_pages(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    conn = storage.backend.connect()
+    try:
+        pages, size = conn.fetchone("PRAGMA page_count")[0], conn.fetchone("PRAGMA page_size")[0]
+        assert pages > 1 and storage.backend.database_size(conn) == pages * size
     finally:
         conn.close()
 
