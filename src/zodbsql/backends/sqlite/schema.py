@@ -88,10 +88,10 @@ HAS_META = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'zodbsql
 
 def use_wal(conn: ConnectionRole, timeout: float) -> None:
     """Put the database in WAL mode (persistent: done once per file, outside a
-    transaction).  The switch needs the file to itself, and SQLite refuses it at once,
-    without its busy wait, while another connection reads it (processes opening a new
-    database together): tried again until one has switched it, for at most
-    ``timeout`` seconds (commit-lock-timeout)."""
+    transaction).  The switch needs the file to itself, and SQLite refuses it while
+    another connection reads it (processes opening a new database together), in some
+    lock states at once, without its busy wait: tried again until one has switched it,
+    for ``timeout`` seconds (commit-lock-timeout) and the last try's busy wait."""
     deadline = time.monotonic() + timeout
     while True:
         row = conn.fetchone("PRAGMA journal_mode")
