@@ -14,6 +14,7 @@ from typing import Iterator
 import pytest
 
 import zodbsql
+from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.cli.main import main
 
 
@@ -38,6 +39,9 @@ def database(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
     path = folder / "Data.sqlite"
     assert main(["demo", "--objects", "10", "--path", str(path)]) == 0
     assert not os.path.exists(f"{path}-wal")  # the last connection removed it
+    # The checks the tools' subprocesses make, made here too: mutation testing runs a
+    # test against a function's mutants only when the test calls it in its process.
+    SQLiteOptions(path=str(path)).create_backend(True, 1.0, True)
     yield path
     folder.chmod(0o755)
     path.chmod(0o644)
