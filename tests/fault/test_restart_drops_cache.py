@@ -68,7 +68,8 @@ def test_a_restart_drops_what_was_cached_before(keep_history: bool,
         check.close()
 
 
-def test_only_a_start_wholly_after_the_last_one_is_a_restart() -> None:
+def test_only_a_start_wholly_after_the_last_one_is_a_restart(
+        caplog: pytest.LogCaptureFixture) -> None:
     """A connection to the same server (overlapping start intervals, or a start read as
     a little later by a stalled client) does not count; a later start does, once."""
     from zodbsql.backends.mysql.adapter import MySQLBackend
@@ -86,3 +87,9 @@ def test_only_a_start_wholly_after_the_last_one_is_a_restart() -> None:
     backend._note_start(ServerStart(105.2, 106.1))
     backend._note_start(ServerStart(50.0, 51.0))        # an older node, or a clock step back
     assert backend.server_generation == 1
+    backend._note_start(ServerStart(200.0, 201.0))      # a second restart
+    assert backend.server_generation == 2
+    # One warning a restart, the first one's included.
+    assert caplog.messages == 2 * [
+        "MySQL database 'x' restarted (it started after the last connection's server did):"
+        " what was read before it is dropped"]

@@ -387,14 +387,21 @@ def test_bad_credentials(factory: MySQLFactory) -> None:
     with pytest.raises(DatabaseError) as info:
         zodbsql.open_storage(bad)
     message = str(info.value)
-    assert "zodbsql_no_such_user" in message and "log in" in message
+    where = f"MySQL database {bad.db!r} on " + (
+        f"unix socket {bad.unix_socket}" if bad.unix_socket else f"{bad.host}:{bad.port}")
+    assert message.startswith(f"cannot log in to {where} as user 'zodbsql_no_such_user': ")
+    assert message.endswith(" (check user and passwd, and the hosts the user may connect from)")
     assert "'wrong'" not in message  # the password is never shown
 
 
 def test_missing_database(factory: MySQLFactory) -> None:
     options = factory.backend_options("zodbsql_test_does_not_exist")
-    with pytest.raises(DatabaseError, match="does not exist"):
+    with pytest.raises(DatabaseError) as info:
         zodbsql.open_storage(options)
+    message = str(info.value)
+    assert message.startswith("MySQL database 'zodbsql_test_does_not_exist' on ")
+    assert message.endswith(" (create it with CREATE DATABASE; zodbsql creates tables, not"
+                            " databases)") and " does not exist: " in message
 
 
 def test_unix_socket(factory: MySQLFactory) -> None:
@@ -409,8 +416,44 @@ def test_unix_socket(factory: MySQLFactory) -> None:
     try:
         assert storage.sortKey().startswith("zodbsql:mysql:" + socket_path)
         assert len(storage) == 2
+        backend = storage.shared.backend
+        assert backend.describe() == f"MySQL database {o.db!r} on unix socket {socket_path}"
+        # Through the socket, not TCP to the options' host (libmysqlclient takes the
+        # socket only for host "localhost"): the server sees the session's host as that.
+        conn = backend.connect()
+        try:
+            assert conn.fetchone("SELECT host FROM information_schema.processlist"
+                                 " WHERE id = CONNECTION_ID()") == ("localhost",)
+        finally:
+            conn.close()
     finally:
         storage.close()
+
+
+def test_a_backend_keeps_what_it_is_given(factory: MySQLFactory) -> None:
+    options = factory.backend_options()
+    backend = options.create_backend(False, 7.5, True)
+    assert (backend.keep_history, backend.lock_timeout, backend.read_only) == (False, 7.5, True)
+    assert options.create_backend(True, 2.0).read_only is False
+    assert backend.describe() == f"MySQL database {options.db!r} on {options.host}:{options.port}"
+
+
+def test_a_commit_session_and_the_database_size(factory: MySQLFactory) -> None:
+    storage = factory.open()
+    _populate(factory, 3)
+    backend = storage.shared.backend
+    conn = backend.connect_for_commit(3.0)
+    assert isinstance(conn, MySQLConnection)
+    try:
+        assert conn.statements == 0 and conn.client_address
+        assert conn.fetchone("SELECT @@SESSION.innodb_lock_wait_timeout") == (3,)
+        row = conn.fetchone("SELECT SUM(data_length + index_length) FROM"
+                            " information_schema.tables WHERE table_schema = %s",
+                            (factory.backend_options().db,))
+        assert row is not None and row[0] > 0
+        assert backend.database_size(conn) == int(row[0])
+    finally:
+        conn.close()
 
 
 def test_statements_per_commit(factory: MySQLFactory) -> None:

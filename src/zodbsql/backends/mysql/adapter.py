@@ -82,8 +82,8 @@ class MySQLBackend(Backend[MySQLOptions]):
             # libmysqlclient uses the socket only for host "localhost".
             args["host"] = "localhost" if o.unix_socket else o.host
         else:
-            args.update(database=o.db, password=o.passwd, host=o.host,
-                        max_allowed_packet=1 << 30)  # the server's limit is the one that counts
+            # (PyMySQL's own max_allowed_packet only sizes LOAD DATA LOCAL's packets.)
+            args.update(database=o.db, password=o.passwd, host=o.host)
         if o.unix_socket:
             args["unix_socket"] = o.unix_socket
         return args
