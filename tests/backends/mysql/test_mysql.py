@@ -410,9 +410,10 @@ def test_unix_socket(factory: MySQLFactory) -> None:
     socket_path = cursor.fetchone()[0]
     o = factory.backend_options()
     _populate(factory, 1)
+    # A host beside the socket (as a copied configuration may have): the socket wins.
     storage = zodbsql.open_storage(
-        MySQLOptions(unix_socket=socket_path, db=o.db, user=o.user, passwd=o.passwd,
-                     driver=o.driver), keep_history=factory.param.keep_history)
+        MySQLOptions(unix_socket=socket_path, host="127.0.0.1", db=o.db, user=o.user,
+                     passwd=o.passwd, driver=o.driver), keep_history=factory.param.keep_history)
     try:
         assert storage.sortKey().startswith("zodbsql:mysql:" + socket_path)
         assert len(storage) == 2
