@@ -202,6 +202,11 @@ def test_state_larger_than_max_allowed_packet(factory: MySQLFactory) -> None:
     message = str(info.value)
     assert "max_allowed_packet" in message
     assert str(len(big)) in message and str(packet) in message
+    assert f" is {len(big)} bytes, larger than the {(packet - 64 * 1024) // 2} bytes " in message
+    assert message.endswith(
+        f" accepts in one statement (the server's max_allowed_packet is {packet} bytes and a"
+        " state is sent escaped, up to twice its size; raise max_allowed_packet); nothing of"
+        " this transaction was written"), message
     assert "nothing of this transaction was written" in message
     assert storage.lastTransaction() == last
     assert storage.load(small) == before
@@ -390,6 +395,7 @@ def test_bad_credentials(factory: MySQLFactory) -> None:
     where = f"MySQL database {bad.db!r} on " + (
         f"unix socket {bad.unix_socket}" if bad.unix_socket else f"{bad.host}:{bad.port}")
     assert message.startswith(f"cannot log in to {where} as user 'zodbsql_no_such_user': ")
+    assert "Access denied for user 'zodbsql_no_such_user'" in message     # the server's
     assert message.endswith(" (check user and passwd, and the hosts the user may connect from)")
     assert "'wrong'" not in message  # the password is never shown
 
@@ -429,6 +435,18 @@ def test_unix_socket(factory: MySQLFactory) -> None:
             conn.close()
     finally:
         storage.close()
+
+
+def test_an_unreachable_server_is_retryable_and_says_so(factory: MySQLFactory) -> None:
+    options = factory.backend_options()
+    nowhere = MySQLOptions(host="127.0.0.1", port=1, db=options.db, user=options.user,
+                           driver=options.driver)
+    with pytest.raises(ConnectionLost) as info:
+        zodbsql.open_storage(nowhere)
+    message = str(info.value)
+    assert message.startswith(
+        f"cannot reach the MySQL server for MySQL database {options.db!r} on 127.0.0.1:1: (")
+    assert message.endswith(" (a retried transaction reconnects once the server is back)")
 
 
 def test_a_backend_keeps_what_it_is_given(factory: MySQLFactory) -> None:

@@ -285,6 +285,10 @@ def test_a_new_session_as_connect_leaves_it(driver: str, tmp_path: Any) -> None:
             assert conn.share_lock_nowait == (
                 "LOCK IN SHARE MODE NOWAIT" if "MariaDB" in version else "FOR SHARE NOWAIT")
             assert conn.fetchone("SELECT @@SESSION.tx_isolation") == ("REPEATABLE-READ",)
+            # The primary's session: probed for Galera (not here, so no causal wait),
+            # and its server's start read (a restart, a lost COMMIT's session).
+            assert (conn.galera, conn.causal) == (False, "")
+            assert conn.server_started is not None
         finally:
             conn.close()
     finally:
