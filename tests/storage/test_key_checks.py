@@ -35,8 +35,9 @@ def meta(storage: Any) -> dict[str, str]:
     """The database's meta table, every row."""
     conn = storage.backend.connect()
     try:
-        return {str(name): str(value) for name, value in
-                conn.fetchall("SELECT name, value FROM zodbsql_meta")}
+        found = storage.backend.schema.read_meta(conn)
+        assert found is not None
+        return dict(found)
     finally:
         conn.close()
 
