@@ -301,11 +301,16 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         """Move the snapshot to this instance's own commit ``tid`` without a poll, if
         nothing else was committed before it since the snapshot (checked at commit)
         nor after it (the commit watch says so, as for any start it lets skip its
-        poll); the changes are then exactly the commit's own ``oids``.  (History-
-        preserving: a history-free snapshot is the read transaction a poll begins.)"""
+        poll); the changes are then exactly the commit's own ``oids``.  A history-free
+        snapshot is the read transaction a poll began: it stands for the commit only
+        when the commit changed no object (an empty commit, one that only read
+        current) and is still open, left to this poll to end (PostgreSQL's)."""
         shared = self.shared
         since = self._polled
-        if since is None or not self._options.keep_history or not self._same_server():
+        if since is None or not self._same_server():
+            return False
+        if not self._options.keep_history and (
+                oids or not self._next_poll_may_end_read_txn()):
             return False
         cache = shared.cache
         try:

@@ -110,8 +110,7 @@ def alive(other: psycopg.Connection[Any]) -> bool:
     return True
 
 
-def test_a_finish_with_commit_is_found_by_its_nonce(finisher: Finisher,
-                                                    factory: PostgreSQLFactory) -> None:
+def test_a_finish_with_commit_is_found_by_its_nonce(finisher: Finisher) -> None:
     before = finisher.last_tid()
     old = finisher.connect()
     old.begin_write()
@@ -119,8 +118,8 @@ def test_a_finish_with_commit_is_found_by_its_nonce(finisher: Finisher,
     tid = finisher.finish(old, commit=True, clock_tid=clock)
     assert not old.in_transaction and tid > before
     assert old.commit_nonce is not None and old.commit_floor == clock
-    # The tid committed before this one (history-preserving); history-free, none.
-    assert old.commit_previous == (before if factory.param.keep_history else None)
+    # The tid committed before this one (both modes: the finish query reads it back).
+    assert old.commit_previous == before
     assert finisher.last_tid() == tid
     assert finisher.outcome(old) is True
     assert old.commit_tid == tid
@@ -244,8 +243,8 @@ def test_the_trace_shows_the_finish_with_its_parameters_counted(
             finisher.finish(old, commit=True)
         lines = [r.getMessage() for r in caplog.records if "zodbsql_finish" in r.getMessage()]
         assert len(lines) == 1, lines
-        assert lines[0].endswith(": SELECT * FROM zodbsql_finish(%s, %s, %s, %s, %s, %s, %s,"
-                                 " %s, %s); COMMIT (9 parameters)")
+        assert lines[0].endswith(" FROM zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                                 " AS f; COMMIT (9 parameters)")
         assert "user" not in lines[0] and "note" not in lines[0]
     finally:
         finisher.close()

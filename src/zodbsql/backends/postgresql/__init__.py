@@ -70,11 +70,14 @@ Design note.
   History-preserving, a start skips the poll while nothing committed: every commit
   announces its tid with ``pg_notify`` inside ``zodbsql_finish``, and one session per
   storage listens (``listener.py``, ``listen-for-commits``).  After its own commit, a
-  start skips the poll too when ``zodbsql_finish`` returned, with the tid, the tid
+  start skips the poll too when the finish query returned, with the tid, the tid
   before it, and that was the instance's snapshot: the changes are its own objects.
   History-free storages listen too, and a start skips its poll only while the read
   transaction its last poll began is open (ZODB's begin after its afterCompletion
-  poll): begun at a load instead, it could see a later commit.
+  poll): begun at a load instead, it could see a later commit.  After an own commit
+  that changed no object, made alone, that read transaction still sees the database
+  as the commit does, so the start skips its poll too; after one that changed
+  objects, the poll asks only for what came after the commit.
 * Storing.  Oids and tids are BIGINT, states BYTEA.  A commit stages into session-local
   TEMPORARY tables (no WAL, invisible to others) and moves them with set-based
   ``INSERT ... SELECT``/``ON CONFLICT`` statements.  Oids come from a SEQUENCE, which

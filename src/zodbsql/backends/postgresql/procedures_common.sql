@@ -75,7 +75,7 @@ BEGIN
         END IF;
     END IF;
     UPDATE commit_row SET last_tid = v_tid;
-    -- The tid before this one, for the history-preserving finish to return.
+    -- The tid before this one, which the finish query reads back (txncontrol.py).
     PERFORM set_config('zodbsql.previous', v_last::text, true);
     -- Delivered when this transaction commits, and only if it does: no round trip.
     PERFORM pg_notify(zodbsql_channel(), v_tid::text);

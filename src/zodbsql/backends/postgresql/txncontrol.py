@@ -29,8 +29,12 @@ from zodbsql.backends.postgresql.connections import SESSION_STARTED, PostgreSQLC
 from zodbsql.errors import DatabaseConflict, DatabaseError
 
 
-#: The tid; history-preserving, also the last tid before it.
-FINISH = "SELECT * FROM zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+#: The tid, and last the tid committed before it, which ``zodbsql_allocate_tid`` leaves
+#: in the transaction's ``zodbsql.previous`` (read after the function has run: the select
+#: list is evaluated on its result).  The history-free finish returns the tid alone, and
+#: its return type stays as older processes know it (their query reads the first column).
+FINISH = ("SELECT f.*, NULLIF(current_setting('zodbsql.previous', true), '')::BIGINT"
+          " FROM zodbsql_finish(%s, %s, %s, %s, %s, %s, %s, %s, %s) AS f")
 #: FINISH then COMMIT, as one query (its values go inline).
 FINISH_AND_COMMIT = FINISH + "; COMMIT"
 #: The old session, if it may still commit: alive, and not idle outside a transaction.
@@ -93,8 +97,8 @@ class PostgreSQLTransactionControl(TransactionControl):
                     f"{exc.__cause__} (restored transactions must come in order)") from exc
             raise
         assert row is not None
-        if len(row) > 1 and row[1] is not None:
-            conn.commit_previous = int(row[1])
+        if row[-1] is not None:
+            conn.commit_previous = int(row[-1])
         return int(row[0])
 
     def commit_outcome(self, conn: ConnectionRole, old: ConnectionRole, tid: int | None,
