@@ -7,6 +7,7 @@ import base64
 import builtins
 import os
 import pathlib
+import threading
 from typing import Any
 
 import pytest
@@ -254,3 +255,89 @@ def test_a_check_another_process_recorded_meanwhile_is_verified(
         f"the key configured as key id 'k2' is not the key {storage.backend.describe()}"
         " was written with under that id; nothing was written")
     assert info.value.key_id == "k2" and "checksum_key:k2" not in meta(storage)
+
+
+def ring(current: str, *entries: str) -> KeyRing:
+    keys: dict[str, bytes] = {}
+    for text in entries:
+        keys.update(parse_keys(text, "test", current))
+    return KeyRing(keys, current)
+
+
+def racing_check(backend: Any, keys: KeyRing) -> tuple[threading.Thread, list[Any]]:
+    """``check_keys`` of another storage on its own connection, in a thread: what it
+    returned or raised, once the thread has ended."""
+    outcome: list[Any] = []
+    conn = backend.connect()
+
+    def check() -> None:
+        try:
+            outcome.append(opening.check_keys(backend, conn, keys, False))
+        except Exception as exc:    # the test looks at it
+            outcome.append(exc)
+        finally:
+            conn.close()
+    thread = threading.Thread(target=check)
+    thread.start()
+    return thread, outcome
+
+
+def first_encryption_in_progress(backend: Any, keys: KeyRing, secret: bytes) -> Any:
+    """A transaction, not yet committed, recording what a first encrypted open with
+    ``keys`` records (its checksum key ``secret``): another process at the same moment."""
+    conn = backend.connect()
+    conn.begin_write()
+    backend.history.set_meta(conn, opening.ENCRYPTED_WITH, keys.current)
+    for key_id in keys.ids():
+        backend.history.set_meta(conn, opening.CHECKSUM_KEY + key_id,
+                                 opening._wrap(keys, key_id, secret))
+        backend.history.set_meta(conn, opening.KEY_CHECK + key_id,
+                                 opening._key_check(keys, key_id))
+    return conn
+
+
+def test_processes_encrypting_a_new_database_at_once_share_its_checksum_key(
+        storage_factory: Any) -> None:
+    """Two processes encrypt a new database at once, one with keys k1 and k2 (k2 new
+    records' id), the other with k1 alone: the second waits for the first and takes
+    its checksum key (with its own, both would write records whose checksums the other
+    can't verify)."""
+    k1, k2 = entry("k1"), entry("k2")
+    storage = storage_factory.open()        # the schema, without encrypted records
+    backend = storage.backend
+    secret = os.urandom(32)
+    first = first_encryption_in_progress(backend, ring("k2", k1, k2), secret)
+    try:
+        thread, outcome = racing_check(backend, ring("k1", k1))
+        thread.join(0.5)
+        assert thread.is_alive(), outcome   # it waits for the first's transaction
+        first.commit()
+        thread.join(30)
+    finally:
+        first.close()
+    assert outcome == [secret]
+    recorded = meta(storage)
+    assert recorded["encrypted_with"] == "k2"
+    assert opening._unwrap(ring("k1", k1), "k1", recorded["checksum_key:k1"]) == secret
+
+
+def test_a_process_whose_keys_lost_the_race_is_refused(storage_factory: Any) -> None:
+    """The other process encrypted the new database with k2 first; one with k1 alone
+    can't read its checksum key: refused after the wait, with nothing recorded."""
+    storage = storage_factory.open()
+    backend = storage.backend
+    first = first_encryption_in_progress(backend, ring("k2", entry("k2")), os.urandom(32))
+    try:
+        thread, outcome = racing_check(backend, ring("k1", entry("k1")))
+        thread.join(0.5)
+        assert thread.is_alive(), outcome
+        first.commit()
+        thread.join(30)
+    finally:
+        first.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], RecordKeyError), outcome
+    assert str(outcome[0]) == (
+        f"none of the configured key ids (k1) has opened {backend.describe()} before, so"
+        " its checksum key can't be read; configure a key id it knows (the first was"
+        " 'k2') beside the new one once; nothing was written")
+    assert not {"key_check:k1", "checksum_key:k1"} & set(meta(storage))

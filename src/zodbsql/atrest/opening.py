@@ -10,7 +10,6 @@ from zodbsql.atrest.keys import KeyRing, load_keys
 from zodbsql.backends.base.contract import BackendContract, ConnectionRole
 from zodbsql.errors import ConfigurationError, RecordKeyError
 from zodbsql.options import Options
-from zodbsql.storage import identity
 
 #: Meta entries ``key_check:<id>``: an AES-GCM tag made with that key the first time it
 #: was used, so a different key under the same id is refused at open.
@@ -58,28 +57,43 @@ def check_keys(backend: BackendContract, conn: ConnectionRole, keys: KeyRing,
     read-only on a database without encrypted records).
 
     Everything is checked before anything is recorded: a refused open leaves the meta
-    table as it was, so a key id it named is not bound to a key that never wrote."""
+    table as it was, so a key id it named is not bound to a key that never wrote.
+    What is recorded is recorded in one transaction, which first records the key id of
+    the first encrypted records unless another has: processes that encrypt a new
+    database at once queue there, and each takes the checksum key of the first, or is
+    refused, whatever ids they were given."""
+    history = backend.history
     unchecked = [key_id for key_id in keys.ids()
                  if not _passes_check(backend, keys, key_id,
-                                      backend.history.get_meta(conn, KEY_CHECK + key_id))]
+                                      history.get_meta(conn, KEY_CHECK + key_id))]
     found, missing = _open_checksum_key(backend, conn, keys)
-    if read_only:
+    if read_only or (found is not None and not (missing or unchecked)
+                     and history.get_meta(conn, ENCRYPTED_WITH) is not None):
         return found
-    for key_id in unchecked:
-        # Recorded once: another process may have recorded another key under the id.
-        recorded = identity.recorded_once(backend, conn, KEY_CHECK + key_id,
-                                          _key_check(keys, key_id), False)
-        _passes_check(backend, keys, key_id, recorded)
-    if found is None:
-        stored = identity.recorded_once(backend, conn, CHECKSUM_KEY + keys.current,
-                                        _wrap(keys, keys.current, os.urandom(32)), False)
-        assert stored is not None
-        found = _unwrap(keys, keys.current, stored)
-        missing.remove(keys.current)
-    for key_id in missing:
-        identity.recorded_once(backend, conn, CHECKSUM_KEY + key_id,
-                               _wrap(keys, key_id, found), False)
-    identity.recorded_once(backend, conn, ENCRYPTED_WITH, keys.current, False)
+    conn.begin_write()
+    try:
+        # Nothing is read in the transaction before this insert, which waits for a
+        # racing one: what that process recorded is seen after it (MySQL's snapshot
+        # begins at the transaction's first read).
+        history.add_meta(conn, ENCRYPTED_WITH, keys.current)
+        found, missing = _checksum_entries(backend, conn, keys)
+        if found is None:
+            first = history.get_meta(conn, ENCRYPTED_WITH)
+            assert first is not None    # recorded by this transaction or the one it waited for
+            if first != keys.current:
+                raise _no_key_opens(backend, keys, first)
+            found = os.urandom(32)  # the first encrypted records: a new checksum key
+        for key_id in missing:
+            # (A racing process that records it too wraps the same checksum key.)
+            history.add_meta(conn, CHECKSUM_KEY + key_id, _wrap(keys, key_id, found))
+        for key_id in unchecked:
+            # Another process may have recorded another key under the id meanwhile.
+            history.add_meta(conn, KEY_CHECK + key_id, _key_check(keys, key_id))
+            _passes_check(backend, keys, key_id, history.get_meta(conn, KEY_CHECK + key_id))
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
     return found
 
 
@@ -116,6 +130,18 @@ def _open_checksum_key(backend: BackendContract, conn: ConnectionRole,
                        keys: KeyRing) -> tuple[bytes | None, list[str]]:
     """The database's checksum key opened with a configured key (None: it has none
     yet), and the configured ids it is not recorded under.  Reads only."""
+    found, missing = _checksum_entries(backend, conn, keys)
+    if found is None:
+        first = backend.history.get_meta(conn, ENCRYPTED_WITH)
+        if first is not None:
+            raise _no_key_opens(backend, keys, first)
+    return found, missing
+
+
+def _checksum_entries(backend: BackendContract, conn: ConnectionRole,
+                      keys: KeyRing) -> tuple[bytes | None, list[str]]:
+    """The checksum key as the configured ids' entries open it (None: no entry), and
+    the ids that have none."""
     found = None
     missing = []
     for key_id in keys.ids():
@@ -124,15 +150,15 @@ def _open_checksum_key(backend: BackendContract, conn: ConnectionRole,
             missing.append(key_id)
         else:
             found = _unwrap(keys, key_id, wrapped)
-    if found is None:
-        first = backend.history.get_meta(conn, ENCRYPTED_WITH)
-        if first is not None:
-            raise RecordKeyError(
-                f"none of the configured key ids ({', '.join(keys.ids())}) has opened"
-                f" {backend.describe()} before, so its checksum key can't be read; configure"
-                f" a key id it knows (the first was {first!r}) beside the new one once;"
-                " nothing was written", first)
     return found, missing
+
+
+def _no_key_opens(backend: BackendContract, keys: KeyRing, first: str) -> RecordKeyError:
+    return RecordKeyError(
+        f"none of the configured key ids ({', '.join(keys.ids())}) has opened"
+        f" {backend.describe()} before, so its checksum key can't be read; configure"
+        f" a key id it knows (the first was {first!r}) beside the new one once;"
+        " nothing was written", first)
 
 
 def _wrap(keys: KeyRing, key_id: str, secret: bytes) -> str:

@@ -17,22 +17,24 @@ DATABASE_ID = "database_id"
 
 def recorded_once(backend: BackendContract, conn: ConnectionRole, name: str, value: str,
                   read_only: bool) -> str | None:
-    """The meta value ``name``, recorded as ``value`` first when the database has none
-    (in a write transaction that reads it again, as another process may have won the
-    race); None when it has none and the storage is read-only."""
+    """The meta value ``name``, recorded as ``value`` first when the database has none;
+    None when it has none and the storage is read-only.  Processes opening a new
+    database at once race to record it: the first to insert wins, and every one of them
+    returns the winner's value (its insert waits for the other's and then adds nothing).
+    """
     stored = backend.history.get_meta(conn, name)
     if stored is not None or read_only:
         return stored
     conn.begin_write()
     try:
+        # No read before the insert: MySQL's snapshot would then predate the winner's.
+        backend.history.add_meta(conn, name, value)
         stored = backend.history.get_meta(conn, name)
-        if stored is None:
-            backend.history.set_meta(conn, name, value)
-            stored = value
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
+    assert stored is not None   # inserted by this transaction or by the one it waited for
     return stored
 
 

@@ -615,6 +615,11 @@ class HistoryRole(Protocol):
     def set_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
         """Set the meta value ``name`` (in the caller's write transaction)."""
 
+    def add_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
+        """Set the meta value ``name`` unless it has one (in the caller's write
+        transaction), after a transaction that is recording it has ended: read after
+        this in the same transaction, the value is the first one committed."""
+
     def object_history(self, conn: ConnectionRole, oid: int, size: int) -> list[HistoryEntry]:
         """Up to ``size`` revisions of ``oid``, newest first (history-free: the one);
         empty when the object does not exist."""

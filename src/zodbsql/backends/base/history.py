@@ -55,6 +55,10 @@ HF_REFERRERS = "SELECT zoid FROM object_ref WHERE to_zoid = %s ORDER BY zoid"
 META_GET = "SELECT value FROM zodbsql_meta WHERE name = %s"
 META_DELETE = "DELETE FROM zodbsql_meta WHERE name = %s"
 META_INSERT = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
+#: Inserts unless the name has a row: waits for another transaction inserting the same
+#: name, and then inserts nothing if that one committed (PostgreSQL and SQLite).
+META_ADD = ("INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
+            " ON CONFLICT (name) DO NOTHING")
 
 MAX_TID = (1 << 63) - 1
 
@@ -77,6 +81,7 @@ class HistoryStatements:
     meta_get: str = META_GET
     meta_delete: str = META_DELETE
     meta_insert: str = META_INSERT
+    meta_add: str = META_ADD
     #: The transactions table (history-preserving only).
     insert_transaction: str = ""
     undo_log: str = ""
@@ -126,6 +131,12 @@ class History:
     def set_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
         conn.execute(self.sql.meta_delete, (name,))
         conn.execute(self.sql.meta_insert, (name, value))
+
+    def add_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
+        """Record ``name`` as ``value`` unless it has a value (in a write transaction).
+        Another transaction recording the same name is waited for, and wins if it
+        commits: ``get_meta`` after it, in the same transaction, reads the winner's."""
+        conn.execute(self.sql.meta_add, (name, value))
 
     # -- reading ------------------------------------------------------------------------------------
     def object_history(self, conn: ConnectionRole, oid: int, size: int) -> list[HistoryEntry]:

@@ -16,6 +16,7 @@ from zodbsql.backends.mysql.connections import (ACCESS_DENIED, CANT_CONNECT, CAU
                                                 pymysql_connection_class)
 from zodbsql.backends.mysql.blobs import MySQLBlobs
 from zodbsql.backends.mysql.features import MySQLFeatures
+from zodbsql.backends.mysql.history import MySQLHistory
 from zodbsql.backends.mysql.inspector import MySQLInspector
 from zodbsql.backends.mysql.locker import MySQLLocker
 from zodbsql.backends.mysql.mover import MySQLMover
@@ -53,6 +54,7 @@ class MySQLBackend(Backend[MySQLOptions]):
     blobs_class = MySQLBlobs
     inspector_class = MySQLInspector
     txncontrol_class = MySQLTransactionControl
+    history_class = MySQLHistory
 
     def __init__(self, options: MySQLOptions, keep_history: bool, lock_timeout: float,
                  read_only: bool = False) -> None:

@@ -1,0 +1,87 @@
+"""Values recorded once in the meta table (storage/identity.py): processes that open a
+new database at once race to record its blob layout, its identity and its keys' checks.
+Each of them must end with the first one's value, and none may fail for the race."""
+from __future__ import annotations
+
+import pathlib
+import threading
+from typing import Any
+
+from zodbsql.storage import identity
+
+NAME = "test_recorded_once"
+
+
+def test_a_racing_record_waits_and_takes_the_winners_value(storage_factory: Any) -> None:
+    """While one transaction has inserted the value uncommitted, another process's
+    record waits for it and returns it once it commits (it neither fails on the
+    duplicate nor replaces it with its own)."""
+    backend = storage_factory.open().backend        # the schema exists
+    first, second = backend.connect(), backend.connect()
+    try:
+        first.begin_write()
+        backend.history.set_meta(first, NAME, "first")
+        returned: list[Any] = []
+
+        def record() -> None:
+            try:
+                returned.append(identity.recorded_once(backend, second, NAME, "second",
+                                                       False))
+            except Exception as exc:    # reported by the assertion below
+                returned.append(exc)
+        racer = threading.Thread(target=record)
+        racer.start()
+        racer.join(0.5)
+        assert racer.is_alive(), returned       # it waits for the first transaction
+        first.commit()
+        racer.join(30)
+        assert returned == ["first"]
+        assert backend.history.get_meta(first, NAME) == "first"
+        # Recorded already: returned as it is, with nothing written.
+        assert identity.recorded_once(backend, second, NAME, "third", False) == "first"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_record_in_a_database_without_one_is_the_callers(storage_factory: Any) -> None:
+    backend = storage_factory.open().backend
+    conn = backend.connect()
+    try:
+        assert identity.recorded_once(backend, conn, NAME, "mine", True) is None
+        assert backend.history.get_meta(conn, NAME) is None      # read-only: not written
+        assert identity.recorded_once(backend, conn, NAME, "mine", False) == "mine"
+        assert backend.history.get_meta(conn, NAME) == "mine"
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+
+
+def test_storages_opening_a_new_database_at_once_all_open(
+        storage_factory: Any, tmp_path: pathlib.Path) -> None:
+    """Six storages with a blob directory open one new database at the same moment:
+    every one opens (each records the blob layout unless another has)."""
+    count = 6
+    start = threading.Barrier(count)
+    outcomes: list[Any] = []
+
+    def open_one(number: int) -> None:
+        start.wait()
+        try:
+            outcomes.append(storage_factory.open(blob_dir=str(tmp_path / f"blobs{number}")))
+        except Exception as exc:    # reported by the assertion below
+            outcomes.append(exc)
+    openers = [threading.Thread(target=open_one, args=(n,)) for n in range(count)]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join(120)
+    assert len(outcomes) == count
+    failures = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+    assert failures == []
+    backend = outcomes[0].backend
+    conn = backend.connect()
+    try:
+        assert backend.history.get_meta(conn, "blob_layout") == "database"
+    finally:
+        conn.close()
