@@ -113,3 +113,38 @@ def test_a_version_1_database_is_migrated_when_opened_for_writing(storage_factor
         db.close()
     # Opened again, nothing is left to migrate.
     storage_factory.open(read_only=True).close()
+
+
+def test_processes_opening_a_version_1_database_at_once_migrate_it_once(
+        storage_factory) -> None:
+    """Four storages open a version 1 database at the same moment: every one opens, and
+    the references are those the database had (migrated once, not twice or half)."""
+    import threading
+    keep_history = storage_factory.param.keep_history
+    db = ZODB.DB(storage_factory.open())
+    try:
+        with db.transaction() as conn:
+            conn.root()["tree"] = PersistentMapping(
+                {f"k{i}": PersistentMapping(v=i) for i in range(20)})
+        expected = _references(db.storage, keep_history)
+        _make_version_1(db.storage)
+    finally:
+        db.close()
+    count = 4
+    start = threading.Barrier(count)
+    outcomes: list[Any] = []
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            outcomes.append(storage_factory.open())
+        except Exception as exc:    # reported by the assertion below
+            outcomes.append(exc)
+    openers = [threading.Thread(target=open_one) for _ in range(count)]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join(120)
+    assert [outcome for outcome in outcomes if isinstance(outcome, Exception)] == []
+    assert len(outcomes) == count
+    assert _references(outcomes[0], keep_history) == expected
