@@ -200,6 +200,60 @@ def test_new_keys_alone_are_refused_naming_the_first(storage_factory: Any,
         " first was 'k1') beside the new one once; nothing was written")
     assert info.value.key_id == "k1"
     assert meta(storage) == before
+    # Read-only too: it could not verify a record's keyed checksum.
+    with pytest.raises(RecordKeyError, match="none of the configured key ids"):
+        storage_factory.open(key_file=key_file(tmp_path, "new", entry("n1")), read_only=True)
+
+
+def delete_meta(storage: Any, name: str) -> None:
+    conn = storage.backend.connect()
+    try:
+        conn.begin_write()
+        conn.execute("DELETE FROM zodbsql_meta WHERE name = %s", (name,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_an_open_with_everything_recorded_writes_nothing(storage_factory: Any,
+                                                         tmp_path: pathlib.Path) -> None:
+    """Every configured id checked and holding the checksum key, the first id recorded:
+    the keys are checked without a write transaction (on SQLite one would wait for a
+    commit or a pack holding the database's write lock)."""
+    keys = key_file(tmp_path, "both", entry("k1"), entry("k2"))
+    storage = storage_factory.open(key_file=keys, key_id="k1")
+    backend = storage.backend
+    conn = backend.connect()
+    try:
+        def no_write() -> None:
+            raise AssertionError("a write transaction")
+        conn.begin_write = no_write
+        found = opening.check_keys(backend, conn, storage.shared.codec.keys, False)
+        assert found == storage.shared.codec.checksum_key
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("name", ["key_check:k2", "checksum_key:k2", "encrypted_with"])
+def test_a_record_missing_alone_is_made_again(storage_factory: Any, tmp_path: pathlib.Path,
+                                              name: str) -> None:
+    """One of the records a keyed open makes is missing (a database edited by hand, or
+    written by an older zodbsql): the next writable open records it again, the rest
+    as it was."""
+    keys = key_file(tmp_path, "both", entry("k1"), entry("k2"))
+    storage = storage_factory.open(key_file=keys, key_id="k1")
+    before = meta(storage)
+    delete_meta(storage, name)
+    storage_factory.open(key_file=keys, key_id="k1").close()
+    after = meta(storage)
+    assert set(after) == set(before)
+    assert {key: value for key, value in after.items() if key != name} == {
+        key: value for key, value in before.items() if key != name}
+    if name == "encrypted_with":
+        assert after[name] == "k1"
+    elif name == "checksum_key:k2":
+        k2 = ring("k1", *open(keys).read().split())
+        assert opening._unwrap(k2, "k2", after[name]) == storage.shared.codec.checksum_key
 
 
 def test_a_checksum_key_its_key_does_not_open(storage_factory: Any,

@@ -53,6 +53,13 @@ def test_a_record_in_a_database_without_one_is_the_callers(storage_factory: Any)
         assert identity.recorded_once(backend, conn, NAME, "mine", False) == "mine"
         assert backend.history.get_meta(conn, NAME) == "mine"
         assert not conn.in_transaction
+
+        def no_write() -> None:
+            raise AssertionError("a write transaction")
+        # Recorded: read without a write transaction (SQLite's would wait for the
+        # write lock of a commit or a pack).
+        conn.begin_write = no_write
+        assert identity.recorded_once(backend, conn, NAME, "other", False) == "mine"
     finally:
         conn.close()
 
