@@ -92,3 +92,38 @@ def test_storages_opening_a_new_database_at_once_all_open(
         assert backend.history.get_meta(conn, "blob_layout") == "database"
     finally:
         conn.close()
+
+
+def test_the_cache_checkpoint_is_the_first_newest_and_moves_only_forward(
+        storage_factory: Any) -> None:
+    """The Redis level's checkpoint, kept in the database: none read-only (and nothing
+    written), the first writable open's newest tid, then the same for every open; a
+    newer one replaces it, an older one does not."""
+    backend = storage_factory.open().backend
+    conn = backend.connect()
+    try:
+        assert identity.cache_checkpoint(backend, conn, 100, True) is None
+        assert backend.history.get_meta(conn, identity.CACHE_CHECKPOINT) is None
+        assert identity.cache_checkpoint(backend, conn, 100, False) == 100
+        assert identity.cache_checkpoint(backend, conn, 200, False) == 100
+        assert identity.cache_checkpoint(backend, conn, 200, True) == 100
+        identity.advance_cache_checkpoint(backend, conn, 150)
+        assert identity.cache_checkpoint(backend, conn, 300, False) == 150
+        identity.advance_cache_checkpoint(backend, conn, 120)
+        identity.advance_cache_checkpoint(backend, conn, 150)
+        assert backend.history.get_meta(conn, identity.CACHE_CHECKPOINT) == "150"
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+    other = storage_factory.backend()
+    conn = other.connect()
+    try:
+        # A database without one: the first advance records it.
+        conn.begin_write()
+        other.history.set_meta(conn, identity.CACHE_CHECKPOINT, "1")
+        conn.execute("DELETE FROM zodbsql_meta WHERE name = %s", (identity.CACHE_CHECKPOINT,))
+        conn.commit()
+        identity.advance_cache_checkpoint(other, conn, 70)
+        assert other.history.get_meta(conn, identity.CACHE_CHECKPOINT) == "70"
+    finally:
+        conn.close()

@@ -188,8 +188,8 @@ def test_a_state_older_than_the_checkpoint_is_shared_under_it(storage_factory, r
 def test_a_checkpoint_the_index_moved_past_is_replaced(storage_factory, redis_options):
     """More changes than a process's index of changes holds (1,000 in a small cache)
     restart the index at the poll, which then no longer reaches the checkpoint: the
-    process publishes the poll's tid as its checkpoint and the shared one, and what it
-    loads from then on is shared under it."""
+    process takes the poll's tid as its checkpoint and records it in the database, and
+    what it loads from then on is shared under it with the processes that open later."""
     count = 1100
     fill(storage_factory.open(), count)
     reader_storage = storage_factory.open(**redis_options, cache_size_mb=0.25)
@@ -208,7 +208,12 @@ def test_a_checkpoint_the_index_moved_past_is_replaced(storage_factory, redis_op
     assert newest > opened_at
     assert values_of(reader, count) == {i: -i for i in range(count)}
     assert level.checkpoint == newest
-    assert level.client.get(level.prefix.encode() + b"checkpoint") == str(newest).encode()
+    level.wait_recorded()               # recorded in the database for later processes
+    conn = reader_storage.backend.connect()
+    try:
+        assert reader_storage.backend.history.get_meta(conn, "cache_checkpoint") == str(newest)
+    finally:
+        conn.close()
     reader.close()
     late = storage_factory.open(**redis_options)
     late_level = late.shared.second_level

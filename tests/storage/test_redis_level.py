@@ -47,15 +47,12 @@ def indexed(since: int, upto: int, changes: list[tuple[int, int]]) -> StateCache
 
 def test_keys_name_the_database_the_mode_the_oid_and_the_tid(prefix):
     """The key format every process of every version must agree on (README:
-    ``<prefix><database id>:<mode>:<oid>:<tid>``, hexadecimal), and the checkpoint's."""
+    ``<prefix><database id>:<mode>:<oid>:<tid>``, hexadecimal)."""
     cache = StateCache(1 << 20)
     hp = RedisCache(REDIS_URL, prefix, "d41d8cd9", True, cache)
     hf = RedisCache(REDIS_URL, prefix, "d41d8cd9", False, cache)
     assert hp.key(0x1F, 0x3E8) == f"{prefix}d41d8cd9:hp:1f:3e8".encode()
     assert hf.key(1, 2) == f"{prefix}d41d8cd9:hf:1:2".encode()
-    hp.read_checkpoint(77)
-    assert raw().get(f"{prefix}d41d8cd9:hp:checkpoint") == b"77"
-    assert raw().get(f"{prefix}d41d8cd9:hf:checkpoint") is None
     # Every call has a short timeout, connecting included.
     kwargs = hp.client.connection_pool.connection_kwargs
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (TIMEOUT, TIMEOUT)
@@ -66,27 +63,27 @@ def test_keys_name_the_database_the_mode_the_oid_and_the_tid(prefix):
     assert (hp.hits, hp.misses, hp.stored, hp.checkpoint) == (0, 0, 0, -1)
 
 
-def test_the_first_process_sets_the_checkpoint_and_the_others_read_it(prefix):
-    first = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20))
-    assert first.read_checkpoint(100) == 100
-    second = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20))
-    assert second.read_checkpoint(200) == 100
-
-
-def test_a_checkpoint_is_published_only_forward(prefix):
-    """A process takes the tid it publishes as its own checkpoint; the shared one moves
-    only forward (a process whose index reaches less far back must not take from the
-    others a checkpoint they have gone past)."""
-    level = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20))
-    key = f"{prefix}d:hp:checkpoint"
-    level.publish_checkpoint(150)                   # none yet
-    assert (level.checkpoint, raw().get(key)) == (150, b"150")
-    level.publish_checkpoint(120)                   # older than the shared one
-    assert (level.checkpoint, raw().get(key)) == (120, b"150")
-    level.publish_checkpoint(300)
-    assert (level.checkpoint, raw().get(key)) == (300, b"300")
-    assert RedisCache(REDIS_URL, prefix, "d", True,
-                      StateCache(1 << 20)).read_checkpoint(999) == 300
+def test_a_checkpoint_is_the_process_own_and_recorded_by_a_thread(prefix):
+    """A process takes the tid it publishes as its checkpoint at once and hands it to
+    ``record`` (the database's record, storage/caches.py) in a thread of its own, so a
+    poll never waits for it; without ``record`` (read-only) it is kept to itself.
+    Nothing about the checkpoint is written to Redis (a restored database would read
+    one of another history there: test_redis_restore.py)."""
+    recorded: list[int] = []
+    level = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20), recorded.append)
+    level.publish_checkpoint(150)
+    assert level.checkpoint == 150
+    level.wait_recorded()
+    level.publish_checkpoint(120)
+    level.close()                                   # waits for the last record
+    assert recorded == [150, 120] and level.checkpoint == 120
+    alone = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20))
+    alone.publish_checkpoint(300)
+    alone.wait_recorded()
+    assert alone.checkpoint == 300
+    level.forget_checkpoint()
+    assert level.checkpoint == -1
+    assert list(raw().scan_iter(match=f"{prefix}*")) == []
 
 
 def test_what_one_process_stores_another_finds_under_the_key_its_index_names(prefix):
@@ -144,7 +141,6 @@ def test_an_outage_is_warned_about_once_and_so_is_the_recovery(prefix, caplog, m
                                         socket_connect_timeout=TIMEOUT)
     level.checkpoint = 100
     with caplog.at_level(logging.WARNING, logger="zodbsql"):
-        assert level.read_checkpoint(5) is None
         assert level.load(7, 200) is None
         assert level.load_many([7, 8], 200) == {}
         level.store([(7, 90, b"seven")], 200)

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 #: interval) ends: on PostgreSQL, batches of 200 made a first request of 200 loads 22%
 #: slower (``scripts/first_request.py``).
 BATCH = 50
+#: Entries whose revisions are checked against the database's current ones at a time.
+CHECKED = 500
 IDLE = 3.0
 #: Seconds the thread pauses between two batches while requests are being served (the
 #: state cache was asked something since the last batch): the read-back goes on between
@@ -129,58 +131,71 @@ class PersistentCache:
         self.found = sum(len(s.entries) for s in segments)
         if not segments or self._stop.is_set():
             return 0
-        refused = self._checked(min(s.as_of for s in segments))
-        if refused is not None:
-            log.info("zodbsql: state cache file %s not used: %s", self.path, refused)
-            return 0
-        breathe = self._breather()
-        for segment in segments:
-            for start in range(0, len(segment.entries), BATCH):
-                if self._stop.is_set():
-                    return self.adopted
-                taken, more = self.cache.adopt(segment.entries[start:start + BATCH],
-                                               segment.as_of)
-                self.adopted += taken
-                if not more:
-                    return self.adopted
-                breathe()
+        conn = self.connect()
+        try:
+            refused = self._checked(conn, min(s.as_of for s in segments))
+            if refused is not None:
+                log.info("zodbsql: state cache file %s not used: %s", self.path, refused)
+                return 0
+            breathe = self._breather()
+            for segment in segments:
+                for start in range(0, len(segment.entries), CHECKED):
+                    chunk = self._current(conn, segment.entries[start:start + CHECKED])
+                    for first in range(0, len(chunk), BATCH):
+                        if self._stop.is_set():
+                            return self.adopted
+                        taken, more = self.cache.adopt(chunk[first:first + BATCH],
+                                                       segment.as_of)
+                        self.adopted += taken
+                        if not more:
+                            return self.adopted
+                        breathe()
+        finally:
+            conn.close()
         return self.adopted
+
+    def _current(self, conn: ConnectionRole,
+                 entries: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+        """The ``entries`` whose revision is the object's current one in the database
+        now.  The poll since the file's tid can't tell a file written before a backup
+        was restored (or for a copy of the database that went its own way): from that
+        tid on it sees only the restored database's commits, while the file holds
+        revisions the restore undid."""
+        current = self.backend.locker.current_tids(conn, [oid for oid, _, _ in entries])
+        conn.rollback()
+        return [entry for entry in entries if current.get(entry[0]) == entry[1]]
 
     def _breather(self) -> Breather:
         cache = self.cache
         return Breather(lambda: cache.hits + cache.misses)
 
-    def _checked(self, oldest: int) -> str | None:
+    def _checked(self, conn: ConnectionRole, oldest: int) -> str | None:
         """Poll what changed since ``oldest`` into the cache's index (see
         :meth:`StateCache.cover`); None when it could, else why not (for the log).  An
         instance's first poll may overtake this one: then it is polled again, from
         there."""
-        conn = self.connect()
         limit = self.cache.index_limit
-        try:
-            for _ in range(3):
-                newest = self.cache.polled
-                since = min(oldest, newest) if newest >= 0 else oldest
-                polled = self.backend.poller.poll(conn, since, limit=limit)
-                conn.rollback()
-                upto = polled.upto
-                self.changes = len(polled.changes) + len(polled.gone)
-                if upto < since:
-                    return "the database is older than the file (restored from a backup?)"
-                if self.cache.cover(since, upto, polled.changes, polled.gone,
-                                    polled.gone_seq, polled.lists_everything):
-                    return None
-                # Not overtaken: too many changes, or deletions no longer listed.
-                if polled.truncated:
-                    return f"more than {limit} objects changed since it was saved"
-                if not polled.complete:
-                    return "objects deleted since it was saved can no longer be listed"
-                if upto >= self.cache.base:
-                    return (f"{self.changes} objects changed since it was saved, more"
-                            " than the cache's index holds beside its own")
-            return "new polls overtook the check three times"
-        finally:
-            conn.close()
+        for _ in range(3):
+            newest = self.cache.polled
+            since = min(oldest, newest) if newest >= 0 else oldest
+            polled = self.backend.poller.poll(conn, since, limit=limit)
+            conn.rollback()
+            upto = polled.upto
+            self.changes = len(polled.changes) + len(polled.gone)
+            if upto < since:
+                return "the database is older than the file (restored from a backup?)"
+            if self.cache.cover(since, upto, polled.changes, polled.gone,
+                                polled.gone_seq, polled.lists_everything):
+                return None
+            # Not overtaken: too many changes, or deletions no longer listed.
+            if polled.truncated:
+                return f"more than {limit} objects changed since it was saved"
+            if not polled.complete:
+                return "objects deleted since it was saved can no longer be listed"
+            if upto >= self.cache.base:
+                return (f"{self.changes} objects changed since it was saved, more"
+                        " than the cache's index holds beside its own")
+        return "new polls overtook the check three times"
 
     # -- saving ------------------------------------------------------------------------------------
     def save(self) -> int:

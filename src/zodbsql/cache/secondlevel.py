@@ -11,10 +11,16 @@ asks for ``oid`` at snapshot ``X`` only when its own index of changes
 oid's newest change ``c`` when ``C < c <= X``, else ``C`` itself when the index reaches
 back to ``C`` and shows no change after it.
 
-**The checkpoint** is a tid every process reads from one Redis key at open (the first
-one sets it to the newest tid), so their keys meet.  At open a process extends its index
-back to ``C`` with one poll; when that is too much (or its index later moves past ``C``)
-it takes a newer one and publishes it.
+**The checkpoint** is a tid every process reads from the database at open (the meta
+table's ``cache_checkpoint``; the first process records its newest tid), so their keys
+meet.  At open a process extends its index back to ``C`` with one poll; when that is too
+much (or its index later moves past ``C``) it takes a newer one and records it, in a
+thread of its own (``record``).  It is not kept in Redis: a database restored from a
+backup (or a copy of it that went its own way) would then read a checkpoint among the
+commits the restore undid, and the states Redis keeps under it, current there in that
+other history, would be served as current in this one.  Kept in the database, it comes
+back with the database, a tid of its own history; after a restore under running
+processes, each drops its checkpoint with the rest of its cache (``forget_checkpoint``).
 
 **Redis down is a slow cache, not an error.**  Every Redis call has a short timeout; a
 failure logs one warning, and Redis is left alone for ``RETRY`` seconds (loads go to the
@@ -47,7 +53,7 @@ class RedisCache:
     """One storage's view of the shared cache (redis-py underneath)."""
 
     def __init__(self, url: str, prefix: str, database: str, keep_history: bool,
-                 cache: StateCache) -> None:
+                 cache: StateCache, record: Callable[[int], None] | None = None) -> None:
         import redis    # the redis extra; only a storage that names a server needs it
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self.client = redis.Redis.from_url(url, socket_timeout=TIMEOUT,
@@ -56,6 +62,9 @@ class RedisCache:
         self.prefix = f"{prefix}{database}:{'hp' if keep_history else 'hf'}:"
         self.cache = cache
         self.checkpoint = -1
+        #: Records a checkpoint in the database (None: read-only, kept to itself).
+        self._record = record
+        self._recording: threading.Thread | None = None
         self._down_until = 0.0
         self._warned = False
         self._lock = threading.Lock()
@@ -88,27 +97,30 @@ class RedisCache:
         return result
 
     # -- the checkpoint ------------------------------------------------------------------------
-    def read_checkpoint(self, newest: int) -> int | None:
-        """The shared checkpoint, set to ``newest`` first when there is none."""
-        key = self.prefix.encode() + b"checkpoint"
-
-        def read() -> Any:
-            self.client.set(key, str(newest), nx=True)
-            return self.client.get(key)
-        value = self._call(read)
-        return int(value) if value is not None else None
-
     def publish_checkpoint(self, tid: int) -> None:
-        """Use ``tid`` as this process's checkpoint, and the shared one unless that is
-        newer."""
+        """Use ``tid`` as this process's checkpoint, and record it in the database for
+        the processes that open later (unless a newer one is recorded), in a thread:
+        the caller may be a poll, which must not wait for the database's write lock."""
         self.checkpoint = tid
-        key = self.prefix.encode() + b"checkpoint"
+        record = self._record
+        if record is None:
+            return
+        previous = self._recording
+        if previous is not None:
+            previous.join(TIMEOUT)
+        self._recording = threading.Thread(target=record, args=(tid,), daemon=True,
+                                           name="zodbsql cache checkpoint")
+        self._recording.start()
 
-        def publish() -> None:
-            current = self.client.get(key)
-            if current is None or int(current) < tid:
-                self.client.set(key, str(tid))
-        self._call(publish)
+    def forget_checkpoint(self) -> None:
+        """The database went back in time (or is another server's): the checkpoint may
+        be a tid it no longer has; keys are named from the next poll's on."""
+        self.checkpoint = -1
+
+    def wait_recorded(self, timeout: float = 30.0) -> None:
+        """Wait for the last checkpoint's record (tests; ``close``)."""
+        if self._recording is not None:
+            self._recording.join(timeout)
 
     # -- states ----------------------------------------------------------------------------------
     def load(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
@@ -165,6 +177,7 @@ class RedisCache:
             self.stored += len(items)
 
     def close(self) -> None:
+        self.wait_recorded(10.0)
         try:
             self.client.close()
         except self._errors:

@@ -2,8 +2,8 @@
 
 Both need the database's identity (``identity.database_id``); a read-only storage on a
 database that has none yet runs without them, with a warning.  The Redis level is set
-up first, at open (one Redis read and one poll that extends the cache's index back to
-the shared checkpoint); the file is read back afterwards, in the background.
+up first, at open (the checkpoint read from the database, and one poll that extends the
+cache's index back to it); the file is read back afterwards, in the background.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.cache.cachefile import Identity
 from zodbsql.cache.persistent import PersistentCache
 from zodbsql.cache.secondlevel import RedisCache
+from zodbsql.errors import described
 from zodbsql.storage import identity
 from zodbsql.storage.history import PACKED_TID
 from zodbsql.storage.shared import Shared
@@ -46,12 +47,15 @@ def open_caches(shared: Shared, conn: ConnectionRole) -> None:
 
 
 def open_redis(shared: Shared, conn: ConnectionRole, database: str, url: str) -> RedisCache:
-    options, cache, poller = shared.options, shared.cache, shared.backend.poller
-    level = RedisCache(url, options.cache_redis_prefix, database, options.keep_history, cache)
+    options, cache, backend = shared.options, shared.cache, shared.backend
+    poller = backend.poller
+    record = None if options.read_only else (lambda tid: record_checkpoint(shared, tid))
+    level = RedisCache(url, options.cache_redis_prefix, database, options.keep_history, cache,
+                       record)
     newest = poller.last_tid(conn)
-    checkpoint = level.read_checkpoint(newest)
+    checkpoint = identity.cache_checkpoint(backend, conn, newest, options.read_only)
     if checkpoint is None or checkpoint > newest:
-        checkpoint = newest     # Redis down, or a checkpoint this database never reached
+        checkpoint = newest     # read-only without one, or one this server never reached
     polled = poller.poll(conn, checkpoint, limit=cache.index_limit)
     conn.rollback()
     upto = polled.upto
@@ -61,6 +65,22 @@ def open_redis(shared: Shared, conn: ConnectionRole, database: str, url: str) ->
     elif cache.cover(upto, upto, []):
         level.publish_checkpoint(upto)      # too much changed since the shared one
     return level
+
+
+def record_checkpoint(shared: Shared, tid: int) -> None:
+    """Record the Redis level's new checkpoint in the database (``publish_checkpoint``'s
+    thread): on a connection of its own; a failure is logged, and processes that open
+    meanwhile take the older one (their keys then meet at it)."""
+    backend = shared.backend
+    try:
+        conn = backend.connect_for_commit(shared.options.commit_lock_timeout)
+        try:
+            identity.advance_cache_checkpoint(backend, conn, tid)
+        finally:
+            conn.close()
+    except Exception as exc:    # a thread of its own: logged, never raised
+        log.warning("zodbsql: could not record the Redis cache's checkpoint in %s: %s",
+                    backend.describe(), described(exc))
 
 
 def close_caches(shared: Shared, save: bool = True) -> None:

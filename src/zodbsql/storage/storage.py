@@ -445,6 +445,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                             " 0x%016x, seen 0x%016x): every cached state is dropped",
                             self.__name__, upto, since or 0)
                 shared.cache.clear()
+                if shared.second_level is not None:
+                    shared.second_level.forget_checkpoint()
                 shared.generation = generation
                 shared.last_commit = min(shared.last_commit, upto)
                 shared.resets += 1

@@ -620,6 +620,10 @@ class HistoryRole(Protocol):
         transaction), after a transaction that is recording it has ended: read after
         this in the same transaction, the value is the first one committed."""
 
+    def update_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
+        """Change the value of ``name``, which has one (in the caller's write
+        transaction)."""
+
     def object_history(self, conn: ConnectionRole, oid: int, size: int) -> list[HistoryEntry]:
         """Up to ``size`` revisions of ``oid``, newest first (history-free: the one);
         empty when the object does not exist."""

@@ -55,6 +55,7 @@ HF_REFERRERS = "SELECT zoid FROM object_ref WHERE to_zoid = %s ORDER BY zoid"
 META_GET = "SELECT value FROM zodbsql_meta WHERE name = %s"
 META_DELETE = "DELETE FROM zodbsql_meta WHERE name = %s"
 META_INSERT = "INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
+META_UPDATE = "UPDATE zodbsql_meta SET value = %s WHERE name = %s"
 #: Inserts unless the name has a row: waits for another transaction inserting the same
 #: name, and then inserts nothing if that one committed (PostgreSQL and SQLite).
 META_ADD = ("INSERT INTO zodbsql_meta (name, value) VALUES (%s, %s)"
@@ -82,6 +83,7 @@ class HistoryStatements:
     meta_delete: str = META_DELETE
     meta_insert: str = META_INSERT
     meta_add: str = META_ADD
+    meta_update: str = META_UPDATE
     #: The transactions table (history-preserving only).
     insert_transaction: str = ""
     undo_log: str = ""
@@ -137,6 +139,11 @@ class History:
         Another transaction recording the same name is waited for, and wins if it
         commits: ``get_meta`` after it, in the same transaction, reads the winner's."""
         conn.execute(self.sql.meta_add, (name, value))
+
+    def update_meta(self, conn: ConnectionRole, name: str, value: str) -> None:
+        """Change the value ``name`` has (in a write transaction): unlike ``set_meta``'s
+        delete and insert, two transactions doing it at once don't collide on the key."""
+        conn.execute(self.sql.meta_update, (value, name))
 
     # -- reading ------------------------------------------------------------------------------------
     def object_history(self, conn: ConnectionRole, oid: int, size: int) -> list[HistoryEntry]:
