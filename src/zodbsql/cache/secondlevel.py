@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 from zodbsql.cache.statecache import StateCache
 from zodbsql.errors import described
