@@ -7,6 +7,7 @@ import pathlib
 import threading
 from typing import Any
 
+from tests.together import call_at_once
 from zodbsql.storage import identity
 
 NAME = "test_recorded_once"
@@ -68,24 +69,8 @@ def test_storages_opening_a_new_database_at_once_all_open(
         storage_factory: Any, tmp_path: pathlib.Path) -> None:
     """Six storages with a blob directory open one new database at the same moment:
     every one opens (each records the blob layout unless another has)."""
-    count = 6
-    start = threading.Barrier(count)
-    outcomes: list[Any] = []
-
-    def open_one(number: int) -> None:
-        start.wait()
-        try:
-            outcomes.append(storage_factory.open(blob_dir=str(tmp_path / f"blobs{number}")))
-        except Exception as exc:    # reported by the assertion below
-            outcomes.append(exc)
-    openers = [threading.Thread(target=open_one, args=(n,)) for n in range(count)]
-    for opener in openers:
-        opener.start()
-    for opener in openers:
-        opener.join(120)
-    assert len(outcomes) == count
-    failures = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
-    assert failures == []
+    outcomes = call_at_once(
+        6, lambda number: storage_factory.open(blob_dir=str(tmp_path / f"blobs{number}")))
     backend = outcomes[0].backend
     conn = backend.connect()
     try:

@@ -86,6 +86,36 @@ def test_a_checkpoint_is_the_process_own_and_recorded_by_a_thread(prefix):
     assert list(raw().scan_iter(match=f"{prefix}*")) == []
 
 
+def test_a_checkpoint_published_during_a_record_waits_for_nothing(prefix):
+    """While the thread records one checkpoint (the database's write lock may be held),
+    publishing others returns at once; the thread then records the newest of them alone,
+    and a record that raises neither stops it nor reaches the caller."""
+    import threading
+    recorded: list[int] = []
+    held = threading.Event()
+    started = threading.Event()
+
+    def record(tid: int) -> None:
+        if tid == 1:
+            started.set()
+            assert held.wait(30)
+            raise RuntimeError("lost the connection")
+        recorded.append(tid)
+    level = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20), record)
+    level.publish_checkpoint(1)
+    assert started.wait(30)
+    begun = time.monotonic()
+    level.publish_checkpoint(2)
+    level.publish_checkpoint(3)
+    assert time.monotonic() - begun < TIMEOUT / 2 and level.checkpoint == 3
+    held.set()
+    level.wait_recorded()
+    assert recorded == [3]
+    level.publish_checkpoint(4)                     # a new thread once that one ended
+    level.close()
+    assert recorded == [3, 4]
+
+
 def test_what_one_process_stores_another_finds_under_the_key_its_index_names(prefix):
     """States stored at a snapshot go under the checkpoint when they did not change
     after it (also when the snapshot is the checkpoint), else under their tid; a

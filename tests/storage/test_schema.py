@@ -8,8 +8,7 @@ prepares no schema (a storage's open would create one).
 """
 from __future__ import annotations
 
-import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import transaction
@@ -18,6 +17,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.blob import Blob
 from ZODB.utils import u64
 
+from tests.together import call_at_once
 from zodbsql.backends.base.schema import MIGRATABLE_VERSION, SCHEMA_VERSION, TABLES
 from zodbsql.errors import SchemaError
 
@@ -216,31 +216,11 @@ def test_foreign_tables_are_refused_by_name_and_nothing_is_added(
                                               "meta": None}
 
 
-def open_all_at_once(count: int, open_one: Callable[[], Any]) -> None:
-    """``count`` threads call ``open_one`` together; none may fail."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(count)
-
-    def opening() -> None:
-        try:
-            start.wait()
-            open_one()
-        except BaseException as exc:   # noqa: B902 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=opening) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert errors == []
-
-
 def test_a_schema_made_by_many_processes_at_once_is_made_once(storage_factory: Any) -> None:
     """Storages opening one empty database together: one creates the schema under its
     lock, the others find it made; every one opens, and the meta rows are there once."""
     path = empty_database(storage_factory)
-    open_all_at_once(8, lambda: storage_factory.open(path))
+    call_at_once(8, lambda _: storage_factory.open(path))
     backend = storage_factory.backend(path)
     conn = backend.connect()
     try:
@@ -350,7 +330,7 @@ def test_blob_tables_added_to_an_older_database_keep_the_history_mode(
 def test_blob_tables_are_added_once_by_processes_opening_together(
         storage_factory: Any) -> None:
     made_before_blobs(storage_factory)
-    open_all_at_once(8, storage_factory.open)
+    call_at_once(8, lambda _: storage_factory.open())
     assert set(BLOB_TABLES) <= picture(storage_factory)["tables"]
 
 

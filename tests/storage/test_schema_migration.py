@@ -15,6 +15,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.POSException import POSKeyError
 
+from tests.together import call_at_once
 from zodbsql.errors import SchemaError
 
 
@@ -119,7 +120,6 @@ def test_processes_opening_a_version_1_database_at_once_migrate_it_once(
         storage_factory) -> None:
     """Four storages open a version 1 database at the same moment: every one opens, and
     the references are those the database had (migrated once, not twice or half)."""
-    import threading
     keep_history = storage_factory.param.keep_history
     db = ZODB.DB(storage_factory.open())
     try:
@@ -130,21 +130,5 @@ def test_processes_opening_a_version_1_database_at_once_migrate_it_once(
         _make_version_1(db.storage)
     finally:
         db.close()
-    count = 4
-    start = threading.Barrier(count)
-    outcomes: list[Any] = []
-
-    def open_one() -> None:
-        start.wait()
-        try:
-            outcomes.append(storage_factory.open())
-        except Exception as exc:    # reported by the assertion below
-            outcomes.append(exc)
-    openers = [threading.Thread(target=open_one) for _ in range(count)]
-    for opener in openers:
-        opener.start()
-    for opener in openers:
-        opener.join(120)
-    assert [outcome for outcome in outcomes if isinstance(outcome, Exception)] == []
-    assert len(outcomes) == count
+    outcomes = call_at_once(4, lambda _: storage_factory.open())
     assert _references(outcomes[0], keep_history) == expected

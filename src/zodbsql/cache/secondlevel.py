@@ -64,7 +64,9 @@ class RedisCache:
         self.checkpoint = -1
         #: Records a checkpoint in the database (None: read-only, kept to itself).
         self._record = record
+        #: The thread recording, and the tid it records next.
         self._recording: threading.Thread | None = None
+        self._pending: int | None = None
         self._down_until = 0.0
         self._warned = False
         self._lock = threading.Lock()
@@ -100,17 +102,33 @@ class RedisCache:
     def publish_checkpoint(self, tid: int) -> None:
         """Use ``tid`` as this process's checkpoint, and record it in the database for
         the processes that open later (unless a newer one is recorded), in a thread:
-        the caller may be a poll, which must not wait for the database's write lock."""
+        the caller may be a poll, which must not wait for the database's write lock.
+        While a record is under way, ``tid`` waits for that thread, which records only
+        the newest tid handed to it meanwhile (a record only moves forward)."""
         self.checkpoint = tid
-        record = self._record
-        if record is None:
+        if self._record is None:
             return
-        previous = self._recording
-        if previous is not None:
-            previous.join(TIMEOUT)
-        self._recording = threading.Thread(target=record, args=(tid,), daemon=True,
-                                           name="zodbsql cache checkpoint")
-        self._recording.start()
+        with self._lock:
+            self._pending = tid
+            if self._recording is not None:
+                return      # the running thread takes it next
+            self._recording = threading.Thread(target=self._record_pending, daemon=True,
+                                               name="zodbsql cache checkpoint")
+            self._recording.start()
+
+    def _record_pending(self) -> None:
+        """The recording thread: records the pending tid until none is left."""
+        assert self._record is not None
+        while True:
+            with self._lock:
+                tid, self._pending = self._pending, None
+                if tid is None:
+                    self._recording = None
+                    return
+            try:
+                self._record(tid)   # storage/caches.py logs its own failures
+            except Exception:       # anything else: logged; later tids still recorded
+                log.exception("zodbsql: recording the Redis cache's checkpoint failed")
 
     def forget_checkpoint(self) -> None:
         """The database went back in time (or is another server's): the checkpoint may
@@ -118,9 +136,12 @@ class RedisCache:
         self.checkpoint = -1
 
     def wait_recorded(self, timeout: float = 30.0) -> None:
-        """Wait for the last checkpoint's record (tests; ``close``)."""
-        if self._recording is not None:
-            self._recording.join(timeout)
+        """Wait for the checkpoints handed to the thread to be recorded (tests;
+        ``close``)."""
+        with self._lock:
+            recording = self._recording
+        if recording is not None:
+            recording.join(timeout)
 
     # -- states ----------------------------------------------------------------------------------
     def load(self, oid: int, snapshot: int) -> tuple[bytes, int] | None:
