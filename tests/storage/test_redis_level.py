@@ -86,7 +86,7 @@ def test_a_checkpoint_is_the_process_own_and_recorded_by_a_thread(prefix):
     assert list(raw().scan_iter(match=f"{prefix}*")) == []
 
 
-def test_a_checkpoint_published_during_a_record_waits_for_nothing(prefix):
+def test_a_checkpoint_published_during_a_record_waits_for_nothing(prefix, caplog, monkeypatch):
     """While the thread records one checkpoint (the database's write lock may be held),
     publishing others returns at once; the thread then records the newest of them alone,
     and a record that raises neither stops it nor reaches the caller."""
@@ -104,13 +104,26 @@ def test_a_checkpoint_published_during_a_record_waits_for_nothing(prefix):
     level = RedisCache(REDIS_URL, prefix, "d", True, StateCache(1 << 20), record)
     level.publish_checkpoint(1)
     assert started.wait(30)
+    # A daemon thread, named: a process may exit while the database's lock holds it.
+    [recorder] = [thread for thread in threading.enumerate()
+                  if thread.name == "zodbsql cache checkpoint"]
+    assert recorder.daemon
     begun = time.monotonic()
     level.publish_checkpoint(2)
     level.publish_checkpoint(3)
     assert time.monotonic() - begun < TIMEOUT / 2 and level.checkpoint == 3
-    held.set()
-    level.wait_recorded()
+    level.wait_recorded(0.2)                        # gives up after its timeout
+    assert time.monotonic() - begun < 5 and recorder.is_alive()
+    monkeypatch.setattr(secondlevel, "CLOSE_WAIT", 0.2)
+    RedisCache.close(level)                         # gives up too (the client reopens)
+    assert time.monotonic() - begun < 5
+    with caplog.at_level(logging.ERROR, logger=secondlevel.__name__):
+        held.set()
+        level.wait_recorded()
     assert recorded == [3]
+    assert [record.getMessage() for record in caplog.records] == [
+        "zodbsql: recording the Redis cache's checkpoint failed"]
+    assert "lost the connection" in caplog.text
     level.publish_checkpoint(4)                     # a new thread once that one ended
     level.close()
     assert recorded == [3, 4]

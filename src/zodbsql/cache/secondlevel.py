@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 RETRY = 30.0
 #: Seconds a Redis call may take (connecting included).
 TIMEOUT = 0.5
+#: Seconds ``close`` waits for the last checkpoint's record (the database's write
+#: lock may hold it; the thread is a daemon and dies with the process).
+CLOSE_WAIT = 10.0
 #: Seconds a key lives: keys of old checkpoints go away on their own.
 EXPIRE = 7 * 24 * 3600
 
@@ -198,7 +201,7 @@ class RedisCache:
             self.stored += len(items)
 
     def close(self) -> None:
-        self.wait_recorded(10.0)
+        self.wait_recorded(CLOSE_WAIT)
         try:
             self.client.close()
         except self._errors:

@@ -32,7 +32,7 @@ from zodbsql.backends.mysql.schema import SCHEMA_LOCK
 from zodbsql.backends.mysql.connections import DRIVERS, MySQLConnection, load_driver
 from zodbsql.errors import (CommitLockTimeout, ConnectionLost, DatabaseError, DeadlockError,
                             DriverNotFound, RowLockTimeout, SchemaError)
-from tests.databases import BACKENDS, MySQLFactory, Param, mysql_admin
+from tests.databases import BACKENDS, MYSQL_SERVER, MySQLFactory, Param, mysql_admin
 
 pytestmark = pytest.mark.skipif(
     "mysql" not in BACKENDS, reason="mysql is not in ZODBSQL_TEST_BACKENDS")
@@ -590,6 +590,37 @@ def test_a_user_without_rights_on_the_database_is_told_to_grant(factory: MySQLFa
         assert "hunter2" not in message and not isinstance(info.value, ConnectionLost)
     finally:
         cursor.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def test_a_refusal_of_no_other_kind_names_the_database_and_the_server_reason(
+        factory: MySQLFactory) -> None:
+    """A login the server refuses for a reason the other messages do not cover (here
+    the user's max_user_connections, error 1226, taken by another session) fails with
+    the database named and the server's own words; it is not retryable, and the
+    password appears nowhere."""
+    import uuid
+    o = factory.backend_options()
+    admin = mysql_admin().cursor()
+    user = f"zodbsql_test_one_{uuid.uuid4().hex[:8]}"
+    admin.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'hunter2'"
+                  " WITH MAX_USER_CONNECTIONS 1")
+    try:
+        admin.execute(f"GRANT ALL ON `{o.db}`.* TO '{user}'@'%'")
+        server = {**MYSQL_SERVER, "user": user, "passwd": "hunter2"}
+        held = mysql_admin(o.driver, server)       # the user's one connection
+        try:
+            limited = MySQLOptions(host=o.host, port=o.port, unix_socket=o.unix_socket,
+                                   db=o.db, user=user, passwd="hunter2", driver=o.driver)
+            with pytest.raises(DatabaseError) as info:
+                zodbsql.open_storage(limited)
+        finally:
+            held.close()
+        message = str(info.value)
+        assert message.startswith(f"cannot connect to MySQL database {o.db!r}"), message
+        assert "max_user_connections" in message and "hunter2" not in message
+        assert not isinstance(info.value, ConnectionLost)
+    finally:
+        admin.execute(f"DROP USER IF EXISTS '{user}'@'%'")
 
 
 def test_a_second_pack_waits_for_the_first_then_gives_up(factory: MySQLFactory) -> None:
