@@ -129,6 +129,22 @@ def test_a_deletion_is_named_once_though_no_commit_came_after_it(storage_factory
         reader.load(oid)
 
 
+def test_a_deletion_named_before_an_own_commit_is_not_named_again(
+        storage_factory: Any) -> None:
+    """The reader's next start after its own commit, made alone, takes the commit for a
+    poll's changes; the poll after that one asks for the deletion records from where
+    the reader's last poll read them, so an object it named gone is not named again."""
+    writer_storage, reader_storage, writer, reader, oid, state = _garbage_a_reader_keeps(
+        storage_factory)
+    _pack(writer_storage)
+    _commit(writer, {ROOT: node_state(20, set())})
+    assert reader.poll_invalidations() == [ROOT, oid]
+    _commit(reader, {ROOT: node_state(21, set())})   # alone: polled just before
+    assert reader.poll_invalidations() == []          # its own commit, no statement
+    _commit(writer, {ROOT: node_state(22, set())})
+    assert reader.poll_invalidations() == [ROOT]
+
+
 def test_a_deletion_is_named_by_another_process(storage_factory: Any) -> None:
     """``deleteObject`` (IExternalGC): history-preserving a revision says so; history-
     free the row goes at once, and the record names it."""

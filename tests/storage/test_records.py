@@ -121,6 +121,12 @@ def test_a_protocol_1_record_is_always_read() -> None:
               + b"U\x08\x00\x00\x00\x00\x00\x00\x00\x09Q.")
     assert not refers_to_nothing(binary)
     assert references(1, binary) == {9}
+    # A reference in PERSID's text alone (protocol 0), in a record without a NUL byte
+    # or BINPERSID's: found by its own opcode's byte.
+    oid = b"\x01" * 8
+    text = b"(U\x03clsNt." + b"P" + oid + b"\n."
+    assert b"\x00" not in text and pickle.BINPERSID not in text
+    assert references(1, text) == {int.from_bytes(oid, "big")}
 
 
 class QuietHolder(Persistent):

@@ -68,3 +68,33 @@ def test_a_start_after_a_server_change_polls_even_when_nothing_was_committed(
         conn.close()
     finally:
         db.close()
+
+
+def test_the_start_after_an_own_commit_polls_when_the_server_changed_since(
+        storage_factory: Any) -> None:
+    """An own commit made alone lets the next start take it for a poll's changes
+    (``_moved_past_own_commit``), but not once the server changed after it: the start
+    polls, that poll empties the cache, and it says everything may have changed."""
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.utils import z64
+    storage = storage_factory.open()
+    instance = storage.new_instance()
+    try:
+        instance.poll_invalidations()
+        for value in (b"first", b"second"):
+            serial = instance.load(z64)[1] if value == b"second" else z64
+            txn = TransactionMetaData()
+            instance.tpc_begin(txn)
+            instance.store(z64, serial, value, "", txn)
+            instance.tpc_vote(txn)
+            instance.tpc_finish(txn)
+            if value == b"first":
+                instance.poll_invalidations()
+        shared = storage.shared
+        resets = shared.resets
+        shared.backend.server_generation += 1       # after the commit, before the start
+        assert instance.poll_invalidations() is None
+        assert shared.resets == resets + 1 and shared.generation == shared.backend.server_generation
+        assert instance.load(z64)[0] == b"second"
+    finally:
+        instance.release()
