@@ -105,9 +105,9 @@ def test_a_checkpoint_published_during_a_record_waits_for_nothing(prefix, caplog
     level.publish_checkpoint(1)
     assert started.wait(30)
     # A daemon thread, named: a process may exit while the database's lock holds it.
-    [recorder] = [thread for thread in threading.enumerate()
-                  if thread.name == "zodbsql cache checkpoint"]
-    assert recorder.daemon
+    recorder = level._recording
+    assert recorder is not None and recorder.name == "zodbsql cache checkpoint"
+    assert recorder.daemon and recorder.is_alive()
     begun = time.monotonic()
     level.publish_checkpoint(2)
     level.publish_checkpoint(3)
