@@ -11,7 +11,9 @@ import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
+from ZODB.utils import z64
 
 from zodbsql.errors import ServerChangedConflict
 
@@ -75,8 +77,6 @@ def test_the_start_after_an_own_commit_polls_when_the_server_changed_since(
     """An own commit made alone lets the next start take it for a poll's changes
     (``_moved_past_own_commit``), but not once the server changed after it: the start
     polls, that poll empties the cache, and it says everything may have changed."""
-    from ZODB.Connection import TransactionMetaData
-    from ZODB.utils import z64
     storage = storage_factory.open()
     instance = storage.new_instance()
     try:
