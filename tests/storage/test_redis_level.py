@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from typing import Any
 
@@ -90,7 +91,6 @@ def test_a_checkpoint_published_during_a_record_waits_for_nothing(prefix, caplog
     """While the thread records one checkpoint (the database's write lock may be held),
     publishing others returns at once; the thread then records the newest of them alone,
     and a record that raises neither stops it nor reaches the caller."""
-    import threading
     recorded: list[int] = []
     held = threading.Event()
     started = threading.Event()

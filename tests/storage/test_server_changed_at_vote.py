@@ -11,10 +11,10 @@ import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
-from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
 from ZODB.utils import z64
 
+from tests.storage.test_gone import _commit
 from zodbsql.errors import ServerChangedConflict
 
 
@@ -80,16 +80,8 @@ def test_the_start_after_an_own_commit_polls_when_the_server_changed_since(
     storage = storage_factory.open()
     instance = storage.new_instance()
     try:
-        instance.poll_invalidations()
-        for value in (b"first", b"second"):
-            serial = instance.load(z64)[1] if value == b"second" else z64
-            txn = TransactionMetaData()
-            instance.tpc_begin(txn)
-            instance.store(z64, serial, value, "", txn)
-            instance.tpc_vote(txn)
-            instance.tpc_finish(txn)
-            if value == b"first":
-                instance.poll_invalidations()
+        _commit(instance, {z64: b"first"})
+        _commit(instance, {z64: b"second"})    # alone: its poll came just before
         shared = storage.shared
         resets = shared.resets
         shared.backend.server_generation += 1       # after the commit, before the start
