@@ -251,6 +251,12 @@ def test_a_poll_by_tid_lists_what_went_since_and_says_when_it_cannot(
         later = poller.poll(conn, since)     # the first pack's record is pruned
         assert later.gone_floor == 1 and later.complete is False
         assert u64(oid) not in later.gone and len(later.gone) == 2   # the later two
+        conn.rollback()
+        # The same poll as a snapshot's start (PostgreSQL sends it with its BEGIN,
+        # as one query): the same answer, incomplete too.
+        started = poller.begin_and_poll(conn, since, None, False, 0)
+        assert (started.gone_floor, started.complete, started.gone) == (
+            1, False, later.gone)
         # From the last tid of the prune on (not at it: a deletion there may come
         # before or after a poll of that tid), nothing pruned is missed.
         conn.rollback()
