@@ -22,7 +22,7 @@ from ZODB.POSException import ConflictError, POSKeyError, StorageTransactionErro
 from ZODB.utils import p64, u64, z64
 
 from tests.storage.test_blobs import count
-from tests.storage.test_conflict_resolution import Tally
+from tests.storage.test_conflict_resolution import Tally, resolved_conflict
 from tests.storage.test_verify import CORRUPT, run_sql
 import zodbsql.storage.shared
 from zodbsql.errors import CorruptRecordError, DatabaseError
@@ -391,17 +391,7 @@ def test_a_resolved_state_is_handed_back_and_stored_with_its_checksum(
     db_a = ZODB.DB(storage_factory.open())
     db_b = ZODB.DB(storage_factory.open())
     try:
-        with db_a.transaction() as conn:
-            conn.root()["t"] = Tally()
-        tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
-        conn_a, conn_b = db_a.open(tm_a), db_b.open(tm_b)
-        tally_b = conn_b.root()["t"]
-        assert tally_b.count == 0
-        conn_a.root()["t"].count += 1
-        tm_a.commit()
-        tally_b.count += 1
-        tm_b.commit()                       # resolved: 1 + 1
-        assert tally_b.count == 2           # what was stored, not B's own 1
+        conn_a, conn_b, tally_b, _ = resolved_conflict(db_a, db_b, 1)
         oid = tally_b._p_oid
         run_sql(db_a.storage, CORRUPT, (b"not what was stored", u64(oid)))
         fresh = storage_factory.open(cache_size_mb=0)

@@ -16,7 +16,7 @@ import transaction
 import ZODB
 from persistent import Persistent
 from persistent.mapping import PersistentMapping
-from ZODB.POSException import ConflictError
+from ZODB.POSException import ConflictError, POSKeyError
 from ZODB.serialize import referencesf
 
 from zodbsql.errors import CommitLockTimeout
@@ -99,13 +99,18 @@ def test_an_unresolvable_conflict_among_resolved_ones_stores_nothing(
         tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
         conn_a, conn_b = db.open(tm_a), db.open(tm_b)
         assert conn_b.root()["t"].count == 0 and conn_b.root()["plain"]["v"] == 0
+        read = conn_b.root()["plain"]._p_serial
         conn_a.root()["t"].count += 1
         conn_a.root()["plain"]["v"] = 1
         tm_a.commit()
+        committed = conn_a.root()["plain"]._p_serial
         conn_b.root()["t"].count += 10
         conn_b.root()["plain"]["v"] = 2
-        with pytest.raises(ConflictError):
+        with pytest.raises(ConflictError) as info:
             tm_b.commit()
+        # The serials ZODB reports: the committed revision, then the one B read.
+        assert info.value.get_serials() == (committed, read)
+        assert info.value.oid == conn_b.root()["plain"]._p_oid
         tm_b.abort()
         with db.transaction() as conn:
             assert conn.root()["t"].count == 1
@@ -197,3 +202,44 @@ def test_a_vote_waits_for_the_lock_then_meets_the_commit_it_waited_for(
         db.close()
         db_a.close()
         db_b.close()
+
+
+def resolved_conflict(db_a: Any, db_b: Any, b_adds: int) -> tuple[Any, Any, Tally, bytes]:
+    """A Tally made; B reads it, A adds 1 and commits, B adds ``b_adds`` and commits:
+    a conflict the resolution merges.  Both connections (open), B's tally and the
+    serial B read."""
+    with db_a.transaction() as conn:
+        conn.root()["t"] = Tally()
+    tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
+    conn_a, conn_b = db_a.open(tm_a), db_b.open(tm_b)
+    tally_b = conn_b.root()["t"]
+    assert tally_b.count == 0           # loaded: its serial is the revision B read
+    read = tally_b._p_serial
+    conn_a.root()["t"].count += 1
+    tm_a.commit()
+    tally_b.count += b_adds
+    tm_b.commit()                       # resolved with the revision B read
+    assert tally_b.count == 1 + b_adds  # what was stored, not B's own
+    return conn_a, conn_b, tally_b, read
+
+
+def test_after_a_resolution_load_serial_asks_the_database_again(
+        storage_factory: Any) -> None:
+    """During a resolution ``loadSerial`` may answer from the cache (the revision the
+    transaction read); afterwards it asks the database, so a revision the database no
+    longer holds (packed away; history-free, replaced at once) is not served from the
+    cache that still holds it."""
+    db = ZODB.DB(storage_factory.open())
+    try:
+        conn_a, conn_b, tally_b, read = resolved_conflict(db, db, 10)
+        oid = tally_b._p_oid
+        storage = conn_b._storage
+        if storage_factory.param.keep_history:
+            assert storage.loadSerial(oid, read)    # not packed yet
+            db.storage.pack(time.time(), referencesf)
+        with pytest.raises(POSKeyError):
+            storage.loadSerial(oid, read)
+        conn_a.close()
+        conn_b.close()
+    finally:
+        db.close()

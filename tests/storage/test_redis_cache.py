@@ -106,6 +106,32 @@ def test_a_state_is_only_served_to_a_snapshot_that_sees_it(storage_factory,
         db.close()
 
 
+def test_a_commit_leaves_its_states_in_redis_for_the_next_process(storage_factory,
+                                                                redis_options):
+    """What a commit wrote is in the Redis level when it ends: a process that starts
+    next reads the changed objects from there, none from the database."""
+    fill(storage_factory.open())
+    writer = ZODB.DB(storage_factory.open(**redis_options))
+    with writer.transaction() as conn:
+        for i in range(0, COUNT, 3):
+            conn.root()[i]["value"] = -i
+    late_storage = storage_factory.open(**redis_options)
+    late = ZODB.DB(late_storage)
+    level = late_storage.shared.second_level
+    assert level is not None
+    conn = late.open()
+    try:
+        root = conn.root()
+        misses = level.misses           # the root's, if any: only the writer read it
+        assert {i: root[i]["value"] for i in range(0, COUNT, 3)} == {
+            i: -i for i in range(0, COUNT, 3)}
+        assert level.misses == misses and level.hits >= len(range(0, COUNT, 3))
+    finally:
+        conn.close()
+        late.close()
+        writer.close()
+
+
 def test_a_redis_outage_loads_from_the_database_with_one_warning(storage_factory,
                                                                 caplog):
     server = start_private(PrivateRedis)
