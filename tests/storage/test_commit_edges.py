@@ -155,6 +155,27 @@ def test_a_restore_without_a_backpointer_replaces_one_with_it(storage_factory: A
         assert (record.oid, record.data, record.data_txn) == (oid, restored, None)
 
 
+def test_a_restored_backpointer_serves_the_state_it_points_to(storage_factory: Any) -> None:
+    """A restore with no data and a backpointer (an undo's record, as copied): the
+    object's state at the new tid is the older revision's, read and recorded with it.
+    (History-free, the revision pointed to must still be the current one.)"""
+    storage = storage_factory.open()
+    oid, first = _new_object(storage)
+    if storage_factory.param.keep_history:
+        _commit(storage, lambda t: storage.store(oid, first, _pickle(2), "", t))
+    tid = p64(u64(storage.lastTransaction()) + 1)
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn, tid)
+    storage.restore(oid, tid, None, "", first, txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    assert storage.load(oid) == (_pickle(1), tid)
+    if storage_factory.param.keep_history:
+        assert storage.loadSerial(oid, tid) == _pickle(1)
+        (record,) = [r for t in storage.iterator(tid, tid) for r in t]
+        assert (record.oid, record.data, record.data_txn) == (oid, _pickle(1), first)
+
+
 def test_a_restore_drops_a_blob_stored_before_it(storage_factory: Any, tmp_path: Any) -> None:
     """A blob stored and then restored without one in the same transaction: the record
     has no blob, and the staged file is not left in the blob temp directory."""
@@ -511,3 +532,35 @@ def test_a_store_replaces_a_backpointer_and_a_blob_staged_before_it(
     if storage_factory.param.keep_history:
         records = {r.oid: r for t in storage.iterator(tid, tid) for r in t}
         assert (records[oid].data, records[oid].data_txn) == (_pickle(4), None)
+
+
+def test_misused_two_phase_commit_calls_say_what_went_wrong(storage_factory: Any) -> None:
+    """A second tpc_begin for the same transaction, a store into a transaction the
+    instance has not begun, a store of a version: each refused with ZODB's error that
+    says so, and the transaction under way still commits."""
+    storage = storage_factory.open()
+    instance = storage.new_instance()
+    try:
+        txn = TransactionMetaData()
+        instance.tpc_begin(txn)
+        with pytest.raises(StorageTransactionError) as twice:
+            instance.tpc_begin(txn)
+        assert twice.value.args == ("Duplicate tpc_begin calls for same transaction",)
+        other = TransactionMetaData()
+        state = ZODB.tests.StorageTestBase.zodb_pickle(ZODB.tests.MinPO.MinPO(1))
+        with pytest.raises(StorageTransactionError) as stranger:
+            instance.store(p64(1), z64, state, "", other)
+        assert stranger.value.args == (instance, other)
+        for write in (lambda: instance.store(instance.new_oid(), z64, state, "v", txn),
+                      lambda: instance.restore(p64(2), z64, state, "v", None, txn)):
+            with pytest.raises(ZODB.POSException.Unsupported) as versions:
+                write()
+            assert versions.value.args == ("versions are not supported",)
+        oid = instance.new_oid()
+        instance.store(oid, z64, state, "", txn)
+        instance.tpc_vote(txn)
+        tid = instance.tpc_finish(txn)
+        assert instance.load(oid) == (state, tid)
+    finally:
+        instance.release()
+        storage.close()
