@@ -69,6 +69,9 @@ def test_the_figures_are_what_happened(storage_factory: Any) -> None:
         assert value("zodbsql_conflicts_total", name, kind="resolved") == happened["resolved"]
         assert value("zodbsql_vote_seconds_count", name) >= happened["commits"] + 1
         assert value("zodbsql_finish_seconds_count", name) == value("zodbsql_commits_total", name)
+        # Durations, not clock readings: a handful of small commits take well under 60 s.
+        assert 0 < value("zodbsql_vote_seconds_sum", name) < 60
+        assert 0 < value("zodbsql_finish_seconds_sum", name) < 60
         assert value("zodbsql_written_bytes_total", name) > 20 * 20
         from_db = value("zodbsql_loads_total", name, source="database")
         cached = (value("zodbsql_loads_total", name, source="cache")
@@ -90,6 +93,33 @@ def test_the_figures_are_what_happened(storage_factory: Any) -> None:
     finally:
         db.close()
     assert REGISTRY.get_sample_value("zodbsql_cache_entries", {"storage": name}) is None
+
+
+def test_a_read_current_conflict_at_vote_is_counted_under_its_kind(
+        storage_factory: Any) -> None:
+    """readCurrent of an object another connection changed since: the vote raises a
+    read conflict, counted as such (not as a write conflict)."""
+    name = f"metrics-{uuid.uuid4().hex[:8]}"
+    db = ZODB.DB(storage_factory.open(metrics=True, name=name))
+    try:
+        with db.transaction() as conn:
+            conn.root()["watched"] = PersistentMapping()
+            conn.root()["other"] = PersistentMapping()
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        reader, writer = db.open(tm1), db.open(tm2)
+        reader.readCurrent(reader.root()["watched"])
+        reader.root()["other"]["x"] = 1
+        writer.root()["watched"]["changed"] = True
+        tm2.commit()
+        with pytest.raises(ReadConflictError):
+            tm1.commit()
+        tm1.abort()
+        assert value("zodbsql_conflicts_total", name, kind="read_conflict") == 1
+        assert value("zodbsql_conflicts_total", name, kind="conflict") == 0
+        reader.close()
+        writer.close()
+    finally:
+        db.close()
 
 
 def test_off_by_default(storage_factory: Any) -> None:
