@@ -547,7 +547,7 @@ def test_misused_two_phase_commit_calls_say_what_went_wrong(storage_factory: Any
             instance.tpc_begin(txn)
         assert twice.value.args == ("Duplicate tpc_begin calls for same transaction",)
         other = TransactionMetaData()
-        state = ZODB.tests.StorageTestBase.zodb_pickle(ZODB.tests.MinPO.MinPO(1))
+        state = _pickle(1)
         with pytest.raises(StorageTransactionError) as stranger:
             instance.store(p64(1), z64, state, "", other)
         assert stranger.value.args == (instance, other)

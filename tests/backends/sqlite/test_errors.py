@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from zodbsql.backends.sqlite import connections
+from tests.backends.sqlite.test_writer_queue import _hold_file
 from zodbsql.backends.sqlite.connections import SQLiteConnection, result_code
 from zodbsql.backends.sqlite.writers import queue_for
 from zodbsql.errors import CommitLockTimeout, DatabaseError
@@ -70,8 +70,7 @@ def test_a_file_this_process_may_not_write_is_named_with_the_way_out(
 
 def test_a_lock_held_elsewhere_is_a_timeout_the_transaction_can_retry(
         database: pathlib.Path) -> None:
-    holder = sqlite3.connect(database, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    holder = _hold_file(str(database))
     conn = _connection(database, lock_timeout=0.1)
     try:
         with pytest.raises(CommitLockTimeout) as info:
@@ -108,24 +107,6 @@ def test_a_writer_locked_out_behind_this_process_says_so_at_its_timeout(
         writers.release()
         conn.close()
     assert not writers.crowded()
-
-
-def test_a_writer_that_runs_out_of_time_gives_the_turn_back(
-        database: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patience spent in SQLite's busy handler, the free turn taken, and no time left
-    for SQLite: the error, and the turn given back for the next writer."""
-    monkeypatch.setattr(connections, "PATIENCE", 1.0)
-    holder = sqlite3.connect(database, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
-    conn = _connection(database, lock_timeout=0.2)
-    try:
-        with pytest.raises(CommitLockTimeout, match="stayed locked by another writer"):
-            conn.begin_write()
-        assert not queue_for(str(database)).crowded()
-    finally:
-        holder.rollback()
-        holder.close()
-        conn.close()
 
 
 def test_a_statement_sqlite_refuses_names_the_file_the_reason_and_the_statement(
