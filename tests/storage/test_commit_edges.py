@@ -564,3 +564,85 @@ def test_misused_two_phase_commit_calls_say_what_went_wrong(storage_factory: Any
     finally:
         instance.release()
         storage.close()
+
+
+def test_tpc_transaction_names_the_transaction_being_committed(storage_factory: Any) -> None:
+    """``tpc_transaction`` (IStorage): the transaction between tpc_begin and its end, None
+    before, after a finish and after an abort."""
+    storage = storage_factory.open()
+    instance = storage.new_instance()
+    try:
+        assert instance.tpc_transaction() is None
+        for end in ("finish", "abort"):
+            txn = TransactionMetaData()
+            instance.tpc_begin(txn)
+            assert instance.tpc_transaction() is txn
+            instance.store(instance.new_oid(), z64, _pickle(1), "", txn)
+            instance.tpc_vote(txn)
+            assert instance.tpc_transaction() is txn
+            if end == "finish":
+                instance.tpc_finish(txn)
+            else:
+                instance.tpc_abort(txn)
+            assert instance.tpc_transaction() is None
+    finally:
+        instance.release()
+        storage.close()
+
+
+def test_an_oid_asked_for_between_vote_and_finish_comes_from_the_commit(
+        storage_factory: Any) -> None:
+    """An oid block taken after vote is allocated on the commit's own connection: the
+    vote holds the database's write lock (SQLite) and the pooled connection the commit
+    uses, so another one would wait out commit-lock-timeout and fail.  The oid is new,
+    and the commit still finishes."""
+    storage = storage_factory.open(commit_lock_timeout=0.5)
+    instance = storage.new_instance()
+    try:
+        txn = TransactionMetaData()
+        instance.tpc_begin(txn)
+        first = instance.new_oid()
+        instance.store(first, z64, _pickle(1), "", txn)
+        instance.tpc_vote(txn)
+        instance.shared.free_oids.clear()       # the next oid needs a new block
+        late = instance.new_oid()
+        assert u64(late) > u64(first)
+        tid = instance.tpc_finish(txn)
+        assert instance.load(first) == (_pickle(1), tid)
+        assert u64(instance.new_oid()) > u64(late)
+    finally:
+        instance.release()
+        storage.close()
+
+
+def test_an_oid_block_waits_for_a_pooled_connection_at_most_the_lock_timeout(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a commit's vote, a new oid block is asked on a pooled connection; with
+    the pool's only one held by a voted commit, the ask fails after commit-lock-timeout
+    instead of hanging."""
+    monkeypatch.setattr(zodbsql.storage.shared, "COMMIT_POOL_SIZE", 1)
+    storage = storage_factory.open(commit_lock_timeout=0.3)
+    first, second = storage.new_instance(), storage.new_instance()
+    held = TransactionMetaData()
+    try:
+        first.tpc_begin(held)
+        first.store(first.new_oid(), z64, _pickle(1), "", held)
+        first.tpc_vote(held)                   # holds the pool's only connection
+        second.shared.free_oids.clear()
+        outcome: dict[str, Exception] = {}
+
+        def ask() -> None:
+            try:
+                second.new_oid()
+            except DatabaseError as exc:
+                outcome["error"] = exc
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
+        asking.join(10)
+        assert not asking.is_alive()
+        assert "all 1 pooled connections stayed busy for 0.3s" in str(outcome.get("error"))
+    finally:
+        first.tpc_abort(held)
+        first.release()
+        second.release()
+        storage.close()

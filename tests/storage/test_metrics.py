@@ -11,11 +11,17 @@ import transaction
 import ZODB
 from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError, ReadConflictError
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import z64
 
 from tests.fault.servers import free_port
 
 from prometheus_client import REGISTRY
+
+from zodbsql.errors import CommitLockTimeout
 
 
 def value(name: str, storage: str, **labels: str) -> float:
@@ -120,6 +126,38 @@ def test_a_read_current_conflict_at_vote_is_counted_under_its_kind(
         writer.close()
     finally:
         db.close()
+
+
+def test_a_commit_lock_timeout_at_finish_is_counted_under_its_kind(
+        storage_factory: Any) -> None:
+    """A finish that waits out commit-lock-timeout behind another session holding the
+    commit lock raises CommitLockTimeout, counted as lock_timeout.  On the servers
+    only: SQLite's vote takes the write lock that its finish's COMMIT releases, so
+    nothing can take the lock in between."""
+    name = f"metrics-{uuid.uuid4().hex[:8]}"
+    storage = storage_factory.open(metrics=True, name=name, commit_lock_timeout=0.5)
+    backend = storage.shared.backend
+    if backend.features.writes_at_vote:
+        pytest.skip("the vote holds the write lock until finish's COMMIT")
+    instance = storage.new_instance()
+    holder = backend.connect()
+    txn = TransactionMetaData()
+    try:
+        instance.tpc_begin(txn)
+        instance.store(instance.new_oid(), z64, zodb_pickle(MinPO(1)), "", txn)
+        instance.tpc_vote(txn)
+        backend.locker.begin_commit(holder, 5)
+        backend.locker.lock_commit(holder, 5)
+        with pytest.raises(CommitLockTimeout):
+            instance.tpc_finish(txn)
+        assert value("zodbsql_conflicts_total", name, kind="lock_timeout") == 1
+        assert value("zodbsql_conflicts_total", name, kind="conflict") == 0
+    finally:
+        holder.rollback()
+        holder.close()
+        instance.tpc_abort(txn)
+        instance.release()
+        storage.close()
 
 
 def test_off_by_default(storage_factory: Any) -> None:

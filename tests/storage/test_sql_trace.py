@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -45,6 +46,12 @@ def test_every_statement_is_logged_with_its_transaction(
     commit = [line for line in lines if "[commit " in line and "'traced commit'" in line]
     assert commit, lines
     assert any("COMMIT (" in line for line in commit), commit   # PostgreSQL: "...; COMMIT"
+    # The label ends with the commit: what follows (the next poll) is not counted to it.
+    labelled = [number for number, line in enumerate(lines) if "'traced commit'" in line]
+    assert labelled == list(range(labelled[0], labelled[-1] + 1)), lines
+    assert "COMMIT (" in lines[labelled[-1]], lines[labelled[-1]:]
+    assert all(re.search(r" \[(commit [0-9a-f]+|snapshot 0x[0-9a-f]{16}|no transaction)[]' ]",
+                         line) for line in lines), lines
     if "sqlite" in type(storage.shared.backend).__module__:
         # The read transaction a poll ends (SQLite reads inside one).
         assert any(" ms: ROLLBACK (" in line for line in lines), lines
