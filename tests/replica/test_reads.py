@@ -109,25 +109,34 @@ def test_a_standby_past_the_lag_bound_is_skipped(factory: ReplicaFactory) -> Non
     reader.close()
 
 
-def test_a_standby_poll_names_what_changed(factory: ReplicaFactory) -> None:
-    """Polled on the standby, a start reports exactly the objects another process
-    changed, not "everything" (which would empty every ZODB connection's cache at each
-    start), and its snapshot reads the new states."""
+def _reader_on_the_standby(factory: ReplicaFactory, n: int) -> tuple[Any, bytes, Any, Any]:
+    """A writer's DB with the root's "child" mapping committed and replayed on the
+    standby, its oid, and a reader storage (no state cache: every load reaches a server)
+    with an instance that has polled and loaded the root."""
     from persistent.mapping import PersistentMapping
     from ZODB.utils import z64
     standby = factory.cluster.standby
     assert standby is not None
     writer = ZODB.DB(factory.open())
     with writer.transaction() as conn:
-        conn.root()["child"] = PersistentMapping(n=0)
+        conn.root()["child"] = PersistentMapping(n=n)
     with writer.transaction() as conn:
         child = conn.root()["child"]._p_oid
     standby.wait_replayed()
-    reader = factory.open(read_only=True, cache_size_mb=0)    # every load reaches a server
+    reader = factory.open(read_only=True, cache_size_mb=0)
     instance = reader.new_instance()
+    instance.poll_invalidations()
+    instance.load(z64)
+    return writer, child, reader, instance
+
+def test_a_standby_poll_names_what_changed(factory: ReplicaFactory) -> None:
+    """Polled on the standby, a start reports exactly the objects another process
+    changed, not "everything" (which would empty every ZODB connection's cache at each
+    start), and its snapshot reads the new states."""
+    standby = factory.cluster.standby
+    assert standby is not None
+    writer, child, reader, instance = _reader_on_the_standby(factory, 0)
     try:
-        instance.poll_invalidations()
-        instance.load(z64)
         instance.load(child)
         for n in (1, 2):
             with writer.transaction() as conn:
@@ -136,6 +145,35 @@ def test_a_standby_poll_names_what_changed(factory: ReplicaFactory) -> None:
             assert instance.poll_invalidations() == [child]
             assert instance._on_replica                   # polled on the standby
             assert instance.load(child)[0] == writer.storage.load(child)[0]
+    finally:
+        instance.release()
+        reader.close()
+        writer.close()
+
+
+def test_a_standby_lost_mid_snapshot_hands_over_to_the_primary(
+        factory: ReplicaFactory) -> None:
+    """The standby's session ends (terminated on the standby) after the poll: the load
+    that meets the loss fails with a retryable error, and the snapshot's next load is
+    served by the primary, which has every revision it sees (history-free: inside a
+    read transaction begun there); the instance has left the standby."""
+    from transaction.interfaces import TransientError
+    standby = factory.cluster.standby
+    assert standby is not None
+    writer, child, reader, instance = _reader_on_the_standby(factory, 1)
+    try:
+        assert instance._on_replica
+        replica = instance._replica
+        assert replica is not None
+        pid = replica.raw.info.backend_pid
+        with standby.admin() as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(TransientError):
+            instance.load(child)
+        assert instance.load(child)[0] == writer.storage.load(child)[0]
+        assert not instance._on_replica
+        if not factory.param.keep_history:
+            assert instance._load.in_transaction
     finally:
         instance.release()
         reader.close()

@@ -73,6 +73,7 @@ def test_history_gives_each_revision_with_its_transaction(storage_factory: Any,
             b"/ alice", b"second", "test")
         assert len(storage.history(x._p_oid, 10)) == 2
         assert [h["tid"] for h in storage.history(x._p_oid, 1)] == [serial]
+        assert [h["tid"] for h in storage.history(x._p_oid)] == [serial]   # size 1
     else:
         assert (newest["user_name"], newest["description"]) == (b"", b"")
         assert len(storage.history(x._p_oid, 10)) == 1
@@ -86,6 +87,20 @@ def test_history_gives_each_revision_with_its_transaction(storage_factory: Any,
 class TestUndoLog:
     history_modes = HP_ONLY
     history_modes_reason = NO_UNDO
+
+    def test_undo_info_keeps_the_entries_its_specification_matches(
+            self, storage_and_db: Any) -> None:
+        """``undoInfo(first, last, specification)``: only the entries whose every key
+        the specification names holds its value; without one, every entry."""
+        storage, db = storage_and_db
+        _commit_numbered(db, 6)
+
+        def info(*args: Any) -> list[bytes]:
+            return [entry["description"] for entry in storage.undoInfo(*args)]
+        assert info(0, 3) == [b"t5", b"t4", b"t3"]
+        assert info(0, 3, {}) == [b"t5", b"t4", b"t3"]
+        assert info(0, 20, {"description": b"t2"}) == [b"t2"]
+        assert info(0, 20, {"description": b"t2", "user_name": b"nobody"}) == []
 
     def test_pages_newest_first_across_batches_and_filters(self, storage_and_db: Any) -> None:
         storage, db = storage_and_db
@@ -337,3 +352,18 @@ def test_an_extension_that_is_not_a_dict_reads_as_empty(storage_factory: Any) ->
     entry = storage.history(p64(0), 1)[0]
     assert entry["description"] == (b"foreign" if storage.options.keep_history else b"")
     assert set(entry) == {"time", "tid", "serial", "user_name", "description", "size"}
+
+
+def test_copy_transactions_from_copies_every_transaction_quietly(
+        storage_and_db: Any, storage_factory: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``copyTransactionsFrom`` without a blob-dir (ZODB's copy): every transaction at its
+    tid, the states the same, and nothing printed (ZODB's copy prints each record only
+    when asked to be verbose)."""
+    storage, db = storage_and_db
+    oid, tids = _commit_numbered(db, 3)
+    copy = storage_factory.open_other()
+    capsys.readouterr()
+    copy.copyTransactionsFrom(storage)
+    assert capsys.readouterr().out == ""
+    assert [txn.tid for txn in copy.iterator()] == [txn.tid for txn in storage.iterator()]
+    assert copy.load(oid) == storage.load(oid)

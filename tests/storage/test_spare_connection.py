@@ -127,3 +127,29 @@ def test_the_spare_is_closed_with_the_storage(storage_factory: Any,
         assert shut == [conn]
     finally:
         other.close()
+
+
+def test_a_closed_instance_leaves_its_storage_open_and_forgets_its_snapshot(
+        storage_factory: Any) -> None:
+    """Closing (or releasing) an instance ends only that instance: the storage and its
+    other instances go on loading, and the instance's snapshot no longer counts as one
+    being read (a poll keeps exact revisions only for snapshots still read)."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        shared = storage.shared
+        first, second = storage.new_instance(), storage.new_instance()
+        first.poll_invalidations()
+        assert shared.others_read_before(-1, 2 ** 63)
+        first.release()
+        assert not shared.others_read_before(-1, 2 ** 63)
+        second.poll_invalidations()
+        second.close()
+        assert not shared.closed
+        assert not shared.others_read_before(-1, 2 ** 63)
+        third = storage.new_instance()
+        third.poll_invalidations()
+        assert third.load(z64)
+        third.release()
+    finally:
+        db.close()
