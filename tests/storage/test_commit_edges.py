@@ -344,6 +344,22 @@ def test_restored_oids_are_never_handed_out_again(storage_factory: Any) -> None:
     assert u64(other.new_oid()) > u64(restored)
 
 
+def test_the_first_oid_restored_into_a_new_database_is_not_handed_out_again(
+        storage_factory: Any) -> None:
+    """oid 1 restored before any oid was handed out (a copy into a new database whose
+    source holds the root and one object): the next new oid is 2.  PostgreSQL's sequence,
+    never called, gives its start value next, so raising it to the restored oid must
+    count that (it gave oid 1 again, and the next new object's commit conflicted)."""
+    storage = storage_factory.open()
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn, p64(u64(storage.lastTransaction()) + 1))
+    for oid in (0, 1):
+        storage.restore(p64(oid), z64, _pickle(oid), "", None, txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    assert u64(storage.new_oid()) == 2
+
+
 @pytest.mark.parametrize("limit", [None, 300])
 def test_blob_chunks_fit_the_statement_limit(storage_factory: Any, tmp_path: Any,
                                              limit: int | None) -> None:

@@ -10,9 +10,12 @@ from zodbsql.backends.base.oidalloc import BLOCK, OidAllocator
 
 
 ALLOCATE = "SELECT nextval('zoid_seq') FROM generate_series(1, %s)"
-# Raise the sequence when a copied/restored oid is above it.  Not atomic with a
-# concurrent nextval, but it only ever moves the sequence up past oids already in use.
-RAISE_TO = "SELECT setval('zoid_seq', %s) FROM zoid_seq WHERE last_value < %s"
+# Raise the sequence when a copied/restored oid is at or above the next it gives.  Not
+# atomic with a concurrent nextval, but it only ever moves the sequence up past oids
+# already in use.  A sequence never called (a new or zapped database) gives last_value
+# itself next, so its highest given is one less (``is_called`` false).
+RAISE_TO = ("SELECT setval('zoid_seq', %s) FROM zoid_seq"
+            " WHERE last_value - (NOT is_called)::int < %s")
 
 
 class PostgreSQLOidAllocator(OidAllocator):
