@@ -355,3 +355,34 @@ def test_zap_all_makes_the_schema_again_with_create_schema_false(
     zap empties a database that has one, and must leave it with one."""
     make_database(storage_factory)
     zap_and_use(storage_factory, create_schema=False)
+
+
+def test_zap_all_starts_the_instance_and_its_caches_afresh(storage_factory: Any,
+                                                           tmp_path: Any) -> None:
+    """After zap_all: the emptied database's old states are not saved to the persistent
+    cache, which is opened again; the instance no longer counts as reading its old
+    snapshot and polls afresh; and the oids a copy then restores (the root and oid 1)
+    are never handed out again, however high the oids were before."""
+    source_db = ZODB.DB(storage_factory.open_other())
+    with source_db.transaction() as conn:
+        conn.root()["one"] = PersistentMapping()
+    cache_dir = tmp_path / "states"
+    cache_dir.mkdir()
+    storage = storage_factory.open(cache_persistent_dir=str(cache_dir))
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["many"] = [PersistentMapping() for _ in range(40)]
+        storage.poll_invalidations()
+        storage.zap_all()
+        assert list(cache_dir.iterdir()) == []
+        assert storage.shared.persistent is not None
+        assert not storage.shared.others_read_before(-1, 2 ** 63)
+        storage.copyTransactionsFrom(source_db.storage)
+        assert storage.poll_invalidations() is not None
+        assert u64(storage.new_oid()) > 1
+        with db.transaction() as conn:
+            assert list(conn.root()) == ["one"]
+    finally:
+        db.close()
+        source_db.close()

@@ -118,7 +118,6 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         self._pending: PendingCommit | None = None
         self._resolving = False              # inside vote's conflict resolution
         self._last_commit: int | None = None
-        self._db: Any = None
         self._number = shared.instance_number()     # its key in ``shared.reading_at``
 
     @staticmethod
@@ -1192,10 +1191,6 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
 
     def supportsVersions(self) -> bool:
         return False
-
-    def registerDB(self, db: Any) -> None:
-        super().registerDB(db)  # conflict resolution's record transforms
-        self._db = db
 
     def zap_all(self) -> None:
         """Remove every object and transaction: drop and recreate the schema.
