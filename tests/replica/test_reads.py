@@ -178,3 +178,71 @@ def test_a_standby_lost_mid_snapshot_hands_over_to_the_primary(
         instance.release()
         reader.close()
         writer.close()
+
+
+def test_a_standby_session_is_kept_across_polls_and_one_that_fails_is_replaced(
+        factory: ReplicaFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """Polls reuse the standby session they found in bounds.  One that ends: history-
+    preserving (reads outside a transaction) the next poll itself fails on it, and the
+    primary serves it (logged at INFO with the reason), and the poll after connects a
+    new standby session; history-free, the end of the read transaction finds it gone
+    first, and the poll connects a new session at once."""
+    import logging
+    writer, child, reader, instance = _reader_on_the_standby(factory, 0)
+    prefix = "standby poll failed, reading from the primary: "
+    try:
+        replica = instance._replica
+        assert replica is not None
+        pid = replica.raw.info.backend_pid
+        instance.poll_invalidations()
+        assert instance._replica is replica and instance._on_replica
+        standby = factory.cluster.standby
+        assert standby is not None
+        with standby.admin() as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for n in (1, 2):
+            with writer.transaction() as conn:
+                conn.root()["child"]["n"] = n
+            standby.wait_replayed()
+            with caplog.at_level(logging.INFO, logger="zodbsql.storage.storage"):
+                assert instance.poll_invalidations() == [child]
+            assert instance.load(child)[0] == writer.storage.load(child)[0]
+            failed = [r.getMessage() for r in caplog.records
+                      if r.getMessage().startswith(prefix)]
+            if factory.param.keep_history and n == 1:
+                assert len(failed) == 1 and "standby" in failed[0][len(prefix):], failed
+                assert "was lost" in failed[0], failed
+                assert not instance._on_replica and instance._replica is None
+                continue
+            assert instance._on_replica
+            again = instance._replica
+            assert again is not None and again.raw.info.backend_pid != pid
+            assert len(failed) == (1 if factory.param.keep_history else 0)
+            break
+    finally:
+        instance.release()
+        reader.close()
+        writer.close()
+
+def test_a_standby_that_falls_behind_its_bound_is_left_at_the_next_poll(
+        factory: ReplicaFactory) -> None:
+    """A standby in bounds when it was chosen, then past replica-max-lag (its replay
+    paused while the primary commits): the next poll leaves it and reads the new
+    states from the primary."""
+    factory.replica["replica_max_lag"] = 0.5
+    writer, child, reader, instance = _reader_on_the_standby(factory, 0)
+    try:
+        assert instance._on_replica
+        standby = factory.cluster.standby
+        assert standby is not None
+        standby.pause_replay()
+        with writer.transaction() as conn:
+            conn.root()["child"]["n"] = 1
+        time.sleep(1.5)
+        assert instance.poll_invalidations() == [child]
+        assert not instance._on_replica
+        assert instance.load(child)[0] == writer.storage.load(child)[0]
+    finally:
+        instance.release()
+        reader.close()
+        writer.close()
