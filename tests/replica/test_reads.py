@@ -246,3 +246,28 @@ def test_a_standby_that_falls_behind_its_bound_is_left_at_the_next_poll(
         instance.release()
         reader.close()
         writer.close()
+
+
+def test_a_standby_poll_names_the_objects_a_pack_deleted(factory: ReplicaFactory) -> None:
+    """An object another process dropped and then packed away: the reader's next poll,
+    on the standby, names it (the pack's deletion records), so its cached state goes
+    and a load says the object is gone instead of serving the state it held."""
+    from ZODB.POSException import POSKeyError
+    standby = factory.cluster.standby
+    assert standby is not None
+    writer, child, reader, instance = _reader_on_the_standby(factory, 0)
+    try:
+        instance.load(child)                           # held in the state cache
+        with writer.transaction() as conn:
+            del conn.root()["child"]
+        time.sleep(0.01)
+        writer.pack(time.time())
+        standby.wait_replayed()
+        assert child in instance.poll_invalidations()
+        assert instance._on_replica
+        with pytest.raises(POSKeyError):
+            instance.load(child)
+    finally:
+        instance.release()
+        reader.close()
+        writer.close()
