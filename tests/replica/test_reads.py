@@ -129,6 +129,17 @@ def _reader_on_the_standby(factory: ReplicaFactory, n: int) -> tuple[Any, bytes,
     instance.load(z64)
     return writer, child, reader, instance
 
+def _end_standby_session(factory: ReplicaFactory, instance: Any) -> int:
+    """Terminate, on the standby, the session ``instance`` reads from; its pid."""
+    standby = factory.cluster.standby
+    replica = instance._replica
+    assert standby is not None and replica is not None
+    pid: int = replica.raw.info.backend_pid
+    with standby.admin() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    return pid
+
+
 def test_a_standby_poll_names_what_changed(factory: ReplicaFactory) -> None:
     """Polled on the standby, a start reports exactly the objects another process
     changed, not "everything" (which would empty every ZODB connection's cache at each
@@ -158,16 +169,10 @@ def test_a_standby_lost_mid_snapshot_hands_over_to_the_primary(
     served by the primary, which has every revision it sees (history-free: inside a
     read transaction begun there); the instance has left the standby."""
     from transaction.interfaces import TransientError
-    standby = factory.cluster.standby
-    assert standby is not None
     writer, child, reader, instance = _reader_on_the_standby(factory, 1)
     try:
         assert instance._on_replica
-        replica = instance._replica
-        assert replica is not None
-        pid = replica.raw.info.backend_pid
-        with standby.admin() as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        _end_standby_session(factory, instance)
         with pytest.raises(TransientError):
             instance.load(child)
         assert instance.load(child)[0] == writer.storage.load(child)[0]
@@ -192,14 +197,11 @@ def test_a_standby_session_is_kept_across_polls_and_one_that_fails_is_replaced(
     prefix = "standby poll failed, reading from the primary: "
     try:
         replica = instance._replica
-        assert replica is not None
-        pid = replica.raw.info.backend_pid
         instance.poll_invalidations()
         assert instance._replica is replica and instance._on_replica
+        pid = _end_standby_session(factory, instance)
         standby = factory.cluster.standby
         assert standby is not None
-        with standby.admin() as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         for n in (1, 2):
             with writer.transaction() as conn:
                 conn.root()["child"]["n"] = n
@@ -223,6 +225,7 @@ def test_a_standby_session_is_kept_across_polls_and_one_that_fails_is_replaced(
         instance.release()
         reader.close()
         writer.close()
+
 
 def test_a_standby_that_falls_behind_its_bound_is_left_at_the_next_poll(
         factory: ReplicaFactory) -> None:

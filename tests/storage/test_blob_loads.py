@@ -1,6 +1,7 @@
 """How the storage serves a blob revision (``loadBlob``, ``openCommittedBlobFile``), copies
 one (``restoreBlob``) and refuses a blob call or layout it can't serve: what each asks
-of the database, and the words and arguments of each refusal."""
+of the database, and the words of each refusal (a revision without a blob:
+test_blobs.py)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ import pytest
 import transaction
 import ZODB
 from ZODB.blob import Blob
-from ZODB.POSException import POSKeyError, Unsupported
+from ZODB.POSException import Unsupported
 from ZODB.utils import p64
 
 from zodbsql.errors import SchemaError
@@ -67,21 +68,6 @@ def test_the_recorded_blob_layout_refuses_the_other_naming_the_setting_to_use(
         f"{other} keeps its blobs in the shared-directory layout, but the storage was"
         " configured for the database layout (shared-blob-dir false); set"
         " shared-blob-dir true to open it")
-
-
-def test_a_revision_without_a_blob_is_a_poskeyerror_naming_it(
-        storage_factory: Any, tmp_path: pathlib.Path) -> None:
-    db = _blob_db(storage_factory, tmp_path)
-    try:
-        with db.transaction() as conn:
-            conn.root()["plain"] = 1
-        storage = db.storage
-        oid, tid = p64(0), storage.lastTransaction()
-        with pytest.raises(POSKeyError) as missing:
-            storage.loadBlob(oid, tid)
-        assert missing.value.args == ("no blob for this revision", oid, tid)
-    finally:
-        db.close()
 
 
 def test_what_a_blob_load_asks_of_the_database(storage_factory: Any,

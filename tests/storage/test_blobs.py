@@ -200,9 +200,10 @@ def test_load_blob_of_a_revision_without_one(storage_factory, tmp_path) -> None:
     try:
         conn = db.open()
         transaction.commit()
-        root_oid = conn.root()._p_oid
-        with pytest.raises(POSKeyError):
-            storage.loadBlob(root_oid, storage.lastTransaction())
+        root_oid, tid = conn.root()._p_oid, storage.lastTransaction()
+        with pytest.raises(POSKeyError) as missing:
+            storage.loadBlob(root_oid, tid)
+        assert missing.value.args == ("no blob for this revision", root_oid, tid)
     finally:
         db.close()
 

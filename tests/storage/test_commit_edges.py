@@ -349,7 +349,8 @@ def test_the_first_oid_restored_into_a_new_database_is_not_handed_out_again(
     """oid 1 restored before any oid was handed out (a copy into a new database whose
     source holds the root and one object): the next new oid is 2.  PostgreSQL's sequence,
     never called, gives its start value next, so raising it to the restored oid must
-    count that (it gave oid 1 again, and the next new object's commit conflicted)."""
+    count that (it gave oid 1 again: a copy into a new schema, then a new object's
+    commit, failed with ZODB's "A different object already has the same oid")."""
     storage = storage_factory.open()
     txn = TransactionMetaData()
     storage.tpc_begin(txn, p64(u64(storage.lastTransaction()) + 1))
@@ -389,8 +390,12 @@ def test_blob_chunks_fit_the_statement_limit(storage_factory: Any, tmp_path: Any
         db.close()
 
 
-def test_a_vote_waits_for_a_pooled_connection_at_most_the_lock_timeout(
-        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def _error_behind_the_held_pool(storage_factory: Any, monkeypatch: pytest.MonkeyPatch,
+                                ask: Callable[[Any], None]) -> str:
+    """What ``ask(instance)`` raises, in a thread, while a voted commit of another
+    instance holds the commit pool cut to one connection (commit-lock-timeout 0.3 s):
+    the DatabaseError's text, or "None" when it raised nothing, hanging until the
+    commit gave the connection back."""
     monkeypatch.setattr(zodbsql.storage.shared, "COMMIT_POOL_SIZE", 1)
     storage = storage_factory.open(commit_lock_timeout=0.3)
     first, second = storage.new_instance(), storage.new_instance()
@@ -400,17 +405,12 @@ def test_a_vote_waits_for_a_pooled_connection_at_most_the_lock_timeout(
     first.tpc_vote(held)                   # holds the pool's only connection
     outcome: dict[str, Exception] = {}
 
-    def vote_second() -> None:
-        txn = TransactionMetaData()
-        second.tpc_begin(txn)
-        second.store(storage.new_oid(), z64, _pickle(2), "", txn)
+    def run() -> None:
         try:
-            second.tpc_vote(txn)
+            ask(second)
         except DatabaseError as exc:
             outcome["error"] = exc
-        finally:
-            second.tpc_abort(txn)
-    waiting = threading.Thread(target=vote_second, daemon=True)
+    waiting = threading.Thread(target=run, daemon=True)
     waiting.start()
     waiting.join(10)
     first.tpc_abort(held)                  # gives the connection back
@@ -418,7 +418,21 @@ def test_a_vote_waits_for_a_pooled_connection_at_most_the_lock_timeout(
     first.release()
     second.release()
     assert not waiting.is_alive()
-    assert "all 1 pooled connections stayed busy for 0.3s" in str(outcome.get("error"))
+    return str(outcome.get("error"))
+
+
+def test_a_vote_waits_for_a_pooled_connection_at_most_the_lock_timeout(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def vote(second: Any) -> None:
+        txn = TransactionMetaData()
+        second.tpc_begin(txn)
+        second.store(second.new_oid(), z64, _pickle(2), "", txn)
+        try:
+            second.tpc_vote(txn)
+        finally:
+            second.tpc_abort(txn)
+    error = _error_behind_the_held_pool(storage_factory, monkeypatch, vote)
+    assert "all 1 pooled connections stayed busy for 0.3s" in error
 
 
 def test_a_resolved_state_is_handed_back_and_stored_with_its_checksum(
@@ -636,29 +650,8 @@ def test_an_oid_block_waits_for_a_pooled_connection_at_most_the_lock_timeout(
     """Outside a commit's vote, a new oid block is asked on a pooled connection; with
     the pool's only one held by a voted commit, the ask fails after commit-lock-timeout
     instead of hanging."""
-    monkeypatch.setattr(zodbsql.storage.shared, "COMMIT_POOL_SIZE", 1)
-    storage = storage_factory.open(commit_lock_timeout=0.3)
-    first, second = storage.new_instance(), storage.new_instance()
-    held = TransactionMetaData()
-    try:
-        first.tpc_begin(held)
-        first.store(first.new_oid(), z64, _pickle(1), "", held)
-        first.tpc_vote(held)                   # holds the pool's only connection
+    def new_block(second: Any) -> None:
         second.shared.free_oids.clear()
-        outcome: dict[str, Exception] = {}
-
-        def ask() -> None:
-            try:
-                second.new_oid()
-            except DatabaseError as exc:
-                outcome["error"] = exc
-        asking = threading.Thread(target=ask, daemon=True)
-        asking.start()
-        asking.join(10)
-        assert not asking.is_alive()
-        assert "all 1 pooled connections stayed busy for 0.3s" in str(outcome.get("error"))
-    finally:
-        first.tpc_abort(held)
-        first.release()
-        second.release()
-        storage.close()
+        second.new_oid()
+    error = _error_behind_the_held_pool(storage_factory, monkeypatch, new_block)
+    assert "all 1 pooled connections stayed busy for 0.3s" in error

@@ -10,6 +10,7 @@ import pytest
 from ZODB.blob import Blob
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import StorageError
+from ZODB.tests.StorageTestBase import zodb_pickle
 
 from zodbsql.storage.storage import commit_label
 
@@ -35,14 +36,13 @@ def test_the_trace_names_a_commit_by_its_id_and_the_start_of_its_description() -
 def test_a_blob_stored_with_its_serial_as_text_is_stored(storage_factory: Any,
                                                          tmp_path: pathlib.Path) -> None:
     """Some callers pass the empty serial as a text of eight NULs (ZODB's older API)."""
-    import ZODB.tests.StorageTestBase
     storage = storage_factory.open(blob_dir=str(tmp_path / "cache"))
     txn = TransactionMetaData()
     storage.tpc_begin(txn)
     oid = storage.new_oid()
     path = tmp_path / "upload"
     path.write_bytes(b"blob data")
-    record = ZODB.tests.StorageTestBase.zodb_pickle(Blob())
+    record = zodb_pickle(Blob())
     storage.storeBlob(oid, "\0" * 8, record, str(path), "", txn)
     storage.tpc_vote(txn)
     tid = storage.tpc_finish(txn)
