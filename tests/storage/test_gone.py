@@ -263,6 +263,19 @@ def test_a_poll_by_tid_lists_what_went_since_and_says_when_it_cannot(
         _commit(writer, {ROOT: node_state(300, set())})
         assert poller.poll(conn, u64(writer.lastTransaction())).complete is True
         conn.rollback()
+        # Packs that delete nothing: once the records before them are pruned (two
+        # packs), a pack that prunes none leaves the floor where it was, and a poll
+        # from a tid after the floor is still complete.  (A commit before each: a
+        # history-preserving pack to the packed tid again does nothing.)
+        for value in (310, 320):
+            _commit(writer, {ROOT: node_state(value, set())})
+            _pack(writer_storage)
+        _commit(writer, {ROOT: node_state(400, set())})
+        after = u64(writer.lastTransaction())
+        _commit(writer, {ROOT: node_state(410, set())})
+        _pack(writer_storage)
+        assert poller.poll(conn, after).complete is True
+        conn.rollback()
     finally:
         conn.close()
 

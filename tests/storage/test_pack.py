@@ -19,7 +19,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.serialize import referencesf
-from ZODB.utils import p64, z64
+from ZODB.utils import p64, u64, z64
 
 from tests.storage.packing import assert_gone, pause, time_between
 from zodbsql.errors import CommitLockTimeout
@@ -31,6 +31,17 @@ def _open_db(storage_factory: Any, **options: Any) -> tuple[Any, Any]:
     return storage, ZODB.DB(storage)
 
 
+def _unlinked(tm: Any, root: Any, value: str) -> tuple[PersistentMapping, bytes]:
+    """An object the root links, then unlinks (the connection still holds it), and
+    the tid of the unlinking transaction."""
+    root["g"] = PersistentMapping(v=value)
+    tm.commit()
+    g = root["g"]
+    del root["g"]
+    tm.commit()
+    return g, root._p_serial
+
+
 @pytest.mark.parametrize("via", ["root", "new-object"])
 def test_object_linked_again_after_the_pack_time_survives(storage_factory: Any,
                                                            via: str) -> None:
@@ -39,12 +50,7 @@ def test_object_linked_again_after_the_pack_time_survives(storage_factory: Any,
         tm = transaction.TransactionManager()
         conn = db.open(tm)
         root = conn.root()
-        root["g"] = PersistentMapping(v="garbage for a while")
-        tm.commit()
-        g = root["g"]
-        del root["g"]
-        tm.commit()
-        unlinked = root._p_serial
+        g, unlinked = _unlinked(tm, root, "garbage for a while")
         pause()
         if via == "root":
             root["again"] = g      # the connection still holds g: it links it again
@@ -108,6 +114,66 @@ def test_batched_pack_removes_every_unreachable_object(
         db.close()
 
 
+class TestPackedTransactions:
+    history_modes = (True,)
+    history_modes_reason = "a history-free database keeps no transactions to list"
+
+    def test_the_pack_tids_transaction_cannot_be_undone_after(self, storage_factory: Any) -> None:
+        """A pack to the last transaction packs that transaction too: the iterator
+        marks it packed, and the undo log lists nothing (its object's revision before
+        is gone)."""
+        storage, db = _open_db(storage_factory)
+        try:
+            with db.transaction() as conn:
+                conn.root()["o"] = PersistentMapping(v=1)
+            added = storage.lastTransaction()
+            with db.transaction() as conn:
+                conn.root()["o"]["v"] = 2
+            changed = storage.lastTransaction()
+            assert len(storage.undoLog(0, 10)) == 3
+            pause()
+            pack.pack(storage, time.time())
+            assert storage.undoLog(0, 10) == []
+            assert [(t.tid, t.status) for t in storage.iterator()] == [
+                (added, "p"), (changed, "p")]
+        finally:
+            db.close()
+
+    def test_only_the_transactions_a_pack_emptied_go(self, storage_factory: Any) -> None:
+        """``g``, unlinked, is written alone by the last transaction, and a pack goes
+        to that transaction: it deletes ``g`` and every transaction it left without a
+        revision, the pack tid's among them.  An empty transaction made after that,
+        and a second pack to a time before it: the empty transaction stays, in the
+        undo log and the iterator."""
+        storage, db = _open_db(storage_factory)
+        try:
+            tm = transaction.TransactionManager()
+            conn = db.open(tm)
+            root = conn.root()
+            g, unlinked = _unlinked(tm, root, "garbage")
+            g["v"] = "written alone, unlinked"
+            tm.commit()
+            written = g._p_serial
+            assert storage.lastTransaction() == written
+            pause()
+            pack.pack(storage, time.time())
+            assert_gone(storage, [g._p_oid])
+            assert [t.tid for t in storage.iterator()] == [unlinked]
+            pause()
+            empty = TransactionMetaData(description="empty, after the pack time")
+            storage.tpc_begin(empty)
+            storage.tpc_vote(empty)
+            storage.tpc_finish(empty)
+            after = storage.lastTransaction()
+            pack.pack(storage, time_between(written, after))
+            assert [t.tid for t in storage.iterator()] == [unlinked, after]
+            assert [u["description"] for u in storage.undoLog(0, 10)] == [
+                b"empty, after the pack time"]
+            conn.close()
+        finally:
+            db.close()
+
+
 class TestBatchedPackOfDeletedObjects:
     history_modes = (True,)
     history_modes_reason = (
@@ -137,6 +203,103 @@ class TestBatchedPackOfDeletedObjects:
                 ("deleted", 2), ("deleted", 4), ("deleted", 6), ("deleted", 7)]
             assert_gone(storage, oids)
             assert len(storage) == 1
+        finally:
+            db.close()
+
+    def test_objects_an_undo_brought_back_are_neither_counted_nor_deleted(
+            self, storage_factory: Any) -> None:
+        """Three objects deleted; an undo brings the first back before the pack time
+        and another the second after it.  The pack's deleted phase finds only the
+        third: its progress counts one object, and the two brought back load as they
+        were.  (A search for candidates that took any deletion in an object's history,
+        or one followed by a newer revision, counted them; the batch's re-check kept
+        them.)"""
+        storage, db = _open_db(storage_factory)
+        try:
+            names = ("before", "after", "gone")
+            with db.transaction() as conn:
+                for name in names:
+                    conn.root()[name] = PersistentMapping(v=name)
+            with db.transaction() as conn:
+                oids = {name: conn.root()[name]._p_oid for name in names}
+                for name in names:
+                    del conn.root()[name]
+            deletions = {}
+            for name in names:
+                txn = TransactionMetaData()
+                storage.tpc_begin(txn)
+                storage.deleteObject(oids[name], storage.load(oids[name])[1], txn)
+                storage.tpc_vote(txn)
+                storage.tpc_finish(txn)
+                deletions[name] = storage.lastTransaction()
+            undone = {}
+            for name in ("before", "after"):
+                pause()
+                txn = TransactionMetaData()
+                storage.tpc_begin(txn)
+                storage.undo(deletions[name], txn)
+                storage.tpc_vote(txn)
+                storage.tpc_finish(txn)
+                undone[name] = storage.lastTransaction()
+            reports: list[tuple[str, int]] = []
+            pack.pack(storage, time_between(undone["before"], undone["after"]), gc=False,
+                      batch_size=10, progress=lambda phase, done: reports.append((phase, done)))
+            assert [r for r in reports if r[0] == "deleted"] == [("deleted", 1)]
+            assert_gone(storage, [oids["gone"]])
+            check = db.open(transaction.TransactionManager())
+            for name in ("before", "after"):
+                assert storage.load(oids[name])[1] == undone[name]
+                assert check.get(oids[name])["v"] == name
+            check.close()
+        finally:
+            db.close()
+
+    def test_an_object_an_undo_brings_back_after_the_search_stays(
+            self, storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Two objects are left with nothing but a deletion.  The pack reads both as
+        candidates; right after, before its batch takes the commit lock, an undo of the
+        first one's deletion commits.  The batch re-checks under the lock and deletes
+        only the second.  A re-check that missed the new revision deleted the object
+        the undo brought back, that revision with it."""
+        storage, db = _open_db(storage_factory)
+        try:
+            with db.transaction() as conn:
+                conn.root()["back"] = PersistentMapping(v="brought back")
+                conn.root()["gone"] = PersistentMapping(v="stays deleted")
+            with db.transaction() as conn:
+                back, gone = conn.root()["back"]._p_oid, conn.root()["gone"]._p_oid
+                del conn.root()["back"], conn.root()["gone"]
+            deletions = []
+            for oid in (back, gone):
+                txn = TransactionMetaData()
+                storage.tpc_begin(txn)
+                storage.deleteObject(oid, storage.load(oid)[1], txn)
+                storage.tpc_vote(txn)
+                storage.tpc_finish(txn)
+                deletions.append(storage.lastTransaction())
+            pause()
+            packer = storage.shared.backend.packer
+            search = packer.next_deleted
+            found: list[list[int]] = []
+
+            def search_then_undo(conn: Any, after: int, limit: int) -> list[int]:
+                found.append(search(conn, after, limit))
+                if len(found) == 1:
+                    undo = TransactionMetaData()
+                    storage.tpc_begin(undo)
+                    storage.undo(deletions[0], undo)
+                    storage.tpc_vote(undo)
+                    storage.tpc_finish(undo)
+                return found[-1]
+            monkeypatch.setattr(packer, "next_deleted", search_then_undo)
+            pack.pack(storage, time.time(), gc=False, batch_size=2)
+            assert found[0] == [u64(back), u64(gone)]
+            assert_gone(storage, [gone])
+            assert storage.load(back)[1] == storage.lastTransaction() > deletions[1]
+            check = db.open(transaction.TransactionManager())
+            check.cacheMinimize()
+            assert check.get(back)["v"] == "brought back"
+            check.close()
         finally:
             db.close()
 
@@ -257,6 +420,49 @@ def test_commit_during_pack_keeps_what_the_relinked_object_references(
         check = db.open(transaction.TransactionManager())
         check.cacheMinimize()
         assert check.root()["again"]["child"]["v"] == "child of garbage"
+        check.close()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_garbage_written_at_the_pack_tid_goes_despite_a_commit_during_the_walk(
+        storage_factory: Any) -> None:
+    """``g -> child`` is written by the very transaction that unlinks it, and the pack
+    time is that transaction.  A commit during the walk that touches neither makes the
+    pack look for what was committed since the walk began: that is after the pack tid,
+    so ``g`` and its child still go (a rescue that also took the pack tid's own
+    revisions kept both)."""
+    storage, db = _open_db(storage_factory)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root["live"] = PersistentMapping(inner=PersistentMapping(v="deep"))
+        root["g"] = PersistentMapping(child=PersistentMapping(v="child of garbage"))
+        tm.commit()
+        g = root["g"]
+        child = g["child"]
+        g["v"] = "written as it is unlinked"
+        del root["g"]
+        tm.commit()
+        assert g._p_serial == root._p_serial == storage.lastTransaction()
+        pause()
+        fired: list[int] = []
+
+        def commit_once(phase: str, done: int) -> None:
+            if phase == "walk" and not fired:
+                fired.append(done)
+                root["live"]["v"] = "written during the walk"
+                tm.commit()
+
+        counts = pack.pack(storage, time.time(), progress=commit_once, batch_size=1)
+        assert fired and counts["garbage"] == 2
+        assert_gone(storage, [g._p_oid, child._p_oid])
+        check = db.open(transaction.TransactionManager())
+        check.cacheMinimize()
+        assert check.root()["live"]["inner"]["v"] == "deep"
+        assert check.root()["live"]["v"] == "written during the walk"
         check.close()
         conn.close()
     finally:
