@@ -112,7 +112,9 @@ class Runner:
         seconds = time.monotonic() - started
         if code == 0:
             return "survived", seconds
-        if code in (1, 3):
+        if code in (1, 3, 4):
+            # Tests failed, pytest failed, or the tests could not start: a mutant that
+            # breaks an import-time check of the SQL (4, a conftest that fails) is seen.
             return "killed", seconds
         return f"error {code}", seconds
 

@@ -288,3 +288,41 @@ def test_a_poll_of_the_last_tid_alone_is_read_as_such() -> None:
                              6, None) == (7, [(12, 7)], [11], 5, 3, False, False)
     assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6)], 7, None).complete is True
     assert Poller.parse_poll([(0, 0, 7), (2, 3, 5), (3, 0, 6)], 6, 4).complete is True
+
+
+def test_a_commit_records_only_the_objects_it_deleted(storage_factory: Any,
+                                                      tmp_path: Any) -> None:
+    """History-free, a commit that changes one object and deletes another records the
+    deleted one alone; a commit with a blob (which runs the same steps) and no
+    deletion records nothing.  (History-preserving, a deletion is a revision: no
+    record.)"""
+    keep_history = storage_factory.param.keep_history
+    storage = storage_factory.open(blob_dir=str(tmp_path / "blobs"))
+    writer = storage.new_instance()
+    _commit(writer, {ROOT: node_state(0, set())})
+    kept, gone = writer.new_oid(), writer.new_oid()
+    _commit(writer, {kept: node_state(1, set()), gone: node_state(2, set())})
+    poller = storage.shared.backend.poller
+    conn = storage.shared.connect()
+    try:
+        first = poller.poll(conn, None)
+        conn.rollback()
+        _commit(writer, {kept: node_state(3, set())}, deleted=(gone,))
+        polled = poller.poll(conn, first.upto, first.gone_seq)
+        conn.rollback()
+        assert polled.gone == ([] if keep_history else [u64(gone)])
+        assert polled.gone_seq == first.gone_seq + (0 if keep_history else 1)
+        blob_file = tmp_path / "content"
+        blob_file.write_bytes(b"a blob, nothing deleted")
+        txn = TransactionMetaData()
+        writer.tpc_begin(txn)
+        writer.storeBlob(writer.new_oid(), z64, node_state(4, set()), str(blob_file), "",
+                         txn)
+        writer.tpc_vote(txn)
+        writer.tpc_finish(txn)
+        after = poller.poll(conn, polled.upto, polled.gone_seq)
+        assert (after.gone, after.gone_seq) == ([], polled.gone_seq)
+    finally:
+        conn.rollback()
+        conn.close()
+        writer.release()
