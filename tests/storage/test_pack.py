@@ -6,6 +6,10 @@
 * A commit made while the pack runs (between the walk and the deletions, or between two
   batches) that links a garbage object again, or writes it, keeps it; so does a commit
   that has voted and not yet finished when a batch would delete the object.
+* Garbage written by the pack tid's own transaction goes, a commit during the walk
+  notwithstanding; history-preserving, the pack tid's transaction is marked packed,
+  only the transactions the pack emptied go, and an object an undo brings back after
+  the pack's search stays (the batch re-checks under the commit lock).
 """
 from __future__ import annotations
 
