@@ -31,7 +31,7 @@ import threading
 import time
 
 import sql_mutants
-from mutation_score import ROOT, SELECTION, equivalents
+from mutation_score import ROOT, equivalents, selected_tests
 
 PYTHON = pathlib.Path(os.environ.get("PYTHON", ROOT / ".venv" / "bin" / "python"))
 
@@ -44,16 +44,10 @@ def source_path(module: str) -> pathlib.Path:
     raise SystemExit(f"no source file for {module} (looked for {base}.py and .sql)")
 
 
-def selected_tests(module: str, backend: str) -> list[str]:
+def tests_for(module: str, backend: str) -> list[str]:
     if os.environ.get("MUTATE_TESTS"):
         return shlex.split(os.environ["MUTATE_TESTS"])
-    selections = {line.split(None, 1)[0]: shlex.split(line)[1:]
-                  for line in SELECTION.read_text().splitlines()
-                  if line.strip() and not line.startswith("#")}
-    tests = selections.get(f"{module}@{backend}", selections.get(module))
-    if tests is None:
-        raise SystemExit(f"no test selection for {module} in {SELECTION}")
-    return tests
+    return selected_tests(module, backend)
 
 
 def copy_tree(target: pathlib.Path) -> None:
@@ -161,7 +155,7 @@ def main(argv: list[str]) -> int:
     if os.environ.get("MUTATE_ONLY"):
         wanted = os.environ["MUTATE_ONLY"].split()
         todo = [m for m in todo if any(fnmatch.fnmatchcase(m.name, w) for w in wanted)]
-    tests = selected_tests(module, backend)
+    tests = tests_for(module, backend)
     runner = Runner(work, relative, tests, backend)
     signal.signal(signal.SIGINT, runner.stop)
     signal.signal(signal.SIGTERM, runner.stop)

@@ -63,15 +63,21 @@ def survivors(module: str, unchecked_only: bool = False) -> list[str]:
             and (code is None if unchecked_only else code not in KILLED | TIMEOUT)]
 
 
-def configure(toml: pathlib.Path, module: str, backend: str) -> None:
-    """Point the copy's [tool.mutmut] at ``module``'s file and its selected tests (those
-    for ``MODULE@BACKEND`` if selection.txt names some, else those for ``MODULE``)."""
+def selected_tests(module: str, backend: str) -> list[str]:
+    """The pytest arguments selection.txt gives ``MODULE@BACKEND``, else ``MODULE``."""
     selections = {line.split(None, 1)[0]: shlex.split(line)[1:]
                   for line in SELECTION.read_text().splitlines()
                   if line.strip() and not line.startswith("#")}
     tests = selections.get(f"{module}@{backend}", selections.get(module))
     if tests is None:
         raise SystemExit(f"no test selection for {module} in {SELECTION}")
+    return tests
+
+
+def configure(toml: pathlib.Path, module: str, backend: str) -> None:
+    """Point the copy's [tool.mutmut] at ``module``'s file and its selected tests (those
+    for ``MODULE@BACKEND`` if selection.txt names some, else those for ``MODULE``)."""
+    tests = selected_tests(module, backend)
     path = "src/" + module.replace(".", "/") + ".py"
     section = "\n".join([
         "[tool.mutmut]",
