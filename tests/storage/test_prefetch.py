@@ -1261,3 +1261,119 @@ def test_a_second_walk_over_more_than_the_cache_holds(storage_factory: Any) -> N
         assert walks[1] <= walks[0], walks
     finally:
         db.close()
+
+
+# -- the mover's statements themselves: which revisions, which states, within which bytes ----
+def three_revisions(storage_factory: Any, db: Any) -> tuple[list[bytes], int, int]:
+    """Children at ``v`` 0, then 1 (at ``changed``), an unrelated commit (at
+    ``unrelated``), then ``v`` 2: the children's oids, ``changed`` and ``unrelated``."""
+    children = fill(db, 3)
+    change_all(db, 1)
+    changed = u64(db.storage.lastTransaction())
+    with db.transaction() as conn:
+        conn.root()["unrelated"] = 1
+    unrelated = u64(db.storage.lastTransaction())
+    change_all(db, 2)
+    return children, changed, unrelated
+
+
+def value_in(state: bytes | None) -> int:
+    assert state is not None
+    unpickler = pickle.Unpickler(io.BytesIO(state))
+    unpickler.load()
+    return int(unpickler.load()["data"]["v"])
+
+
+class TestAnOldSnapshotsRevisions:
+    """History-preserving, a prefetch at a snapshot older than the current revisions
+    reads each object's revision as of that snapshot: when the snapshot is that
+    revision's own tid, and when a later commit (of another object) is; and its loads
+    then need no statement."""
+
+    history_modes = (True,)
+    history_modes_reason = "history-free, an older snapshot's revision is not kept"
+
+    def test_the_movers_statements_read_the_revision_the_snapshot_sees(
+            self, storage_factory: Any, storage_and_db: Any) -> None:
+        storage, db = storage_and_db
+        children, changed, unrelated = three_revisions(storage_factory, db)
+        container = u64(container_oid(db))
+        oids = sorted(u64(oid) for oid in children)
+        mover = storage.shared.backend.mover
+        conn = storage.shared.backend.connect()
+        try:
+            for snapshot in (changed, unrelated):
+                states = mover.load_many_at(conn, oids, snapshot)
+                assert sorted((s.oid, s.tid, value_in(s.state)) for s in states) == [
+                    (oid, changed, 1) for oid in oids]
+                row, states, _ = mover.load_with_references(
+                    conn, container, snapshot, [], 1000, 10 ** 8, 10 ** 6)
+                assert row is not None
+                assert sorted((s.oid, s.tid, value_in(s.state)) for s in states) == [
+                    (oid, changed, 1) for oid in oids]
+        finally:
+            conn.close()
+
+    def test_a_prefetch_serves_an_old_snapshots_loads(
+            self, storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
+        storage, db = storage_and_db
+        children = fill(db, 3)
+        change_all(db, 1)
+        at_the_change = polled(storage)
+        with db.transaction() as conn:
+            conn.root()["unrelated"] = 1
+        after_another_commit = polled(storage)
+        change_all(db, 2)
+        storage.shared.cache.clear()
+        for instance in (at_the_change, after_another_commit):
+            instance.prefetch(children)
+            before = storage.statement_count()
+            assert [value_of(instance, oid) for oid in children] == [1, 1, 1]
+            assert storage.statement_count() == before
+
+
+def test_a_load_with_references_brings_one_revision_of_each_object(
+        storage_factory: Any, storage_and_db: Any) -> None:
+    """Each object that comes along comes once, as of the snapshot, however many
+    revisions it has."""
+    storage, db = storage_and_db
+    children, _, _ = three_revisions(storage_factory, db)
+    newest = u64(db.storage.lastTransaction())
+    conn = storage.shared.backend.connect()
+    try:
+        _, states, _ = storage.shared.backend.mover.load_with_references(
+            conn, u64(container_oid(db)), newest, [], 1000, 10 ** 8, 10 ** 6)
+    finally:
+        conn.close()
+    assert sorted((s.oid, s.tid, value_in(s.state)) for s in states) == sorted(
+        (u64(oid), newest, 2) for oid in children)
+
+
+def test_a_load_with_references_takes_the_first_states_that_fit_the_bytes(
+        storage_and_db: Any) -> None:
+    """The states that come along are counted in the order they are wanted (the
+    object's references, ascending, then the listed oids) and taken while their
+    running size is within ``max_bytes``: a bound of exactly two states' sizes brings
+    the first two references, not the listed state."""
+    storage, db = storage_and_db
+    children = sorted(u64(oid) for oid in fill(db, 4))
+    with db.transaction() as conn:
+        conn.root()["listed"] = listed = PersistentMapping(v=0)
+    listed_oid = u64(listed._p_oid)
+    conn = storage.shared.backend.connect()
+    try:
+        sizes = dict(conn.fetchall("SELECT zoid, state_size FROM object_state WHERE zoid IN"
+                                   " (%s, %s)", children[:2]))
+        mover = storage.shared.backend.mover
+        container = u64(container_oid(db))
+        snapshot = u64(db.storage.lastTransaction())
+        two = sizes[children[0]] + sizes[children[1]]
+        for bound, brought in ((two, children[:2]), (two - 1, children[:1])):
+            _, states, _ = mover.load_with_references(conn, container, snapshot,
+                                                      [listed_oid], 1000, bound, 10 ** 6)
+            assert [s.oid for s in states] == brought
+        _, states, _ = mover.load_with_references(conn, container, snapshot, [listed_oid],
+                                                  1000, 10 ** 8, 10 ** 6)
+        assert [s.oid for s in states] == [*children, listed_oid]
+    finally:
+        conn.close()
