@@ -248,3 +248,35 @@ def test_the_trace_shows_the_finish_with_its_parameters_counted(
         assert "user" not in lines[0] and "note" not in lines[0]
     finally:
         finisher.close()
+
+
+def test_a_finish_vote_did_not_lock_for_replaces_and_creates(finisher: Finisher) -> None:
+    """The finish of states staged without ``zodbsql_lock_objects`` (an older zodbsql's
+    vote, which did not leave the locked oids on the session): it finds the existing
+    objects itself, replaces them and creates the others (not an insert of an oid
+    that exists, nor an update of none)."""
+    import ZODB
+    from persistent.mapping import PersistentMapping
+    db = ZODB.DB(finisher.storage)
+    with db.transaction() as zconn:
+        zconn.root()["child"] = child = PersistentMapping(v=1)
+    existing, new = 0, int.from_bytes(child._p_oid, "big") + 1000
+    current = "current_object" if finisher.storage.shared.options.keep_history else "object_state"
+    conn = finisher.connect()
+    finisher.backend.mover.prepare_connection(conn)
+    conn.begin_write()
+    prev_tid, state, checksum, size = conn.fetchone(
+        f"SELECT c.tid, s.state, s.checksum, s.state_size FROM {current} c JOIN object_state s"
+        " ON s.zoid = c.zoid AND s.tid = c.tid WHERE c.zoid = %s", (existing,))
+    for zoid, prev in ((existing, prev_tid), (new, 0)):
+        conn.execute("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size,"
+                     " state, refs) VALUES (%s, %s, NULL, %s, %s, %s, NULL)",
+                     (zoid, prev, checksum, size, bytes(state)))
+    tid = finisher.control.finish(conn, time_to_tid(time.time()), None, b"", b"", b"", 5.0,
+                                  True, check_blobs=False, blobs=False, commit=True)
+    check = finisher.connect()
+    rows = check.fetchall(f"SELECT zoid, tid FROM {current} WHERE zoid IN (%s, %s)"
+                          " ORDER BY zoid", (existing, new))
+    check.rollback()
+    assert [tuple(row) for row in rows] == [(existing, tid), (new, tid)]
+    db.close()
