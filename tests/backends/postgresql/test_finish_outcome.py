@@ -254,7 +254,8 @@ def test_a_finish_vote_did_not_lock_for_replaces_and_creates(finisher: Finisher)
     """The finish of states staged without ``zodbsql_lock_objects`` (an older zodbsql's
     vote, which did not leave the locked oids on the session): it finds the existing
     objects itself, replaces them and creates the others (not an insert of an oid
-    that exists, nor an update of none)."""
+    that exists, nor an update of none); history-free, the blob reference of the
+    object it replaces goes and no other."""
     import ZODB
     from persistent.mapping import PersistentMapping
     db = ZODB.DB(finisher.storage)
@@ -272,11 +273,19 @@ def test_a_finish_vote_did_not_lock_for_replaces_and_creates(finisher: Finisher)
         conn.execute("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size,"
                      " state, refs) VALUES (%s, %s, NULL, %s, %s, %s, NULL)",
                      (zoid, prev, checksum, size, bytes(state)))
+    unrelated = int.from_bytes(child._p_oid, "big")     # an object the commit leaves
+    for zoid in (existing, unrelated):
+        conn.execute("INSERT INTO blob_ref (zoid, tid, content_hash) VALUES (%s, %s, %s)",
+                     (zoid, prev_tid, b"not a blob's hash"))
     tid = finisher.control.finish(conn, time_to_tid(time.time()), None, b"", b"", b"", 5.0,
                                   True, check_blobs=False, blobs=False, commit=True)
     check = finisher.connect()
     rows = check.fetchall(f"SELECT zoid, tid FROM {current} WHERE zoid IN (%s, %s)"
                           " ORDER BY zoid", (existing, new))
+    blob_refs = check.fetchall("SELECT zoid FROM blob_ref ORDER BY zoid")
     check.rollback()
     assert [tuple(row) for row in rows] == [(existing, tid), (new, tid)]
+    kept = [existing, unrelated] if finisher.storage.shared.options.keep_history else [
+        unrelated]
+    assert [row[0] for row in blob_refs] == kept
     db.close()
