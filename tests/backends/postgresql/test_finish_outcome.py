@@ -266,9 +266,11 @@ def test_a_finish_vote_did_not_lock_for_replaces_and_creates(finisher: Finisher)
     conn = finisher.connect()
     finisher.backend.mover.prepare_connection(conn)
     conn.begin_write()
-    prev_tid, state, checksum, size = conn.fetchone(
+    row = conn.fetchone(
         f"SELECT c.tid, s.state, s.checksum, s.state_size FROM {current} c JOIN object_state s"
         " ON s.zoid = c.zoid AND s.tid = c.tid WHERE c.zoid = %s", (existing,))
+    assert row is not None
+    prev_tid, state, checksum, size = row
     for zoid, prev in ((existing, prev_tid), (new, 0)):
         conn.execute("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size,"
                      " state, refs) VALUES (%s, %s, NULL, %s, %s, %s, NULL)",
