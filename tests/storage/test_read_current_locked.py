@@ -68,3 +68,30 @@ def test_read_current_of_a_row_a_voted_commit_holds_conflicts_at_once(
     assert check.load(xs[-1]) == (zodb_pickle(MinPO(1)), tid)
     assert check.load(y) == (zodb_pickle(MinPO(0)), first)   # the reader wrote nothing
     assert check.lastTransaction() == tid
+
+
+def test_read_current_beside_a_voted_commit_on_other_rows_goes_through(
+        storage_factory: Any) -> None:
+    """The share locks are taken on the rows read-current only: a voted commit that
+    holds other rows does not make the vote a conflict."""
+    writer = storage_factory.open(commit_lock_timeout=TIMEOUT)
+    reader = storage_factory.open(commit_lock_timeout=TIMEOUT)
+    x, read, y = writer.new_oid(), writer.new_oid(), writer.new_oid()
+    first = _commit(writer, {oid: (z64, 0) for oid in (x, read, y)})
+    reader.sync()
+
+    t1 = TransactionMetaData()
+    writer.tpc_begin(t1)
+    writer.store(x, first, zodb_pickle(MinPO(1)), "", t1)
+    writer.tpc_vote(t1)                 # holds x's row until it finishes
+
+    t2 = TransactionMetaData()
+    reader.tpc_begin(t2)
+    reader.checkCurrentSerialInTransaction(read, first, t2)
+    reader.store(y, first, zodb_pickle(MinPO(2)), "", t2)
+    reader.tpc_vote(t2)
+    second = reader.tpc_finish(t2)
+    tid = writer.tpc_finish(t1)
+    check = storage_factory.open(cache_size_mb=0)
+    assert check.load(y) == (zodb_pickle(MinPO(2)), second)
+    assert check.load(x) == (zodb_pickle(MinPO(1)), tid)
