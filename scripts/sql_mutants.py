@@ -144,7 +144,7 @@ def sql_file(source: str, owner: str) -> Iterator[SqlText]:
 
 
 # -- the operators -----------------------------------------------------------------------------
-COMPARISON = re.compile(r"(?<![<>!:=|-])(<=|>=|<>|!=|=|<|>)(?![=>|])")
+COMPARISON = re.compile(r"(?<![<>!:=|-])(<=|>=|<>|!=|=|<|>)(?![=<>|])")
 TURNED = {"<=": "<", ">=": ">", "<": "<=", ">": ">=", "=": "<>", "<>": "=", "!=": "="}
 ASSIGNMENTS = re.compile(r"\bSET\b(.*?)(?=\bWHERE\b|\bFROM\b|\bRETURNING\b|;|$)", re.S)
 

@@ -101,3 +101,10 @@ def test_a_between_keeps_its_and() -> None:
     assert [t for t in texts if "BETWEEN %s AND %s OR zoid > 0" in t]
     assert not [t for t in texts if "BETWEEN %s OR %s" in t]
     assert not [t for t in texts if "AND (%s OR 1 = 1)" in t]
+
+
+def test_a_shift_is_not_a_comparison() -> None:
+    source = 'WINDOW = "SELECT 60::BIGINT << 32, 1 >> 2 FROM t WHERE a < 3"\n'
+    texts = list(_changed(source).values())
+    assert [t for t in texts if "WHERE a <= 3" in t]
+    assert all("60::BIGINT << 32, 1 >> 2" in t for t in texts)
