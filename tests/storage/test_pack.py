@@ -5,7 +5,8 @@
   every reachable one (and, history-preserving, only each one's current revision).
 * A commit made while the pack runs (between the walk and the deletions, or between two
   batches) that links a garbage object again, or writes it, keeps it; so does a commit
-  that has voted and not yet finished when a batch would delete the object.
+  that has voted and not yet finished when a batch would delete the object, also
+  when it votes between the pack's search and its batch.
 * Garbage written by the pack tid's own transaction goes, a commit during the walk
   notwithstanding; history-preserving, the pack tid's transaction is marked packed,
   only the transactions the pack emptied go, and an object an undo brings back after
@@ -493,6 +494,22 @@ class DuringVote:
     def abort(self, txn: Any) -> None: ...
 
 
+def _two_garbage(db: Any, value: str) -> tuple[Any, Any, PersistentMapping, PersistentMapping]:
+    """Two objects the root linked and unlinked (``g`` with ``value``, and ``gone``),
+    then a pause past their tid: a transaction manager, its open connection (which
+    still holds them), and the two."""
+    with db.transaction() as conn:
+        conn.root()["g"] = PersistentMapping(v=value)
+        conn.root()["gone"] = PersistentMapping(v="garbage too")
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    g, gone = conn.root()["g"], conn.root()["gone"]
+    del conn.root()["g"], conn.root()["gone"]
+    tm.commit()
+    pause()
+    return tm, conn, g, gone
+
+
 @pytest.mark.parametrize("change", ["link", "write"])
 def test_a_pack_waits_for_a_voted_commit_and_keeps_what_it_uses(storage_factory: Any,
                                                                  change: str) -> None:
@@ -503,15 +520,7 @@ def test_a_pack_waits_for_a_voted_commit_and_keeps_what_it_uses(storage_factory:
     A batch that went ahead deleted the object under the commit: a dangling reference."""
     storage, db = _open_db(storage_factory)
     try:
-        with db.transaction() as conn:
-            conn.root()["g"] = PersistentMapping(v="garbage")
-            conn.root()["gone"] = PersistentMapping(v="garbage too")
-        tm = transaction.TransactionManager()
-        conn = db.open(tm)
-        g, gone = conn.root()["g"], conn.root()["gone"]
-        del conn.root()["g"], conn.root()["gone"]
-        tm.commit()
-        pause()
+        tm, conn, g, gone = _two_garbage(db, "garbage")
         counts: dict[str, int] = {}
         errors: list[BaseException] = []
 
@@ -601,3 +610,54 @@ def test_pack_of_transactions_with_the_smallest_tids(storage_factory: Any) -> No
     assert counts["garbage"] == 1
     assert_gone(storage, [orphan])
     assert storage.load(z64)[0] == states[z64]
+
+
+def test_a_commit_voted_between_the_search_and_the_batch_keeps_what_it_links(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two garbage objects; right after the pack's search finds them, a commit links the
+    first again and votes (its references are visible only once it finishes).  The
+    batch waits for it (the pack gate; SQLite's write lock) and keeps that object; the
+    other goes.  A batch that did not wait deleted the object under the commit."""
+    storage, db = _open_db(storage_factory)
+    try:
+        tm, conn, g, gone = _two_garbage(db, "linked again")
+        voted, errors = threading.Event(), []
+
+        def say_voted_then_hold() -> None:
+            voted.set()
+            time.sleep(2.0)
+
+        def link_again() -> None:
+            try:
+                conn.root()["again"] = g
+                tm.get().join(DuringVote(say_voted_then_hold))
+                tm.commit()
+            except BaseException as exc:   # reported by the test below
+                errors.append(exc)
+                voted.set()
+        linking = threading.Thread(target=link_again)
+        packer = storage.shared.backend.packer
+        search = packer.next_garbage
+        found: list[list[int]] = []
+
+        def search_then_vote(pack_conn: Any, after: int, limit: int) -> list[int]:
+            found.append(search(pack_conn, after, limit))
+            if len(found) == 1:
+                linking.start()
+                assert voted.wait(30)
+            return found[-1]
+        monkeypatch.setattr(packer, "next_garbage", search_then_vote)
+        counts = pack.pack(storage, time.time(), batch_size=2)
+        linking.join(60)
+        assert not errors
+        assert sorted(found[0]) == sorted([u64(g._p_oid), u64(gone._p_oid)])
+        assert counts["garbage"] >= 1
+        assert_gone(storage, [gone._p_oid])
+        assert storage.history(g._p_oid)    # in the database, not only in a cache
+        check = db.open(transaction.TransactionManager())
+        check.cacheMinimize()
+        assert check.root()["again"]["v"] == "linked again"
+        check.close()
+        conn.close()
+    finally:
+        db.close()
