@@ -11,6 +11,8 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
+import ZODB
+from persistent.mapping import PersistentMapping
 
 from tests.databases import BACKENDS, Param, PostgreSQLFactory
 from zodbsql.backends.postgresql import txncontrol as pg_txncontrol
@@ -256,12 +258,10 @@ def test_a_finish_vote_did_not_lock_for_replaces_and_creates(finisher: Finisher)
     objects itself, replaces them and creates the others (not an insert of an oid
     that exists, nor an update of none); history-free, the blob reference of the
     object it replaces goes and no other."""
-    import ZODB
-    from persistent.mapping import PersistentMapping
-    db = ZODB.DB(finisher.storage)
-    with db.transaction() as zconn:
+    with ZODB.DB(finisher.storage).transaction() as zconn:   # the DB stays open
         zconn.root()["child"] = child = PersistentMapping(v=1)
-    existing, new = 0, int.from_bytes(child._p_oid, "big") + 1000
+    unrelated = int.from_bytes(child._p_oid, "big")     # an object the commit leaves
+    existing, new = 0, unrelated + 1000
     current = "current_object" if finisher.storage.shared.options.keep_history else "object_state"
     conn = finisher.connect()
     finisher.backend.mover.prepare_connection(conn)
@@ -275,7 +275,6 @@ def test_a_finish_vote_did_not_lock_for_replaces_and_creates(finisher: Finisher)
         conn.execute("INSERT INTO temp_store (zoid, prev_tid, data_tid, checksum, state_size,"
                      " state, refs) VALUES (%s, %s, NULL, %s, %s, %s, NULL)",
                      (zoid, prev, checksum, size, bytes(state)))
-    unrelated = int.from_bytes(child._p_oid, "big")     # an object the commit leaves
     for zoid in (existing, unrelated):
         conn.execute("INSERT INTO blob_ref (zoid, tid, content_hash) VALUES (%s, %s, %s)",
                      (zoid, prev_tid, b"not a blob's hash"))
@@ -290,4 +289,3 @@ def test_a_finish_vote_did_not_lock_for_replaces_and_creates(finisher: Finisher)
     kept = [existing, unrelated] if finisher.storage.shared.options.keep_history else [
         unrelated]
     assert [row[0] for row in blob_refs] == kept
-    db.close()
