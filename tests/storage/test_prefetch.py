@@ -51,12 +51,17 @@ def change_all(db: Any, value: int) -> None:
             child["v"] = value
 
 
-def value_of(instance: Any, oid: bytes) -> int:
-    """The ``v`` of the child mapping ``oid`` as ``instance`` loads it."""
-    state, _ = instance.load(oid)
+def value_in(state: bytes | None) -> int:
+    """The ``v`` of a child mapping's state."""
+    assert state is not None
     unpickler = pickle.Unpickler(io.BytesIO(state))
     unpickler.load()                 # the class
     return int(unpickler.load()["data"]["v"])
+
+
+def value_of(instance: Any, oid: bytes) -> int:
+    """The ``v`` of the child mapping ``oid`` as ``instance`` loads it."""
+    return value_in(instance.load(oid)[0])
 
 
 @pytest.fixture
@@ -1264,7 +1269,7 @@ def test_a_second_walk_over_more_than_the_cache_holds(storage_factory: Any) -> N
 
 
 # -- the mover's statements themselves: which revisions, which states, within which bytes ----
-def three_revisions(storage_factory: Any, db: Any) -> tuple[list[bytes], int, int]:
+def three_revisions(db: Any) -> tuple[list[bytes], int, int]:
     """Children at ``v`` 0, then 1 (at ``changed``), an unrelated commit (at
     ``unrelated``), then ``v`` 2: the children's oids, ``changed`` and ``unrelated``."""
     children = fill(db, 3)
@@ -1277,11 +1282,9 @@ def three_revisions(storage_factory: Any, db: Any) -> tuple[list[bytes], int, in
     return children, changed, unrelated
 
 
-def value_in(state: bytes | None) -> int:
-    assert state is not None
-    unpickler = pickle.Unpickler(io.BytesIO(state))
-    unpickler.load()
-    return int(unpickler.load()["data"]["v"])
+def as_read(states: list[Any]) -> list[tuple[int, int, int]]:
+    """Loaded states as ``(oid, tid, v)``, by oid."""
+    return sorted((s.oid, s.tid, value_in(s.state)) for s in states)
 
 
 class TestAnOldSnapshotsRevisions:
@@ -1294,9 +1297,9 @@ class TestAnOldSnapshotsRevisions:
     history_modes_reason = "history-free, an older snapshot's revision is not kept"
 
     def test_the_movers_statements_read_the_revision_the_snapshot_sees(
-            self, storage_factory: Any, storage_and_db: Any) -> None:
+            self, storage_and_db: Any) -> None:
         storage, db = storage_and_db
-        children, changed, unrelated = three_revisions(storage_factory, db)
+        children, changed, unrelated = three_revisions(db)
         container = u64(container_oid(db))
         oids = sorted(u64(oid) for oid in children)
         mover = storage.shared.backend.mover
@@ -1304,18 +1307,16 @@ class TestAnOldSnapshotsRevisions:
         try:
             for snapshot in (changed, unrelated):
                 states = mover.load_many_at(conn, oids, snapshot)
-                assert sorted((s.oid, s.tid, value_in(s.state)) for s in states) == [
-                    (oid, changed, 1) for oid in oids]
+                assert as_read(states) == [(oid, changed, 1) for oid in oids]
                 row, states, _ = mover.load_with_references(
                     conn, container, snapshot, [], 1000, 10 ** 8, 10 ** 6)
                 assert row is not None
-                assert sorted((s.oid, s.tid, value_in(s.state)) for s in states) == [
-                    (oid, changed, 1) for oid in oids]
+                assert as_read(states) == [(oid, changed, 1) for oid in oids]
         finally:
             conn.close()
 
     def test_a_prefetch_serves_an_old_snapshots_loads(
-            self, storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
+            self, storage_and_db: Any, polled: Any) -> None:
         storage, db = storage_and_db
         children = fill(db, 3)
         change_all(db, 1)
@@ -1333,11 +1334,11 @@ class TestAnOldSnapshotsRevisions:
 
 
 def test_a_load_with_references_brings_one_revision_of_each_object(
-        storage_factory: Any, storage_and_db: Any) -> None:
+        storage_and_db: Any) -> None:
     """Each object that comes along comes once, as of the snapshot, however many
     revisions it has."""
     storage, db = storage_and_db
-    children, _, _ = three_revisions(storage_factory, db)
+    children, _, _ = three_revisions(db)
     newest = u64(db.storage.lastTransaction())
     conn = storage.shared.backend.connect()
     try:
@@ -1345,8 +1346,7 @@ def test_a_load_with_references_brings_one_revision_of_each_object(
             conn, u64(container_oid(db)), newest, [], 1000, 10 ** 8, 10 ** 6)
     finally:
         conn.close()
-    assert sorted((s.oid, s.tid, value_in(s.state)) for s in states) == sorted(
-        (u64(oid), newest, 2) for oid in children)
+    assert as_read(states) == sorted((u64(oid), newest, 2) for oid in children)
 
 
 def test_a_load_with_references_takes_the_first_states_that_fit_the_bytes(
