@@ -28,6 +28,7 @@ from zodbsql.cache.prefetch import (FRESH_ENTRY_BYTES, IN_FLIGHT_ENTRY_BYTES,
 from zodbsql.errors import CorruptRecordError, DatabaseError
 from zodbsql.backends.base.contract import StateRow
 from zodbsql.backends.base.mover import BYTES_STEP
+from zodbsql.backends.postgresql.mover import FIRST_OF_PARENT
 from zodbsql.storage.records import verified
 from zodbsql.storage import storage as storage_module
 from zodbsql.storage.storage import SEND_AHEAD_AFTER
@@ -820,6 +821,42 @@ def test_a_batch_with_the_first_references_of_each_of_its_states(
             assert [each.oid for each in small] == held[:1]
         else:
             assert {each.oid for each in small} == set(held[:40])
+
+
+def test_a_load_with_references_brings_a_childs_siblings_from_its_snapshots_parent(
+        storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
+    """A miss of a child, its parent among the candidates given, brings the parent's
+    references after it, read from the parent's revision its snapshot sees, and names
+    them (with PostgreSQL's also the parent's first ones before it, at most
+    ``FIRST_OF_PARENT``); with no candidate referring to it, nothing comes.  A load of
+    the container names its own first references from its revision at the snapshot."""
+    removed, container, cells = two_revisions(storage_factory, storage_and_db, polled)
+    mover = storage_and_db[0].shared.backend.mover
+    server = storage_factory.param.backend == "postgresql"
+    limit, root = 8, 0                   # the root refers to the container alone
+    for instance, children in cells:
+        conn, snapshot = instance._snapshot_conn(), instance._snapshot
+        held = sorted(u64(oid) for oid in children_of(instance, p64(container)))
+        assert (removed in held) == (children == 300)
+        for at in (5, 20):
+            after = held[at + 1:at + 1 + limit]
+            before = held[:min(at, FIRST_OF_PARENT)] if server else []
+            _, states, references = mover.load_with_references(
+                conn, held[at], snapshot, [], limit, 10 ** 8, 10 ** 6, [root, container])
+            assert sorted(s.oid for s in states) == after, (children, at)
+            assert sorted(references) == sorted((container, each)
+                                                for each in after + before), (children, at)
+            assert mover.load_with_references(conn, held[at], snapshot, [], limit,
+                                              10 ** 8, 10 ** 6, [root])[1:] == ([], [])
+        # History-preserving, a candidate is tested by its current revision, which no
+        # longer refers to the removed child, even from the old snapshot (testing every
+        # revision would read a parent's whole history at each miss).
+        assert mover.load_with_references(conn, removed, snapshot, [], limit, 10 ** 8,
+                                          10 ** 6, [root, container])[1:] == ([], [])
+        _, states, references = mover.load_with_references(conn, container, snapshot, [],
+                                                           limit, 10 ** 8, 10 ** 6)
+        assert sorted(s.oid for s in states) == held[:limit]
+        assert sorted(references) == [(container, each) for each in held[:REFERENCES_EACH]]
 
 
 def test_where_the_client_picks_a_batch(storage_factory: Any, storage_and_db: Any,
