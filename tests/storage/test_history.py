@@ -312,6 +312,26 @@ def test_record_iternext_visits_every_current_record_once(storage_and_db: Any) -
     assert seen == [p64(0), oid]
 
 
+def test_record_iternext_of_objects_one_transaction_wrote(storage_and_db: Any) -> None:
+    """Objects whose current revisions one commit wrote, with the root: each once, with
+    its own state (a record is found by its oid and tid together)."""
+    storage, db = storage_and_db
+    with db.transaction() as conn:
+        for name in "abc":
+            conn.root()[name] = PersistentMapping(name=name)
+    with db.transaction() as conn:
+        expected = sorted([p64(0), *(conn.root()[name]._p_oid for name in "abc")])
+    seen = []
+    following = None
+    for _ in range(len(expected) + 1):      # a repeated oid must not loop for ever
+        found, serial, state, following = storage.record_iternext(following)
+        assert storage.load(found) == (state, serial)
+        seen.append(found)
+        if following is None:
+            break
+    assert seen == expected
+
+
 def test_record_iternext_of_a_database_without_records_says_so(storage_factory: Any) -> None:
     """As FileStorage's, a ValueError: zodbupdate's walk ends there."""
     storage = storage_factory.open()

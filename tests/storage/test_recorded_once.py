@@ -92,8 +92,15 @@ def test_the_cache_checkpoint_is_the_first_newest_and_moves_only_forward(
         assert identity.cache_checkpoint(backend, conn, 100, False) == 100
         assert identity.cache_checkpoint(backend, conn, 200, False) == 100
         assert identity.cache_checkpoint(backend, conn, 200, True) == 100
+        assert identity.recorded_once(backend, conn, NAME, "beside", False) == "beside"
+        others = dict(conn.fetchall("SELECT name, value FROM zodbsql_meta WHERE name <> %s",
+                                    (identity.CACHE_CHECKPOINT,)))
         identity.advance_cache_checkpoint(backend, conn, 150)
         assert identity.cache_checkpoint(backend, conn, 300, False) == 150
+        # Its row alone changed.
+        assert dict(conn.fetchall("SELECT name, value FROM zodbsql_meta WHERE name <> %s",
+                                  (identity.CACHE_CHECKPOINT,))) == others
+        assert others[NAME] == "beside" and len(others) > 1
         identity.advance_cache_checkpoint(backend, conn, 120)
         identity.advance_cache_checkpoint(backend, conn, 150)
         assert backend.history.get_meta(conn, identity.CACHE_CHECKPOINT) == "150"

@@ -851,7 +851,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         return as_bytes(row.tid)
 
     def referrers(self, oid: bytes) -> list[bytes]:
-        """The oids of the objects whose current revision refers to ``oid`` (one query)."""
+        """The oids of the objects whose current revision refers to ``oid``, ascending
+        (one query)."""
         with self._load_lock:
             return [p64(o) for o in self.shared.backend.history.referrers(self._conn(), u64(oid))]
 
