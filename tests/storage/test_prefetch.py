@@ -866,6 +866,46 @@ def test_a_load_with_references_brings_a_childs_siblings_from_its_snapshots_pare
         assert sorted(references) == [(container, each) for each in held[:REFERENCES_EACH]]
 
 
+def test_a_load_with_references_walks_on_from_what_it_did_not_refer_to(
+        storage_factory: Any, storage_and_db: Any) -> None:
+    """PostgreSQL's statement walks on from the listed states, never from the loaded
+    state's own references (a listed oid among them is one of them), through each
+    walked object's current references, and never brings the loaded state along; the
+    others bring the references and the listed states only.  Within a bound of bytes
+    the states come in the order they were found."""
+    storage, db = storage_and_db
+    with db.transaction() as conn:
+        root = conn.root()
+        root["o"] = loaded = PersistentMapping(x=PersistentMapping(g=PersistentMapping()))
+        root["y"] = listed = PersistentMapping(back=loaded, old=PersistentMapping())
+    with db.transaction() as conn:
+        listed = conn.root()["y"]
+        del listed["old"]                        # history-preserving: an old reference
+        listed["z"] = PersistentMapping()
+    with db.transaction() as conn:
+        loaded, listed = conn.root()["o"], conn.root()["y"]
+        o, x, g = (u64(each._p_oid) for each in (loaded, loaded["x"], loaded["x"]["g"]))
+        y, z = u64(listed._p_oid), u64(listed["z"]._p_oid)
+    mover = storage.shared.backend.mover
+    walks = storage_factory.param.backend == "postgresql"
+    conn = storage.shared.backend.connect()
+    try:
+        snapshot = u64(db.storage.lastTransaction())
+
+        def brought(also: list[int], max_bytes: int = 10 ** 8) -> list[int]:
+            states = mover.load_with_references(conn, o, snapshot, also, 1000, max_bytes,
+                                                10 ** 6)[1]
+            return sorted(each.oid for each in states)
+        assert brought([x]) == [x]               # x is o's own: not walked from
+        assert brought([y]) == sorted([x, y, z, g] if walks else [x, y])
+        size_of = dict(conn.fetchall("SELECT zoid, state_size FROM object_state"
+                                     " WHERE zoid IN (%s, %s)", (x, y)))
+        assert size_of[y] > size_of[x]
+        assert brought([y], size_of[x]) == [x]   # found first, before y
+    finally:
+        conn.close()
+
+
 def test_where_the_client_picks_a_batch(storage_factory: Any, storage_and_db: Any,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's client picks every batch; PostgreSQL's only a container's children not
