@@ -5,7 +5,8 @@ from typing import Any
 
 import ZODB
 from persistent.mapping import PersistentMapping
-from ZODB.utils import u64
+from ZODB.Connection import TransactionMetaData
+from ZODB.utils import p64, u64
 
 from zodbsql.storage.verify import verify
 
@@ -53,3 +54,54 @@ def test_corrupt_state_and_missing_object_are_reported(storage_factory: Any) -> 
     dangling = [p for p in report.problems if p.kind == "dangling-reference"]
     assert [f"0x{child:016x}" in p.detail for p in dangling] == [True]
     assert not report.clean
+
+
+def delete_objects(storage: Any, oids: list[int]) -> bytes:
+    """Delete ``oids`` (``deleteObject``, whatever refers to them) in one transaction;
+    its tid."""
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    for oid in oids:
+        storage.deleteObject(p64(oid), storage.load(p64(oid))[1], txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    return bytes(storage.lastTransaction())
+
+
+def dangling_of(report: Any) -> list[tuple[int, str]]:
+    return [(p.oid, p.detail) for p in report.problems if p.kind == "dangling-reference"]
+
+
+def test_dangling_references_are_reported_in_oid_order(storage_factory: Any) -> None:
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        for name in "ab":
+            conn.root()[name] = PersistentMapping(child=PersistentMapping())
+    with db.transaction() as conn:
+        referrers = [conn.root()[name] for name in "ab"]
+        pairs = sorted((u64(each._p_oid), u64(each["child"]._p_oid)) for each in referrers)
+    delete_objects(storage, [child for _, child in pairs])
+    assert dangling_of(verify(storage)) == [
+        (oid, f"refers to oid 0x{child:016x}, which does not exist") for oid, child in pairs]
+
+
+class TestAnObjectBroughtBack:
+    history_modes = (True,)
+    history_modes_reason = "history-free, a deleted object leaves no revision to undo"
+
+    def test_an_object_deleted_then_undone_is_not_dangling(self, storage_factory: Any
+                                                          ) -> None:
+        """Its deletion stays in its history (a revision without a state); only its
+        current revision tells whether it exists."""
+        storage = storage_factory.open()
+        child, _ = build(storage)
+        deleted = delete_objects(storage, [child])
+        assert [detail for _, detail in dangling_of(verify(storage))] == [
+            f"refers to oid 0x{child:016x}, which does not exist"]    # from its referrer
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.undo(deleted, txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+        assert verify(storage).clean
