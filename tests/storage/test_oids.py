@@ -76,3 +76,35 @@ def test_a_database_without_its_oid_counter_refuses_new_oids(storage_factory: An
             assert conn.root() == {}
     finally:
         db.close()
+
+
+def raised_to(storage: Any, oid: int) -> None:
+    """``ensure_above(oid)`` as a commit that restores ``oid`` calls it."""
+    conn = storage.backend.connect()
+    try:
+        conn.begin_write()
+        storage.backend.oids.ensure_above(conn, oid)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_a_restored_oid_below_the_counter_leaves_it_where_it_is(
+        storage_factory: Any) -> None:
+    """A copy restoring an object whose oid is below the counter never lowers it: the
+    oids handed out before are not handed out again."""
+    one = storage_factory.open()
+    handed = [u64(one.new_oid()) for _ in range(40)]
+    raised_to(storage_factory.open(), 5)
+    assert u64(storage_factory.open().new_oid()) > max(handed)
+    # (Blocks took the counter past ``handed``.)  Above it, it is raised.
+    raised_to(storage_factory.open(), 10 ** 6)
+    assert u64(storage_factory.open().new_oid()) == 10 ** 6 + 1
+
+
+def test_a_new_databases_counter_raised_to_its_first_oid(storage_factory: Any) -> None:
+    """A new database (PostgreSQL: a sequence never called, whose next value is its
+    last) restoring oid 1 hands out 2 next."""
+    storage = storage_factory.open()
+    raised_to(storage, 1)
+    assert u64(storage_factory.open().new_oid()) == 2
