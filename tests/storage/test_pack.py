@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pytest
 import transaction
@@ -34,6 +34,24 @@ from zodbsql.storage import pack
 def _open_db(storage_factory: Any, **options: Any) -> tuple[Any, Any]:
     storage = storage_factory.open(**options)
     return storage, ZODB.DB(storage)
+
+
+def _after_first_search(monkeypatch: pytest.MonkeyPatch, storage: Any, name: str,
+                        action: Callable[[], None]) -> list[list[int]]:
+    """Wrap the packer's search ``name`` (``next_deleted``, ``next_garbage``) so that
+    ``action`` runs right after its first answer, before the batch that answer feeds;
+    the answers, in the list returned."""
+    packer = storage.shared.backend.packer
+    search = getattr(packer, name)
+    found: list[list[int]] = []
+
+    def searched(conn: Any, after: int, limit: int) -> list[int]:
+        found.append(search(conn, after, limit))
+        if len(found) == 1:
+            action()
+        return found[-1]
+    monkeypatch.setattr(packer, name, searched)
+    return found
 
 
 def _unlinked(tm: Any, root: Any, value: str) -> tuple[PersistentMapping, bytes]:
@@ -283,20 +301,15 @@ class TestBatchedPackOfDeletedObjects:
                 storage.tpc_finish(txn)
                 deletions.append(storage.lastTransaction())
             pause()
-            packer = storage.shared.backend.packer
-            search = packer.next_deleted
-            found: list[list[int]] = []
 
-            def search_then_undo(conn: Any, after: int, limit: int) -> list[int]:
-                found.append(search(conn, after, limit))
-                if len(found) == 1:
-                    undo = TransactionMetaData()
-                    storage.tpc_begin(undo)
-                    storage.undo(deletions[0], undo)
-                    storage.tpc_vote(undo)
-                    storage.tpc_finish(undo)
-                return found[-1]
-            monkeypatch.setattr(packer, "next_deleted", search_then_undo)
+            def undo_the_first_deletion() -> None:
+                undo = TransactionMetaData()
+                storage.tpc_begin(undo)
+                storage.undo(deletions[0], undo)
+                storage.tpc_vote(undo)
+                storage.tpc_finish(undo)
+            found = _after_first_search(monkeypatch, storage, "next_deleted",
+                                        undo_the_first_deletion)
             pack.pack(storage, time.time(), gc=False, batch_size=2)
             assert found[0] == [u64(back), u64(gone)]
             assert_gone(storage, [gone])
@@ -636,17 +649,12 @@ def test_a_commit_voted_between_the_search_and_the_batch_keeps_what_it_links(
                 errors.append(exc)
                 voted.set()
         linking = threading.Thread(target=link_again)
-        packer = storage.shared.backend.packer
-        search = packer.next_garbage
-        found: list[list[int]] = []
 
-        def search_then_vote(pack_conn: Any, after: int, limit: int) -> list[int]:
-            found.append(search(pack_conn, after, limit))
-            if len(found) == 1:
-                linking.start()
-                assert voted.wait(30)
-            return found[-1]
-        monkeypatch.setattr(packer, "next_garbage", search_then_vote)
+        def link_and_wait_for_the_vote() -> None:
+            linking.start()
+            assert voted.wait(30)
+        found = _after_first_search(monkeypatch, storage, "next_garbage",
+                                    link_and_wait_for_the_vote)
         counts = pack.pack(storage, time.time(), batch_size=2)
         linking.join(60)
         assert not errors
