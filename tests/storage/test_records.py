@@ -1,6 +1,7 @@
 """What a state's references are, as recorded at commit (pack and prefetch follow them)."""
 from __future__ import annotations
 
+import io
 import pickle
 
 import pytest
@@ -41,15 +42,52 @@ def pickled(obj: Persistent) -> tuple[bytes, list[int]]:
 @pytest.fixture
 def unpickled(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The states ZODB's unpickler is given by ``references`` from now on."""
-    from ZODB.serialize import referencesf as real   # the function records calls
     from zodbsql.storage import records
+    real = records._referenced_oids   # what ``references`` calls to unpickle
     given: list[bytes] = []
 
-    def counted(data: bytes) -> list[bytes]:
+    def counted(data: bytes) -> set[int]:
         given.append(data)
         return real(data)
-    monkeypatch.setattr(records, "referencesf", counted)
+    monkeypatch.setattr(records, "_referenced_oids", counted)
     return given
+
+
+def record_with(*persistent_ids: object) -> bytes:
+    """A record (class pickle, state pickle) whose state holds ``persistent_ids`` as
+    persistent references, in any form a pickler may have written them."""
+    class Referring(pickle.Pickler):
+        def persistent_id(self, obj: object) -> object:
+            return obj.pid if isinstance(obj, Marker) else None
+
+    class Marker:
+        def __init__(self, pid: object) -> None:
+            self.pid = pid
+
+    out = io.BytesIO()
+    pickler = Referring(out, 3)
+    pickler.dump((PersistentMapping, None))
+    pickler.dump({"data": [Marker(pid) for pid in persistent_ids]})
+    return out.getvalue()
+
+
+def test_each_form_of_reference_is_read_as_zodb_reads_it() -> None:
+    # (oid, class) and the bare oid count; a list (a weak or cross-database reference)
+    # does not; an oid pickled as text is read as its ASCII bytes.
+    one, two, three = (n.to_bytes(8, "big") for n in (1, 2, 3))
+    state = record_with((one, PersistentMapping), two, ["w", (three,)])
+    assert references(1, state) == {1, 2}
+    assert references(1, record_with(one, "\x00" * 7 + "\x09")) == {1, 9}
+    assert references(1, record_with(["m", ("other", three, None)])) == set()
+
+
+def test_an_oid_not_eight_bytes_long_gives_no_reference(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Seven and nine bytes make sixteen: never read as two oids of eight.
+    state = record_with(b"\x01" * 7, b"\x02" * 9)
+    with caplog.at_level("WARNING", logger="zodbsql.storage.records"):
+        assert references(5, state) == set()
+    assert "could not read the references of oid 0x0000000000000005" in caplog.text
 
 
 class Holder(Persistent):

@@ -30,8 +30,8 @@ from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STAT
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
                             DatabaseError, ServerChangedConflict, described)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
-from zodbsql.storage.records import (checksum, checksummer, references, references_text,
-                                      refers_to_nothing, verified)
+from zodbsql.storage.records import (BINPERSID, PROTO, checksum, checksummer, references,
+                                      references_text, verified)
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -206,6 +206,7 @@ class PendingCommit:
         data_tids = self.data_tids
         rows: list[StagedState] = []
         add_row = rows.append
+        proto, persid = PROTO, BINPERSID
         for oid, (prev_tid, state) in self.states.items():
             data_tid = data_tids.get(oid) if data_tids else None
             if state is None:   # a deletion
@@ -213,9 +214,10 @@ class PendingCommit:
                 continue
             # The checksum is of the state itself; what is stored may be sealed.
             stored = encode(oid, state) if encode is not None and state else state
-            # Most states are leaves: told apart here without two calls per state.
-            refs = None if refers_to_nothing(state) else references_text(
-                references(oid, state))
+            # Most states are leaves: told apart here without a call per state
+            # (``refers_to_nothing`` written out).
+            refs = None if not state or (state[0] == proto and persid not in state) else (
+                references_text(references(oid, state)))
             add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored, refs))
         return rows
 
