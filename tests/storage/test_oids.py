@@ -43,8 +43,8 @@ def test_a_block_holds_the_oids_asked_for_after_the_last_block(storage_factory: 
 
 def test_instances_of_one_database_never_share_an_oid(storage_factory: Any) -> None:
     """Two instances take turns, in runs long enough for their blocks to grow (16,
-    then 1,024, then 4,096 within a second), and a third database's instance opened
-    later starts above them all."""
+    then 1,024, then the allocator's largest within a second), and a third database's
+    instance opened later starts above them all."""
     one, two = storage_factory.open(), storage_factory.open()
     handed: list[int] = []
     for run in (1, 20, 1500, 3, 5000):
@@ -108,3 +108,21 @@ def test_a_new_databases_counter_raised_to_its_first_oid(storage_factory: Any) -
     storage = storage_factory.open()
     raised_to(storage, 1)
     assert u64(storage_factory.open().new_oid()) == 2
+
+
+def test_blocks_grow_to_the_allocators_largest_while_oids_run_out(
+        storage_factory: Any) -> None:
+    """Within a second, 16, then 1,024, then the largest block the allocator gives:
+    16,384 from a counter row (one statement whatever the count; on SQLite each
+    allocation outside a commit is an fsync), 4,096 from PostgreSQL's sequence (a row
+    of ``nextval`` an oid).  The oids handed out follow each other all along."""
+    storage = storage_factory.open()
+    largest = storage.backend.oids.largest_block
+    expected = 4096 if storage_factory.param.backend == "postgresql" else 16384
+    assert largest == expected
+    first = u64(storage.new_oid())
+    handed = [first] + [u64(storage.new_oid()) for _ in range(16 + 1024)]
+    assert storage.shared.oid_block == largest
+    assert handed == list(range(first, first + len(handed)))
+    # The block just taken is all this process's: the counter moved past it whole.
+    assert allocated(storage, 1)[0] == first + 16 + 1024 + largest

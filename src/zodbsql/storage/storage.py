@@ -875,7 +875,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 same_commit = pending is not None and shared.last_allocator == pending.serial
                 if same_commit or now - shared.last_allocation < 1.0:
                     shared.oid_block = min(shared.oid_block * oidalloc.GROWTH,
-                                           oidalloc.MAX_BLOCK)
+                                           shared.backend.oids.largest_block)
                 else:
                     shared.oid_block = oidalloc.BLOCK
                 shared.last_allocation = now

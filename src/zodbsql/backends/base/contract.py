@@ -593,6 +593,9 @@ class CommitWatchRole(Protocol):
 class OidAllocatorRole(Protocol):
     """Blocks of new oids, never handed out twice across processes."""
 
+    #: The largest block the storage asks for while oids run out quickly.
+    largest_block: int
+
     def allocate(self, conn: ConnectionRole, count: int = ...) -> list[int]:
         """Reserve ``count`` new oids; return them in ascending order.  Commits its own
         transaction unless ``conn`` is in one already (then the block is reserved in

@@ -19,6 +19,10 @@ RAISE_TO = ("SELECT setval('zoid_seq', %s) FROM zoid_seq"
 
 
 class PostgreSQLOidAllocator(OidAllocator):
+    # A row of ``nextval`` per oid: a block's cost grows with it, and allocating takes
+    # no write transaction to make durable.
+    largest_block = 4096
+
     def allocate(self, conn: ConnectionRole, count: int = BLOCK) -> list[int]:
         return sorted(int(row[0]) for row in conn.fetchall(ALLOCATE, (count,)))
 
