@@ -16,11 +16,17 @@ storage_backends = ("sqlite",)
 storage_backends_reason = "SQLite's own poll statement"
 
 
+@pytest.mark.parametrize("ascending", [False, True], ids=["shuffled", "tid-order"])
 @pytest.mark.parametrize("seed", range(10))
-def test_newest_each_keeps_each_objects_newest_tid_in_any_order(seed: int) -> None:
+def test_newest_each_keeps_each_objects_newest_tid_in_any_order(
+        seed: int, ascending: bool) -> None:
+    """Shuffled, and in tid order as the tid index's scan gives them (where the last
+    tid of each oid is its newest, and no step per revision is taken)."""
     rng = random.Random(seed)
     pairs = [(rng.randrange(20), rng.randrange(1, 1000)) for _ in range(rng.randrange(60))]
     rng.shuffle(pairs)
+    if ascending:
+        pairs.sort(key=lambda pair: pair[1])
     expected: dict[int, int] = {}
     for oid, tid in pairs:
         expected[oid] = max(tid, expected.get(oid, 0))

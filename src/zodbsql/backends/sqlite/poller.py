@@ -35,8 +35,10 @@ CHANGED_AS_ARRAYS = (
 def newest_each(oids: list[int], tids: list[int]) -> list[Revision]:
     """``(oid, tid)`` once per oid, at its newest of ``tids`` (the two lists pair up)."""
     newest = dict(zip(oids, tids))
-    if len(newest) < len(oids):
-        # An object changed more than once since: the largest tid, in any order.
+    if len(newest) < len(oids) and tids != sorted(tids):
+        # An object changed more than once since, and the scan (of the tid index, as a
+        # rule, so ascending: each oid's last tid, as the dict kept, is its newest;
+        # checked in C) did not give the tids in order: the largest tid of each.
         for oid, tid in zip(oids, tids):
             if tid > newest[oid]:
                 newest[oid] = tid
