@@ -46,6 +46,13 @@ def fill(db: Any, count: int = CHILDREN) -> list[bytes]:
         return [child._p_oid for child in conn.root()["items"].values()]
 
 
+def state_sizes(conn: Any, oids: list[int]) -> dict[int, int]:
+    """The stored size of each of ``oids`` (objects of one revision), read on ``conn``."""
+    listed = ", ".join(["%s"] * len(oids))
+    return dict(conn.fetchall(
+        f"SELECT zoid, state_size FROM object_state WHERE zoid IN ({listed})", oids))
+
+
 def change_all(db: Any, value: int) -> None:
     with db.transaction() as conn:
         for child in conn.root()["items"].values():
@@ -898,8 +905,7 @@ def test_a_load_with_references_walks_on_from_what_it_did_not_refer_to(
             return sorted(each.oid for each in states)
         assert brought([x]) == [x]               # x is o's own: not walked from
         assert brought([y]) == sorted([x, y, z, g] if walks else [x, y])
-        size_of = dict(conn.fetchall("SELECT zoid, state_size FROM object_state"
-                                     " WHERE zoid IN (%s, %s)", (x, y)))
+        size_of = state_sizes(conn, [x, y])
         assert size_of[y] > size_of[x]
         assert brought([y], size_of[x]) == [x]   # found first, before y
     finally:
@@ -1446,8 +1452,7 @@ def test_a_load_with_references_takes_the_first_states_that_fit_the_bytes(
     listed_oid = u64(listed._p_oid)
     conn = storage.shared.backend.connect()
     try:
-        sizes = dict(conn.fetchall("SELECT zoid, state_size FROM object_state WHERE zoid IN"
-                                   " (%s, %s)", children[:2]))
+        sizes = state_sizes(conn, children[:2])
         mover = storage.shared.backend.mover
         container = u64(container_oid(db))
         snapshot = u64(db.storage.lastTransaction())

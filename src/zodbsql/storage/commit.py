@@ -24,9 +24,9 @@ from typing import Any, Callable
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
-from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STATE, Conflict,
-                                            ConnectionRole, ResolvedState,
-                                            StagedState)
+from zodbsql.backends.base.contract import (STAGED_OID, STAGED_PREV_TID, STAGED_SIZE,
+                                            STAGED_STATE, Conflict, ConnectionRole,
+                                            ResolvedState, StagedState)
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
                             DatabaseError, ServerChangedConflict, described)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
@@ -45,8 +45,13 @@ RECONNECT_PAUSE = 0.2
 Resolver = Callable[[int, int, int, "bytes | None", bytes], bytes]
 
 
-#: A staged row's stored size, read in C.
+#: A staged row's stored size, read in C; its oid, expected tid and state.
 _size = operator.itemgetter(STAGED_SIZE)
+_oid_of = operator.itemgetter(STAGED_OID)
+_prev_tid_of = operator.itemgetter(STAGED_PREV_TID)
+_state_of = operator.itemgetter(STAGED_STATE)
+#: The state of a ``PendingCommit.states`` value (expected tid, state).
+_pending_state = operator.itemgetter(1)
 
 #: Numbers commits in this process (an id() would be reused by a later commit).
 _SERIALS = itertools.count(1)
@@ -164,7 +169,7 @@ class PendingCommit:
         with blobs, copies or deletions, which finish's set-based steps handle."""
         return (bool(rows) and self.shared.backend.features.writes_at_vote
                 and not (self.blob_files or self.data_tids)
-                and all(row[STAGED_STATE] is not None for row in rows))
+                and None not in map(_state_of, rows))
 
     def _write_at_vote(self, conn: ConnectionRole, rows: list[StagedState]) -> None:
         """Check, resolve and write the states under the write lock that vote takes and
@@ -174,16 +179,22 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
-        checked = [row[STAGED_OID] for row in rows if row[STAGED_OID] not in self.unchecked]
+        unchecked = self.unchecked
+        checked_rows = ([row for row in rows if row[STAGED_OID] not in unchecked]
+                        if unchecked else rows)
+        checked = list(map(_oid_of, checked_rows))
         current = backend.locker.current_tids(
             conn, sorted(set(checked).union(self.read_current)))
         for oid, expected in self.read_current.items():
             actual = current.get(oid, 0)
             if actual != expected:
                 raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        states = self.states
-        conflicts = [Conflict(oid, states[oid][0], current.get(oid, 0)) for oid in checked
-                     if current.get(oid, 0) != states[oid][0]]
+        found = current.get
+        # Compared in C first: a commit of new objects finds no row for any of them.
+        conflicts = [] if list(map(found, checked, itertools.repeat(0))) == list(
+            map(_prev_tid_of, checked_rows)) else [
+                Conflict(row[STAGED_OID], row[STAGED_PREV_TID], found(row[STAGED_OID], 0))
+                for row in checked_rows if found(row[STAGED_OID], 0) != row[STAGED_PREV_TID]]
         if conflicts:
             resolved = {row.oid: row for row in self._resolve(conn, conflicts)}
             rows = [row if row[STAGED_OID] not in resolved else
@@ -483,7 +494,7 @@ class PendingCommit:
         """Can this commit add, replace or drop a blob reference?"""
         if self.blob_staged or self.data_tids or self.unchecked:
             return True
-        return any(state is None for _, state in self.states.values())
+        return None in map(_pending_state, self.states.values())
 
     def release(self) -> None:
         for staged in self.blob_files.values():

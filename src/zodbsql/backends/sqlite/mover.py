@@ -10,7 +10,8 @@ import itertools
 import operator
 from typing import Any, Sequence
 
-from zodbsql.backends.base.contract import STAGED_SIZE, ConnectionRole, StagedState, StateRow
+from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, ConnectionRole,
+                                            StagedState, StateRow)
 from zodbsql.backends.base.mover import REFERENCES_EACH, Mover, state_row
 
 CREATE_TEMP_TABLES = (
@@ -143,8 +144,9 @@ def staging_groups(states: Sequence[StagedState],
     return [(STAGE_PLAIN, 5, plain), (STAGE_REFERRING, 6, referring), (STAGE_ANY, 7, other)]
 
 
-#: A staged row's stored size (``STAGED_SIZE``), read in C.
+#: A staged row's stored size (``STAGED_SIZE``) and its oid, read in C.
 _stored_size = operator.itemgetter(STAGED_SIZE)
+_oid_of = operator.itemgetter(STAGED_OID)
 
 
 @functools.lru_cache(maxsize=64)
@@ -261,7 +263,7 @@ class SQLiteMover(Mover):
                 write = WRITE_PLAIN if head == STAGE_PLAIN else WRITE_REFERRING
                 self._insert(conn, write, width, rows, tid, tail)
         if self.keep_history:
-            oids = "[" + ",".join([str(row[0]) for row in states]) + "]"
+            oids = "[" + ",".join(map(str, map(_oid_of, states))) + "]"
             conn.execute(HP_WRITE_CURRENT, (tid, oids))
 
     def _insert(self, conn: ConnectionRole, head: str, width: int,

@@ -1,0 +1,140 @@
+"""Where an add commit's time goes: zodbsql against FileStorage, as the bench's ``add``.
+
+    .venv/bin/python scripts/add_budget.py [--objects 1000] [--trials 200]
+        [--url postgresql://postgres@127.0.0.1/scratch]
+
+Each trial commits a new ``PersistentMapping`` holding --objects new mappings, once
+into each storage, the two taking turns (which goes first alternates), so that both
+see the same machine at the same moment: a figure in seconds moves up to 3x between
+runs here, the ratio of a paired run much less.
+
+Printed, milliseconds a commit (median, and mean, which counts the rare slow ones):
+the whole ``commit``, and the storage calls ZODB makes inside it (``new_oid`` and
+``store``, called once per object, summed); for zodbsql the parts of vote and finish:
+the rows vote computes (checksums, references), the conflict check, the write of the
+states, the backend's finish and the COMMITs (the commit's, and an oid block's when
+one was taken in it).  What the whole holds besides the storage calls is ZODB's own
+work (pickling), the same for both storages.  Give --url for a server database
+instead of a new SQLite file (it is written to: a scratch one).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from typing import Any, Callable
+
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.FileStorage import FileStorage
+
+import zodbsql
+from zodbsql.storage.commit import PendingCommit
+
+#: The storage calls ZODB makes in a commit, timed for both storages.
+STORAGE_CALLS = ("new_oid", "store", "tpc_begin", "tpc_vote", "tpc_finish")
+ORDER = ["new_oid", "store", "tpc_begin", "tpc_vote", "  rows (checksums, references)",
+         "  conflict check", "  the backend's finish", "  write of the states", "tpc_finish",
+         "  COMMIT", "commit"]
+
+
+class Timings:
+    """Seconds spent in wrapped callables during each commit, by storage and name."""
+
+    def __init__(self) -> None:
+        #: "storage: part" -> seconds in each commit.
+        self.spent: dict[str, list[float]] = {}
+        #: The commit under way: part -> seconds so far.
+        self.trial: dict[str, float] = {}
+        self._wrapped: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, owner: Any, attribute: str, name: str | None = None) -> None:
+        function: Callable[..., Any] = getattr(owner, attribute)
+        label = name or attribute
+
+        def timed(*args: Any, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return function(*args, **kw)
+            finally:
+                self.trial[label] = self.trial.get(label, 0.0) + time.perf_counter() - start
+        self._wrapped.append((owner, attribute, function))
+        setattr(owner, attribute, timed)
+
+    def end_trial(self, storage: str) -> None:
+        for label, seconds in self.trial.items():
+            self.spent.setdefault(f"{storage}: {label}", []).append(seconds)
+        self.trial = {}
+
+    def unwrap(self) -> None:
+        for owner, attribute, function in reversed(self._wrapped):
+            setattr(owner, attribute, function)
+        self._wrapped.clear()
+
+
+def zodbsql_parts(timings: Timings, storage: Any) -> None:
+    """Time the parts of a zodbsql vote and finish."""
+    backend = storage.shared.backend
+    timings.wrap(PendingCommit, "_staged_rows", "  rows (checksums, references)")
+    timings.wrap(backend.locker, "current_tids", "  conflict check")
+    if backend.features.writes_at_vote:
+        timings.wrap(backend.mover, "write_states", "  write of the states")
+    timings.wrap(PendingCommit, "_call_finish", "  the backend's finish")
+    pool = storage.shared.pool
+    conn = pool.acquire(storage.shared.options.commit_lock_timeout)
+    pool.release(conn)
+    # PostgreSQL's finish carries the COMMIT: then there is no call of its own.
+    timings.wrap(type(conn), "commit", "  COMMIT")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--url", help="a server database instead of SQLite (a scratch one)")
+    args = parser.parse_args()
+    timings = Timings()
+    with tempfile.TemporaryDirectory() as directory:
+        filestorage = FileStorage(f"{directory}/Data.fs")
+        ours = zodbsql.open_storage(args.url or f"sqlite://{directory}/Data.sqlite")
+        names = {"FileStorage": filestorage, "zodbsql": ours}
+        for storage in names.values():
+            for call in STORAGE_CALLS:
+                timings.wrap(type(storage), call)
+        zodbsql_parts(timings, ours)
+        opened = {}
+        for name, storage in names.items():
+            db = ZODB.DB(storage)
+            tm = transaction.TransactionManager()
+            opened[name] = (db, tm, db.open(transaction_manager=tm).root())
+        try:
+            for trial in range(args.trials + 3):          # three to warm up
+                order = list(opened) if trial % 2 else list(opened)[::-1]
+                for name in order:
+                    db, tm, root = opened[name]
+                    root[trial] = container = PersistentMapping()
+                    for number in range(args.objects):
+                        container[number] = PersistentMapping()
+                    start = time.perf_counter()
+                    tm.commit()
+                    timings.trial["commit"] = time.perf_counter() - start
+                    timings.end_trial(name if trial >= 3 else "warm-up")
+        finally:
+            timings.unwrap()
+            for db, _, _ in opened.values():
+                db.close()
+    for name in names:
+        print(f"{name}, ms a commit of {args.objects} new objects   median     mean")
+        for part in ORDER:
+            values = timings.spent.get(f"{name}: {part}")
+            if values:
+                print(f"  {part:40} {statistics.median(values) * 1e3:7.2f}"
+                      f" {statistics.fmean(values) * 1e3:8.2f}")
+    whole = {name: statistics.median(timings.spent[f"{name}: commit"]) for name in names}
+    print(f"commit, zodbsql / FileStorage in speed: {whole['FileStorage'] / whole['zodbsql']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
