@@ -19,9 +19,9 @@ import pytest
 from zodbsql.cache.arena import (CHUNK_OBJECT_BYTES, HEADER_BYTES, LARGEST_OID,
                                  ArenaSegment, entry_cost)
 from zodbsql.cache.compression import LIBRARY_BYTES
-from zodbsql.cache.statecache import (_OID_BYTES, REVISIONS_SHARE, ROOM_PER_STATE,
-                                      SKETCH_START, FrequencySketch, StateCache,
-                                      allocated, state_cost)
+from zodbsql.cache.statecache import (_BYTES_HEADER, _OID_BYTES, REVISIONS_SHARE,
+                                      ROOM_PER_STATE, SKETCH_START, FrequencySketch,
+                                      StateCache, _revision_cost, allocated, state_cost)
 
 STATE = b"s" * 100
 ENTRY = len(STATE) + 64
@@ -612,6 +612,45 @@ def test_a_commits_batch_keeps_what_one_state_at_a_time_keeps() -> None:
             assert list(batched._revisions) == list(one_by_one._revisions)
             assert batched._revision_bytes == one_by_one._revision_bytes
             assert batched.bytes_used <= batched.limit
+
+
+def batched_and_one_by_one(limit: int, batches: list[list[tuple[int, bytes]]],
+                           ) -> tuple[StateCache, StateCache]:
+    """Two caches given ``batches`` (the commits' states, tids 20, 21, ...): one by
+    ``put_revisions``, the other a state at a time by ``_put_revision``."""
+    batched, one_by_one = polled_cache(limit=limit), polled_cache(limit=limit)
+    for tid, written in enumerate(batches, 20):
+        batched.put_revisions(tid, written)
+        with one_by_one._lock:
+            for oid, state in written:
+                one_by_one._put_revision(oid, tid, state)
+            one_by_one._shrink(None)
+    return batched, one_by_one
+
+
+def test_a_commits_batch_keeps_what_one_state_at_a_time_keeps_at_the_edges() -> None:
+    """Where the batch's own arithmetic turns: a state larger than a quarter of the
+    cache among others (left out alone, the rest kept), states whose size with their
+    header is the allocator's step (512 bytes) or one either side, and a batch that
+    passes the revisions' share by half a byte (the oldest revision goes)."""
+    large = b"L" * (16 * 1024 + 1)            # above a quarter of 64 KB
+    batched, one_by_one = batched_and_one_by_one(
+        64 * 1024, [[(1, b"a"), (2, large), (3, b"c"), (4, b"d")]])
+    assert list(batched._revisions) == list(one_by_one._revisions)
+    assert len(batched._revisions) == 3
+    step = [(oid, b"s" * (512 - _BYTES_HEADER + oid)) for oid in (-1, 0, 1)]
+    batched, one_by_one = batched_and_one_by_one(64 * 1024, [[(oid + 10, state)
+                                                             for oid, state in step]])
+    assert batched._revision_bytes == one_by_one._revision_bytes == sum(
+        _revision_cost(state) for _, state in step)
+    # 400 states of one cost in two commits fill the share but for half a byte.
+    state = b"r" * 400
+    total = 400 * _revision_cost(state)
+    batches = [[(oid, state) for oid in range(first, first + 200)] for first in (100, 300)]
+    batched, one_by_one = batched_and_one_by_one(2 * total - 1, batches)
+    assert list(batched._revisions) == list(one_by_one._revisions)
+    assert batched._revision_bytes == one_by_one._revision_bytes == total - _revision_cost(state)
+    assert batched._revision_bytes <= REVISIONS_SHARE * batched.limit
 
 
 def test_states_a_full_cache_would_not_admit_are_served_from_the_window() -> None:
