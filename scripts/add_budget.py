@@ -31,6 +31,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.FileStorage import FileStorage
 
 import zodbsql
+from warm_budget import Timings      # scripts/, where this script runs from
 from zodbsql.storage.commit import PendingCommit
 
 #: The storage calls ZODB makes in a commit, timed for both storages.
@@ -38,40 +39,6 @@ STORAGE_CALLS = ("new_oid", "store", "tpc_begin", "tpc_vote", "tpc_finish")
 ORDER = ["new_oid", "store", "tpc_begin", "tpc_vote", "  rows (checksums, references)",
          "  conflict check", "  the backend's finish", "  write of the states", "tpc_finish",
          "  COMMIT", "commit"]
-
-
-class Timings:
-    """Seconds spent in wrapped callables during each commit, by storage and name."""
-
-    def __init__(self) -> None:
-        #: "storage: part" -> seconds in each commit.
-        self.spent: dict[str, list[float]] = {}
-        #: The commit under way: part -> seconds so far.
-        self.trial: dict[str, float] = {}
-        self._wrapped: list[tuple[Any, str, Any]] = []
-
-    def wrap(self, owner: Any, attribute: str, name: str | None = None) -> None:
-        function: Callable[..., Any] = getattr(owner, attribute)
-        label = name or attribute
-
-        def timed(*args: Any, **kw: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return function(*args, **kw)
-            finally:
-                self.trial[label] = self.trial.get(label, 0.0) + time.perf_counter() - start
-        self._wrapped.append((owner, attribute, function))
-        setattr(owner, attribute, timed)
-
-    def end_trial(self, storage: str) -> None:
-        for label, seconds in self.trial.items():
-            self.spent.setdefault(f"{storage}: {label}", []).append(seconds)
-        self.trial = {}
-
-    def unwrap(self) -> None:
-        for owner, attribute, function in reversed(self._wrapped):
-            setattr(owner, attribute, function)
-        self._wrapped.clear()
 
 
 def zodbsql_parts(timings: Timings, storage: Any) -> None:
@@ -102,37 +69,38 @@ def main() -> None:
         names = {"FileStorage": filestorage, "zodbsql": ours}
         for storage in names.values():
             for call in STORAGE_CALLS:
-                timings.wrap(type(storage), call)
+                timings.wrap(type(storage), call, call)
         zodbsql_parts(timings, ours)
         opened = {}
         for name, storage in names.items():
             db = ZODB.DB(storage)
             tm = transaction.TransactionManager()
             opened[name] = (db, tm, db.open(transaction_manager=tm).root())
-        try:
-            for trial in range(args.trials + 3):          # three to warm up
-                order = list(opened) if trial % 2 else list(opened)[::-1]
-                for name in order:
-                    db, tm, root = opened[name]
-                    root[trial] = container = PersistentMapping()
-                    for number in range(args.objects):
-                        container[number] = PersistentMapping()
-                    start = time.perf_counter()
-                    tm.commit()
-                    timings.trial["commit"] = time.perf_counter() - start
-                    timings.end_trial(name if trial >= 3 else "warm-up")
-        finally:
-            timings.unwrap()
-            for db, _, _ in opened.values():
-                db.close()
+        spent: dict[str, list[float]] = {}      # "storage: part" -> seconds a commit
+        for trial in range(args.trials + 3):          # three to warm up
+            order = list(opened) if trial % 2 else list(opened)[::-1]
+            for name in order:
+                db, tm, root = opened[name]
+                root[trial] = container = PersistentMapping()
+                for number in range(args.objects):
+                    container[number] = PersistentMapping()
+                timings.take()
+                start = time.perf_counter()
+                tm.commit()
+                parts = {**timings.take(), "commit": time.perf_counter() - start}
+                if trial >= 3:
+                    for part, seconds in parts.items():
+                        spent.setdefault(f"{name}: {part}", []).append(seconds)
+        for db, _, _ in opened.values():
+            db.close()
     for name in names:
         print(f"{name}, ms a commit of {args.objects} new objects   median     mean")
         for part in ORDER:
-            values = timings.spent.get(f"{name}: {part}")
+            values = spent.get(f"{name}: {part}")
             if values:
                 print(f"  {part:40} {statistics.median(values) * 1e3:7.2f}"
                       f" {statistics.fmean(values) * 1e3:8.2f}")
-    whole = {name: statistics.median(timings.spent[f"{name}: commit"]) for name in names}
+    whole = {name: statistics.median(spent[f"{name}: commit"]) for name in names}
     print(f"commit, zodbsql / FileStorage in speed: {whole['FileStorage'] / whole['zodbsql']:.3f}")
 
 

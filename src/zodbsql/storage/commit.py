@@ -24,14 +24,14 @@ from typing import Any, Callable
 from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.utils import newTid, p64, u64
 
-from zodbsql.backends.base.contract import (STAGED_OID, STAGED_PREV_TID, STAGED_SIZE,
-                                            STAGED_STATE, Conflict, ConnectionRole,
-                                            ResolvedState, StagedState)
+from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STATE, Conflict,
+                                            ConnectionRole, ResolvedState,
+                                            StagedState)
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
                             DatabaseError, ServerChangedConflict, described)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
-from zodbsql.storage.records import (BINPERSID, PROTO, checksum, checksummer, references,
-                                      references_text, verified)
+from zodbsql.storage.records import (checksum, checksummer, references, references_text,
+                                      refers_to_nothing, verified)
 from zodbsql.storage.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,8 @@ RECONNECT_PAUSE = 0.2
 Resolver = Callable[[int, int, int, "bytes | None", bytes], bytes]
 
 
-#: A staged row's stored size, read in C; its oid, expected tid and state.
+#: A staged row's stored size and its state, read in C.
 _size = operator.itemgetter(STAGED_SIZE)
-_oid_of = operator.itemgetter(STAGED_OID)
-_prev_tid_of = operator.itemgetter(STAGED_PREV_TID)
 _state_of = operator.itemgetter(STAGED_STATE)
 #: The state of a ``PendingCommit.states`` value (expected tid, state).
 _pending_state = operator.itemgetter(1)
@@ -179,22 +177,16 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
-        unchecked = self.unchecked
-        checked_rows = ([row for row in rows if row[STAGED_OID] not in unchecked]
-                        if unchecked else rows)
-        checked = list(map(_oid_of, checked_rows))
+        checked = [row[STAGED_OID] for row in rows if row[STAGED_OID] not in self.unchecked]
         current = backend.locker.current_tids(
             conn, sorted(set(checked).union(self.read_current)))
         for oid, expected in self.read_current.items():
             actual = current.get(oid, 0)
             if actual != expected:
                 raise ReadConflictError(oid=p64(oid), serials=(p64(actual), p64(expected)))
-        found = current.get
-        # Compared in C first: a commit of new objects finds no row for any of them.
-        conflicts = [] if list(map(found, checked, itertools.repeat(0))) == list(
-            map(_prev_tid_of, checked_rows)) else [
-                Conflict(row[STAGED_OID], row[STAGED_PREV_TID], found(row[STAGED_OID], 0))
-                for row in checked_rows if found(row[STAGED_OID], 0) != row[STAGED_PREV_TID]]
+        states = self.states
+        conflicts = [Conflict(oid, states[oid][0], current.get(oid, 0)) for oid in checked
+                     if current.get(oid, 0) != states[oid][0]]
         if conflicts:
             resolved = {row.oid: row for row in self._resolve(conn, conflicts)}
             rows = [row if row[STAGED_OID] not in resolved else
@@ -217,7 +209,6 @@ class PendingCommit:
         data_tids = self.data_tids
         rows: list[StagedState] = []
         add_row = rows.append
-        proto, persid = PROTO, BINPERSID
         for oid, (prev_tid, state) in self.states.items():
             data_tid = data_tids.get(oid) if data_tids else None
             if state is None:   # a deletion
@@ -225,10 +216,9 @@ class PendingCommit:
                 continue
             # The checksum is of the state itself; what is stored may be sealed.
             stored = encode(oid, state) if encode is not None and state else state
-            # Most states are leaves: told apart here without a call per state
-            # (``refers_to_nothing`` written out).
-            refs = None if not state or (state[0] == proto and persid not in state) else (
-                references_text(references(oid, state)))
+            # Most states are leaves: told apart here without two calls per state.
+            refs = None if refers_to_nothing(state) else references_text(
+                references(oid, state))
             add_row((oid, prev_tid, data_tid, digest(state), len(stored), stored, refs))
         return rows
 

@@ -51,8 +51,6 @@ from zodbsql.storage.shared import Shared
 log = logging.getLogger(__name__)
 #: ``p64`` without its call: an oid as the 8 bytes ZODB names it by.
 _oid_bytes = struct.Struct(">Q").pack
-#: The state of a pending commit's ``states`` value (expected tid, state), read in C.
-_pending_state = itemgetter(1)
 #: A pick of a container's children larger than this sends the rest ahead, where the
 #: mover can (``SENDS_AHEAD``): the server reads them while ZODB reads these.  ZODB
 #: reads one of them in ~25 us here, and the server picks one in ~4 us.
@@ -988,7 +986,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             # A generator: a list would keep a pair per stored object alive at once, each
             # counted toward the cyclic collector's next pass.
             self.shared.cache.put_revisions(
-                tid, zip(pending.states, map(_pending_state, pending.states.values())))
+                tid, ((oid, state) for oid, (_, state) in pending.states.items()))
             if self.shared.second_level is not None:
                 self.shared.second_level.store(
                     [(oid, tid, state) for oid, (_, state) in pending.states.items()

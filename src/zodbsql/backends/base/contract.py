@@ -55,7 +55,6 @@ class LoadedState(NamedTuple):
 StagedState = tuple[int, int, "int | None", "int | None", int, "bytes | None", "str | None"]
 #: The positions of ``StagedState``'s fields that are read by name.
 STAGED_OID: Final = 0
-STAGED_PREV_TID: Final = 1
 STAGED_SIZE: Final = 4
 STAGED_STATE: Final = 5
 
