@@ -72,11 +72,13 @@ def test_the_bound_is_reconsidered_after_a_window_of_prefetches_across_batches()
 
 
 def decided(used: int, bound: int = 1000) -> int:
-    """The bound after a window of WINDOW prefetches of which ``used`` were used."""
+    """The bound after a window of WINDOW prefetches, in two batches, of which ``used``
+    were used."""
     prefetcher = Prefetcher(1000, 1 << 20)
     prefetcher.bound = bound
     states = list(range(100, 100 + WINDOW))
-    prefetcher.loaded(1, states, [])
+    prefetcher.loaded(1, states[:WINDOW // 2], [])
+    prefetcher.loaded(2, states[WINDOW // 2:], [])
     for oid in states[:used]:
         prefetcher.note_hit(oid)
     prefetcher.plan(5000)
@@ -94,6 +96,34 @@ def test_the_share_used_halves_keeps_or_grows_the_bound() -> None:
     assert decided(16, bound=20) == 320                   # every one: sixteenfold
     assert decided(16, bound=0) == PROBE                  # from 0: a probe's worth
     assert decided(16) == 1000                            # at the limit already
+
+
+def test_one_batch_little_of_which_was_used_does_not_halve_the_bound_alone() -> None:
+    # A miss's own references (the root's containers, a folder's documents) may be
+    # read later or never, while the walk that follows reads the next batch: at a
+    # second reader's warm read, the containers of the other writer that came with
+    # the root halved the bound, and its 1,000 children took four statements, not two.
+    prefetcher = Prefetcher(1000, 1 << 20)
+    prefetcher.bound = 1000
+    containers = list(range(100, 100 + WINDOW))
+    prefetcher.loaded(1, containers, [])
+    prefetcher.note_hit(containers[0])                    # 1 in 16 read
+    prefetcher.loaded(4000, [], [])                       # a load that brought nothing
+    assert prefetcher.plan(5000)[0] == 1000               # one batch: not yet
+    children = list(range(6000, 6000 + 984))
+    prefetcher.loaded(5000, children, [])
+    for oid in children:
+        prefetcher.note_hit(oid)
+    assert prefetcher.plan(7000)[0] == 1000               # the two: mostly used
+    sparse = Prefetcher(1000, 1 << 20)
+    sparse.bound = 1000
+    for miss, first in enumerate((100, 2000)):            # 1 in 100 read, twice
+        batch = list(range(first, first + 1000))
+        sparse.loaded(miss, batch, [])
+        for oid in batch[::100]:
+            sparse.note_hit(oid)
+        sparse.plan(10_000 + miss)
+    assert sparse.bound == 500                            # two such batches: halved
 
 
 def test_at_bound_zero_every_probe_every_th_miss_probes() -> None:

@@ -21,8 +21,11 @@ A batch holds at most ``bound`` states and ``max_bytes`` bytes.  ``bound`` adapt
 what the process does with them: every prefetched state is remembered until a load
 finds it in the cache (used) or it drops out of the ``fresh`` record.  At each miss,
 once ``WINDOW`` states (a whole batch, for a bound below that) were prefetched since
-the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halves, and
-when none was used it drops to 0 at once (a sparse walk: one child in a hundred); over
+the last decision, the share used decides: under ``SHRINK_BELOW`` the bound halves once
+those states came in two batches or more (a miss's own references, such as the
+containers that come with the root, are read later or never while the walk below
+reads the next batch: one such batch is not enough to judge by), and when none was
+used it drops to 0 at once (a sparse walk: one child in a hundred); over
 ``GROW_ABOVE`` it grows fourfold, and sixteenfold when every one was used (a full
 walk), up to ``limit`` (``prefetch-count``).  At 0 a load
 brings nothing along, except that a miss tries ``PROBE`` states again when it follows
@@ -142,6 +145,7 @@ class Prefetcher:
         self._fresh: OrderedDict[int, bool] = OrderedDict()  # prefetched, not used yet
         self._window_prefetched = 0
         self._window_used = 0
+        self._window_batches = 0
         self._misses = 0
         self._last_miss_slot: int | None = None  # the queue slot of the previous miss
         self._last_miss_oid: int | None = None   # the oid of the previous miss
@@ -257,6 +261,7 @@ class Prefetcher:
         for each in prefetched:
             self._fresh[each] = True
         self._window_prefetched += len(prefetched)
+        self._window_batches += bool(prefetched)
         self.prefetched += len(prefetched)
         while len(self._fresh) > fresh_bound(self.limit):
             self._fresh.popitem(last=False)
@@ -292,12 +297,14 @@ class Prefetcher:
         if share == 0:
             self.bound = 0
         elif share < SHRINK_BELOW:
+            if self._window_batches < 2:
+                return                  # one batch partly used: the next decides too
             self.bound //= 2
         elif share > GROW_ABOVE:
             growth = (GROWTH_ALL_USED if self._window_used >= self._window_prefetched
                       else GROWTH)
             self.bound = min(self.limit, max(PROBE, growth * self.bound))
-        self._window_prefetched = self._window_used = 0
+        self._window_prefetched = self._window_used = self._window_batches = 0
 
     def _following(self, oid: int, count: int) -> list[int]:
         """Up to ``count`` oids still queued after ``oid`` (none if it isn't queued)."""
