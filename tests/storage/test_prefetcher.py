@@ -151,6 +151,12 @@ def test_the_same_oid_missed_twice_is_not_sequential() -> None:
     prefetcher.bound = 0
     assert prefetcher.plan(500)[0] == 0
     assert prefetcher.plan(500)[0] == 0
+    # Nor a queued one whose first load did not report (it failed): its slot stayed.
+    queued(prefetcher, *range(1000, 1100))
+    prefetcher.bound = START
+    assert prefetcher.plan(1050)[0] == START
+    prefetcher.bound = 0
+    assert prefetcher.plan(1050)[0] == 0
 
 
 def test_a_batch_of_one_gets_one_follower() -> None:
@@ -374,7 +380,14 @@ def test_a_miss_offers_the_states_touched_last_as_its_parents() -> None:
     assert prefetcher.parents() == [NO_PARENT] * (RECENT - 3) + [10, 11, 12]
     for oid in range(100, 100 + 2 * RECENT):
         prefetcher.note_hit(oid)
-    assert prefetcher.parents() == list(range(100 + RECENT, 100 + 2 * RECENT))
+    newest = list(range(100 + RECENT, 100 + 2 * RECENT))
+    assert prefetcher.parents() == newest
+    # A container found for a miss (note_parent) is offered last, once: in place of
+    # the oldest when it is not the newest touched.
+    prefetcher.note_parent(newest[-1])
+    assert prefetcher.parents() == newest
+    prefetcher.note_parent(newest[0])
+    assert prefetcher.parents() == [*newest[1:], newest[0]]
 
 
 def test_reaching_the_last_reference_found_of_a_state_offers_that_state() -> None:
