@@ -339,6 +339,37 @@ def test_a_walk_onward_stays_within_the_prefetch_bytes_its_miss_left(
             if walked > max(0, 20000 - came)] == []
 
 
+def test_a_pick_of_a_containers_children_does_not_walk_on_for_a_few_states(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite: a pick that filled its bound but for a few states (a container's 999
+    children at a bound of 1,000) does not read every state that came for the
+    references a walk of those few would follow (``lookahead.WALKED_FROM_EACH``)."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        if not always_picks(storage):
+            pytest.skip("only a mover whose client picks every batch walks on (SQLite)")
+        fill(db, 1000)
+        prefetcher = storage.shared.prefetcher
+        prefetcher.bound = prefetcher.limit
+        walks: list[tuple[int, int]] = []
+        walked_on = storage_module.SQLStorage._walked_on
+
+        def noted(self: Any, conn: Any, snapshot: int, oid: int, came: Any,
+                  count: int) -> Any:
+            walks.append((len(came), count))
+            return walked_on(self, conn, snapshot, oid, came, count)
+        monkeypatch.setattr(storage_module.SQLStorage, "_walked_on", noted)
+        cold_walk(storage, db)
+        assert walks == []
+        fill(db, 200)                                   # 801 states left: a walk
+        prefetcher.bound = prefetcher.limit
+        cold_walk(storage, db)
+    finally:
+        db.close()
+    assert walks == [(200, 801)]
+
+
 def test_a_miss_without_a_cached_parent_brings_only_its_uncached_references(
         storage_factory: Any, storage_and_db: Any, polled: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -662,7 +662,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 conn, [oid, *also], snapshot, prefetcher.max_bytes, REFERENCES_EACH)
         else:
             loaded = mover.load_many_at(conn, [oid, *also], snapshot, prefetcher.max_bytes)
-            if walk_on > 0:
+            if walk_on > 0 and len(loaded) <= walk_on * lookahead.WALKED_FROM_EACH:
                 # From the states that came along, not from the miss's own: a container
                 # missed (a mapping another process changed) would walk into its
                 # cached neighbours (a warm reader next to a BTree it read: 4,000
