@@ -308,6 +308,25 @@ def test_a_cold_btree_walk_misses_once_in_several_buckets_where_the_client_picks
     assert misses <= buckets // 4, (misses, buckets)
 
 
+def state_bytes(loaded: Any) -> int:
+    """The bytes of the states of ``loaded`` (LoadedState rows)."""
+    return sum(len(each.state) for each in loaded if each.state)
+
+
+def note_walks(monkeypatch: pytest.MonkeyPatch,
+               note: Callable[[Any, int, Any], None]) -> None:
+    """Every ``_walked_on`` call of the test's storages is passed on, then told to
+    ``note(came, count, brought)``."""
+    walked_on = storage_module.SQLStorage._walked_on
+
+    def noted(self: Any, conn: Any, snapshot: int, oid: int, came: Any,
+              count: int) -> Any:
+        brought = walked_on(self, conn, snapshot, oid, came, count)
+        note(came, count, brought)
+        return brought
+    monkeypatch.setattr(storage_module.SQLStorage, "_walked_on", noted)
+
+
 def test_a_walk_onward_stays_within_the_prefetch_bytes_its_miss_left(
         storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite: the steps a miss walks on from what came (``_walked_on``) bring at most
@@ -322,15 +341,8 @@ def test_a_walk_onward_stays_within_the_prefetch_bytes_its_miss_left(
         prefetcher = storage.shared.prefetcher
         prefetcher.bound = prefetcher.limit             # a warm process's bound
         walks: list[tuple[int, int]] = []
-        walked_on = storage_module.SQLStorage._walked_on
-
-        def measured(self: Any, conn: Any, snapshot: int, oid: int, came: Any,
-                     count: int) -> Any:
-            got = walked_on(self, conn, snapshot, oid, came, count)
-            walks.append((sum(len(each.state) for each in came if each.state),
-                          sum(len(each.state) for each in got if each.state)))
-            return got
-        monkeypatch.setattr(storage_module.SQLStorage, "_walked_on", measured)
+        note_walks(monkeypatch, lambda came, count, got: walks.append(
+            (state_bytes(came), state_bytes(got))))
         cold_walk(storage, db, "tree")
     finally:
         db.close()
@@ -353,13 +365,7 @@ def test_a_pick_of_a_containers_children_does_not_walk_on_for_a_few_states(
         prefetcher = storage.shared.prefetcher
         prefetcher.bound = prefetcher.limit
         walks: list[tuple[int, int]] = []
-        walked_on = storage_module.SQLStorage._walked_on
-
-        def noted(self: Any, conn: Any, snapshot: int, oid: int, came: Any,
-                  count: int) -> Any:
-            walks.append((len(came), count))
-            return walked_on(self, conn, snapshot, oid, came, count)
-        monkeypatch.setattr(storage_module.SQLStorage, "_walked_on", noted)
+        note_walks(monkeypatch, lambda came, count, got: walks.append((len(came), count)))
         cold_walk(storage, db)
         assert walks == []
         fill(db, 200)                                   # 801 states left: a walk

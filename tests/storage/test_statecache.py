@@ -593,6 +593,17 @@ def test_a_commits_states_are_remembered_together_within_the_bound() -> None:
     assert len(kept) * (len(STATE) + 40) <= REVISIONS_SHARE * cache.limit
 
 
+def put_both(batched: StateCache, one_by_one: StateCache, tid: int,
+             written: list[tuple[int, bytes]]) -> None:
+    """A commit's ``written`` states at ``tid``: into ``batched`` by ``put_revisions``,
+    into ``one_by_one`` a state at a time by ``_put_revision``."""
+    batched.put_revisions(tid, written)
+    with one_by_one._lock:
+        for oid, state in written:
+            one_by_one._put_revision(oid, tid, state)
+        one_by_one._shrink(None)
+
+
 def test_a_commits_batch_keeps_what_one_state_at_a_time_keeps() -> None:
     """``put_revisions`` of a new tid does its bookkeeping once for the batch; what it
     keeps is what ``_put_revision`` state by state keeps (first in, first out within the
@@ -604,11 +615,7 @@ def test_a_commits_batch_keeps_what_one_state_at_a_time_keeps() -> None:
         for tid in (20, 21, 22):
             oids = range(tid * 1000, tid * 1000 + size // 450)
             written = [(oid, b"s" * rng.randrange(1, 900)) for oid in oids]
-            batched.put_revisions(tid, written)
-            with one_by_one._lock:
-                for oid, state in written:
-                    one_by_one._put_revision(oid, tid, state)
-                one_by_one._shrink(None)
+            put_both(batched, one_by_one, tid, written)
             assert list(batched._revisions) == list(one_by_one._revisions)
             assert batched._revision_bytes == one_by_one._revision_bytes
             assert batched.bytes_used <= batched.limit
@@ -620,11 +627,7 @@ def batched_and_one_by_one(limit: int, batches: list[list[tuple[int, bytes]]],
     ``put_revisions``, the other a state at a time by ``_put_revision``."""
     batched, one_by_one = polled_cache(limit=limit), polled_cache(limit=limit)
     for tid, written in enumerate(batches, 20):
-        batched.put_revisions(tid, written)
-        with one_by_one._lock:
-            for oid, state in written:
-                one_by_one._put_revision(oid, tid, state)
-            one_by_one._shrink(None)
+        put_both(batched, one_by_one, tid, written)
     return batched, one_by_one
 
 
