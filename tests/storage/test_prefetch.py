@@ -674,6 +674,22 @@ def test_a_cold_read_after_a_sparse_one_turns_sequential_though_nothing_was_queu
     conn.close()
 
 
+def having_read_alone(storage: Any, db: Any, read: Callable[[Any], None]) -> tuple[Any, Any]:
+    """A transaction manager and its connection that did ``read(root)`` with prefetch
+    off (what it read is cached alone), then the bound back at its limit, as after a
+    full walk."""
+    prefetcher = storage.shared.prefetcher
+    limit = prefetcher.limit
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    prefetcher.limit = 0
+    tm.begin()
+    read(conn.root())
+    tm.abort()
+    prefetcher.limit = prefetcher.bound = limit
+    return tm, conn
+
+
 def test_the_siblings_a_parents_miss_brought_do_not_slow_the_walk_below_it(
         storage_factory: Any, storage_and_db: Any) -> None:
     """A reader of one container among many (the bench's warm read, beside the other
@@ -691,13 +707,7 @@ def test_the_siblings_a_parents_miss_brought_do_not_slow_the_walk_below_it(
                 container[i] = PersistentMapping(v=0)
     prefetcher = storage.shared.prefetcher
     limit = prefetcher.limit
-    tm = transaction.TransactionManager()
-    conn = db.open(tm)
-    prefetcher.limit = 0                         # the root alone is cached
-    tm.begin()
-    conn.root()._p_activate()
-    tm.abort()
-    prefetcher.limit = prefetcher.bound = limit  # as after a full walk
+    tm, conn = having_read_alone(storage, db, lambda root: root._p_activate())
     with writer.transaction() as other:
         other.root()["bench"]["new"] = PersistentMapping()
     tm.begin()
@@ -713,6 +723,37 @@ def test_the_siblings_a_parents_miss_brought_do_not_slow_the_walk_below_it(
     # parent's miss brings nothing, the first child's its siblings), as it was.
     assert storage.statement_count() - before <= (12 if looks_ahead else 2)
     assert prefetcher.bound == limit
+    tm.abort()
+    conn.close()
+    writer.close()
+
+
+def test_a_changed_containers_miss_brings_the_child_added_not_the_old_ones(
+        storage_factory: Any, storage_and_db: Any) -> None:
+    """A container this process held, to which another process added a child: its miss
+    brings the new child, not the older children this process never read.  (In oid
+    order within the prefetch's bytes, the oldest came, the new one did not, and with
+    none of its batch used the prefetch stopped: the bench's warm read beside the
+    other writers' containers, from its sixteenth repetition.)"""
+    storage, db = storage_and_db
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    old = 40
+    with writer.transaction() as conn:
+        conn.root()["bench"] = bench = PersistentMapping()
+        for key in range(old):      # 1.6 MB: more than a prefetch brings
+            bench[key] = PersistentMapping(data=b"x" * 40_000)
+    tm, conn = having_read_alone(storage, db, lambda root: root["bench"]._p_activate())
+    with writer.transaction() as other:
+        other.root()["bench"]["new"] = PersistentMapping(v=1)
+    tm.begin()
+    bench = conn.root()["bench"]
+    before = storage.statement_count()
+    bench._p_activate()                          # the changed mapping's miss
+    assert bench["new"]["v"] == 1                # came with it
+    assert storage.statement_count() - before == 2 + begins_reading(storage)
+    instance = conn._storage
+    assert [key for key in range(old) if storage.shared.cache.has(
+        u64(bench[key]._p_oid), instance._snapshot)] == []
     tm.abort()
     conn.close()
     writer.close()

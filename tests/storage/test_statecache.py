@@ -19,8 +19,8 @@ import pytest
 from zodbsql.cache.arena import (CHUNK_OBJECT_BYTES, HEADER_BYTES, LARGEST_OID,
                                  ArenaSegment, entry_cost)
 from zodbsql.cache.compression import LIBRARY_BYTES
-from zodbsql.cache.statecache import (_BYTES_HEADER, _OID_BYTES, REVISIONS_SHARE,
-                                      ROOM_PER_STATE, SKETCH_START, FrequencySketch,
+from zodbsql.cache.statecache import (_BYTES_HEADER, _OID_BYTES, RETIRED_KEPT,
+                                      RETIRED_LARGEST, REVISIONS_SHARE, ROOM_PER_STATE, SKETCH_START, FrequencySketch,
                                       StateCache, _revision_cost, allocated, state_cost)
 
 STATE = b"s" * 100
@@ -281,6 +281,64 @@ def test_a_poll_retires_a_current_state_to_an_exact_revision() -> None:
     assert cache.get_revision(1, 20) == b"one at 20"
     cache.put_loaded(1, 5, b"one at 5", snapshot=15)   # an older snapshot's load
     assert cache.get(1, 20) == (b"one at 20", 20)
+
+
+@pytest.mark.parametrize("keep_revisions", [True, False])
+def test_a_poll_keeps_a_state_it_retired_for_one_look_at_its_references(
+        keep_revisions: bool) -> None:
+    """The state a poll retired (held, then changed) is given once to the miss of its
+    new revision (``take_retired``), whether or not it stays as an exact revision;
+    one not held, or deleted, is not kept; the bytes kept count in the cache's."""
+    cache = polled_cache()
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)
+    cache.put_loaded(3, 5, b"three at 5", snapshot=10)
+    cache.after_poll(10, 20, [(1, 20), (2, 20)], keep_revisions=keep_revisions)
+    assert cache.take_retired(2) is None            # not held
+    with_it = cache._bytes()
+    assert cache.take_retired(1) == b"one at 5"
+    assert with_it - cache._bytes() == len(b"one at 5") + 8
+    assert cache.take_retired(1) is None            # once
+    cache.after_poll(20, 30, [], gone=[3], gone_seq=1)
+    assert cache.take_retired(3) is None            # deleted: no new revision to miss
+
+
+def test_a_poll_keeps_the_last_states_it_retired_and_not_the_largest() -> None:
+    """Of many retired at once, the last ``RETIRED_KEPT`` in the poll's order; an
+    earlier one retired again moves to the newest; a state over ``RETIRED_LARGEST`` is
+    not kept; ``clear`` drops them all."""
+    cache = StateCache(8 * RETIRED_LARGEST)
+    cache.after_poll(10, 10, [])
+    count = RETIRED_KEPT + 8
+    for oid in range(1, count + 1):
+        cache.put_loaded(oid, 5, b"%d at 5" % oid, snapshot=10)
+    cache.put_loaded(count + 1, 5, b"x" * (RETIRED_LARGEST + 1), snapshot=10)
+    # The last RETIRED_KEPT retired are 10 to count + 1, the largest not kept.
+    cache.after_poll(10, 20, [(oid, 20) for oid in range(1, count + 2)])
+    assert list(cache._retired) == list(range(10, count + 1))
+    cache.put_loaded(9, 20, b"9 at 20", snapshot=20)
+    cache.put_loaded(10, 20, b"10 at 20", snapshot=20)
+    cache.after_poll(20, 30, [(9, 30), (10, 30)])   # 10 retired again: the newest
+    assert list(cache._retired) == [*range(11, count + 1), 9, 10]
+    assert cache._retired_bytes == sum(len(b"%d at 5" % oid) + 8 for oid in range(
+        11, count + 1)) + len(b"9 at 20") + len(b"10 at 20") + 16
+    assert cache.take_retired(9) == b"9 at 20"
+    assert cache.take_retired(10) == b"10 at 20"
+    assert cache.take_retired(count + 1) is None
+    cache.clear()
+    assert cache.take_retired(11) is None and cache._retired_bytes == 0
+
+
+def test_a_retired_state_kept_compressed_comes_back_as_it_was() -> None:
+    """A state retired from probation, where it was kept compressed, is given back
+    plain."""
+    cache = StateCache(100_000, compress="zstd")
+    cache.after_poll(10, 10, [])
+    state = b"a compressible state " * 50
+    cache.put_loaded(1, 5, state, snapshot=10)
+    assert cache._probation.holds(1) and cache._retired == {}
+    cache.after_poll(10, 20, [(1, 20)])
+    assert cache._retired[1][1]                      # kept as probation held it
+    assert cache.take_retired(1) == state
 
 
 @pytest.mark.parametrize("roomy", [True, False])

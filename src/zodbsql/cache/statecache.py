@@ -128,6 +128,13 @@ PROMOTION_RUN = 256
 #: Raw states compressed at most to make room for one newcomer (``_squeeze``): a few
 #: microseconds each, so a load never pays for a whole cache's.
 SQUEEZE_RUN = 8
+#: The last states a poll retired, kept for ``take_retired`` (their references): a
+#: changed container's next miss brings the references its new revision added, not
+#: all of them (the bench's mapping of 30 containers of 17 KB, one of them new, brought
+#: the 26 oldest within the bytes, none the reader read).
+RETIRED_KEPT = 32
+#: A retired state larger than this is not kept for its references.
+RETIRED_LARGEST = 256 << 10
 
 
 def allocated(size: int) -> int:
@@ -301,6 +308,9 @@ class StateCache:
         self._revision_bytes = 0
         self._current_bytes = 0          # the states in the window, probation and protected
         self._changed: dict[int, int] = {}
+        # oid -> (its retired entry, packed or not), the newest last (``take_retired``).
+        self._retired: dict[int, tuple[bytes, bool]] = {}
+        self._retired_bytes = 0
         self._max_index = max(1000, size_bytes // (4 * INDEX_ENTRY_BYTES))
         # A counter per 128 bytes of limit, grown to it as the cache fills (``_shrink``):
         # a new sketch's pages cost the kernel a fault at their first write, and a full
@@ -422,7 +432,7 @@ class StateCache:
             polled = self.polled
             fresh = {oid: tid for oid, tid in changes if tid > polled}
             self._changed.update(fresh)
-            self._retire_held(fresh, keep_revisions)
+            self._retire_held(fresh, keep_revisions, remember=True)
             self.polled = upto
             if len(self._changed) > self._max_index:
                 self._changed.clear()
@@ -443,7 +453,8 @@ class StateCache:
             changed.clear()
             self.base = polled
 
-    def _retire_held(self, oids: dict[int, int], keep_revisions: bool = True) -> None:
+    def _retire_held(self, oids: dict[int, int], keep_revisions: bool = True,
+                     remember: bool = False) -> None:
         """``_retire`` each of ``oids`` (in their order) that the cache holds as current.
         Most oids a poll names are not held here (another process's new objects, or
         states this one never read): the segments' indexes are asked first, a C call
@@ -451,7 +462,8 @@ class StateCache:
         calls that found nothing).  Oids above the largest in probation and protected
         are not asked of their indexes (a tree's lookup each): objects another process
         created after everything this one read, most of a large poll (12,000 changes:
-        4.3 to 5.2 ms of lookups).  Each test is a ``filter``, its loop in C."""
+        4.3 to 5.2 ms of lookups).  Each test is a ``filter``, its loop in C.
+        ``remember``: the last ``RETIRED_KEPT`` are kept for ``take_retired``."""
         probation, protected = self._probation, self._protected
         window = self._window.entries
         below = max(probation.largest(), protected.largest()).__ge__
@@ -460,16 +472,20 @@ class StateCache:
         in_probation = set(filter(probation.holds, maybe))
         held = in_window | in_probation | set(filter(protected.holds, maybe))
         if held:
-            for oid in [oid for oid in oids if oid in held]:     # in the poll's order
+            order = [oid for oid in oids if oid in held]      # in the poll's order
+            kept_from = len(order) - RETIRED_KEPT if remember else len(order)
+            for number, oid in enumerate(order):
                 # Where each is was found above: ``_retire`` asks no segment that
                 # does not hold it (two tree lookups an oid: 1.5 ms of a poll of 1,000).
                 self._retire(oid, keep_revisions, _WINDOW if oid in in_window
-                             else _PROBATION if oid in in_probation else _PROTECTED)
+                             else _PROBATION if oid in in_probation else _PROTECTED,
+                             remember=number >= kept_from)
 
-    def _retire(self, oid: int, keep_revision: bool = True, where: int | None = None
-                ) -> None:
+    def _retire(self, oid: int, keep_revision: bool = True, where: int | None = None,
+                remember: bool = False) -> None:
         """A poll saw ``oid`` change: its current state is now only an exact revision
-        (or gone, without ``keep_revision``).  ``where``: the segment known to hold it."""
+        (or gone, without ``keep_revision``).  ``where``: the segment known to hold it;
+        ``remember``: kept for ``take_retired`` too."""
         if where is None:
             where = (_PROBATION if self._probation.holds(oid) else
                      _PROTECTED if self._protected.holds(oid) else
@@ -488,6 +504,8 @@ class StateCache:
             self._current_bytes -= cost
         else:
             return
+        if remember and len(value) <= RETIRED_LARGEST:
+            self._remember_retired(oid, value, where != _WINDOW and self._packer is not None)
         if not keep_revision:
             return
         packer = self._packer
@@ -495,7 +513,35 @@ class StateCache:
                  else value[8:])
         self._put_revision(oid, int.from_bytes(value[:8], "big"), state)
 
+    def _remember_retired(self, oid: int, value: bytes, packed: bool) -> None:
+        retired = self._retired
+        earlier = retired.pop(oid, None)
+        if earlier is not None:
+            self._retired_bytes -= len(earlier[0])
+        retired[oid] = (value, packed)
+        self._retired_bytes += len(value)
+        if len(retired) > RETIRED_KEPT:
+            oldest = next(iter(retired))
+            self._retired_bytes -= len(retired.pop(oldest)[0])
+
+    def take_retired(self, oid: int) -> bytes | None:
+        """The state of ``oid`` a recent poll retired (it changed while held here), once:
+        None if none is kept.  What it referred to tells a miss of the new revision
+        which references are new (``storage._load_changed``)."""
+        with self._lock:
+            found = self._retired.pop(oid, None)
+            if found is None:
+                return None
+            value, packed = found
+            self._retired_bytes -= len(value)
+            if packed:
+                assert self._packer is not None
+                return self._packer.unpack(value[8:])
+            return value[8:]
+
     def _drop_current(self) -> None:
+        self._retired.clear()
+        self._retired_bytes = 0
         self._window.clear()
         self._probation.clear()
         self._protected.clear()
@@ -1270,7 +1316,7 @@ class StateCache:
                 + probation.table_bytes + protected.table_bytes + window.table_bytes
                 + self._revisions.table_bytes
                 + sys.getsizeof(changed) + len(changed) * (_OID_BYTES + _TID_BYTES)
-                + self._fixed_bytes)
+                + self._retired_bytes + self._fixed_bytes)
 
     def _batches_bytes(self) -> int:
         """What the segments' batches of oldest keys count for (constant: a batch counts
