@@ -20,7 +20,8 @@ from zodbsql.cache.arena import (CHUNK_OBJECT_BYTES, HEADER_BYTES, LARGEST_OID,
                                  ArenaSegment, entry_cost)
 from zodbsql.cache.compression import LIBRARY_BYTES
 from zodbsql.cache.statecache import (_BYTES_HEADER, _OID_BYTES, RETIRED_KEPT,
-                                      RETIRED_LARGEST, REVISIONS_SHARE, ROOM_PER_STATE, SKETCH_START, FrequencySketch,
+                                      RETIRED_LARGEST, RETIRED_SHARE, REVISIONS_SHARE,
+                                      ROOM_PER_STATE, SKETCH_START, FrequencySketch,
                                       StateCache, _revision_cost, allocated, state_cost)
 
 STATE = b"s" * 100
@@ -326,6 +327,21 @@ def test_a_poll_keeps_the_last_states_it_retired_and_not_the_largest() -> None:
     assert cache.take_retired(count + 1) is None
     cache.clear()
     assert cache.take_retired(11) is None and cache._retired_bytes == 0
+
+
+def test_the_retired_states_kept_take_a_share_of_the_bound_at_most() -> None:
+    """In a small cache the states kept for their references stay within
+    ``RETIRED_SHARE`` of its bound, the oldest going first; one larger than that share
+    is not kept."""
+    cache = StateCache(64_000)
+    cache.after_poll(10, 10, [])
+    share = int(64_000 * RETIRED_SHARE)             # 2,000 bytes
+    for oid in range(1, 6):
+        cache.put_loaded(oid, 5, b"s" * 600, snapshot=10)
+    cache.put_loaded(6, 5, b"s" * share, snapshot=10)
+    cache.after_poll(10, 20, [(oid, 20) for oid in range(1, 7)])
+    assert list(cache._retired) == [3, 4, 5]        # 3 x 608 bytes; 6 not kept
+    assert cache._retired_bytes == 3 * 608 <= share
 
 
 def test_a_retired_state_kept_compressed_comes_back_as_it_was() -> None:

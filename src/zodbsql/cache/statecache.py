@@ -133,8 +133,10 @@ SQUEEZE_RUN = 8
 #: all of them (the bench's mapping of 30 containers of 17 KB, one of them new, brought
 #: the 26 oldest within the bytes, none the reader read).
 RETIRED_KEPT = 32
-#: A retired state larger than this is not kept for its references.
+#: A retired state larger than this is not kept for its references, and those kept
+#: take at most RETIRED_SHARE of the cache's bound (2 MB of the default 64 MB).
 RETIRED_LARGEST = 256 << 10
+RETIRED_SHARE = 1 / 32
 
 
 def allocated(size: int) -> int:
@@ -504,7 +506,7 @@ class StateCache:
             self._current_bytes -= cost
         else:
             return
-        if remember and len(value) <= RETIRED_LARGEST:
+        if remember and len(value) <= min(RETIRED_LARGEST, self.limit * RETIRED_SHARE):
             self._remember_retired(oid, value, where != _WINDOW and self._packer is not None)
         if not keep_revision:
             return
@@ -520,7 +522,8 @@ class StateCache:
             self._retired_bytes -= len(earlier[0])
         retired[oid] = (value, packed)
         self._retired_bytes += len(value)
-        if len(retired) > RETIRED_KEPT:
+        while (len(retired) > RETIRED_KEPT
+               or self._retired_bytes > self.limit * RETIRED_SHARE):
             oldest = next(iter(retired))
             self._retired_bytes -= len(retired.pop(oldest)[0])
 
