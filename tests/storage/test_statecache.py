@@ -303,6 +303,17 @@ def test_a_poll_keeps_a_state_it_retired_for_one_look_at_its_references(
     assert cache.take_retired(3) is None            # deleted: no new revision to miss
 
 
+def test_a_poll_that_reaches_back_keeps_what_it_retired_too() -> None:
+    """``cover`` (the poll of a restored cache, reaching back before its index) keeps
+    the state it retires for the miss of the new revision, as ``after_poll`` does."""
+    cache = polled_cache()
+    cache.put_loaded(1, 5, b"one at 5", snapshot=10)
+    assert cache.cover(10, 20, [(1, 20), (2, 20)])
+    assert cache.get(1, 20) is None
+    assert cache.take_retired(1) == b"one at 5"
+    assert cache.take_retired(2) is None
+
+
 def test_a_poll_keeps_the_last_states_it_retired_and_not_the_largest() -> None:
     """Of many retired at once, the last ``RETIRED_KEPT`` in the poll's order; an
     earlier one retired again moves to the newest; a state over ``RETIRED_LARGEST`` is
@@ -331,17 +342,20 @@ def test_a_poll_keeps_the_last_states_it_retired_and_not_the_largest() -> None:
 
 def test_the_retired_states_kept_take_a_share_of_the_bound_at_most() -> None:
     """In a small cache the states kept for their references stay within
-    ``RETIRED_SHARE`` of its bound, the oldest going first; one larger than that share
-    is not kept."""
+    ``RETIRED_SHARE`` of its bound, exactly reached, the oldest going first; one
+    larger than that share is not kept, one exactly as large is."""
     cache = StateCache(64_000)
     cache.after_poll(10, 10, [])
     share = int(64_000 * RETIRED_SHARE)             # 2,000 bytes
-    for oid in range(1, 6):
-        cache.put_loaded(oid, 5, b"s" * 600, snapshot=10)
-    cache.put_loaded(6, 5, b"s" * share, snapshot=10)
+    for oid in range(1, 6):                         # 500 bytes kept each, the tid's too
+        cache.put_loaded(oid, 5, b"s" * 492, snapshot=10)
+    cache.put_loaded(6, 5, b"s" * (share - 7), snapshot=10)
     cache.after_poll(10, 20, [(oid, 20) for oid in range(1, 7)])
-    assert list(cache._retired) == [3, 4, 5]        # 3 x 608 bytes; 6 not kept
-    assert cache._retired_bytes == 3 * 608 <= share
+    assert list(cache._retired) == [2, 3, 4, 5]     # 6 not kept
+    assert cache._retired_bytes == 4 * 500 == share
+    cache.put_loaded(7, 5, b"s" * (share - 8), snapshot=20)
+    cache.after_poll(20, 30, [(7, 30)])
+    assert list(cache._retired) == [7] and cache._retired_bytes == share
 
 
 def test_a_retired_state_kept_compressed_comes_back_as_it_was() -> None:

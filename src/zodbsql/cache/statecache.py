@@ -483,8 +483,8 @@ class StateCache:
                              else _PROBATION if oid in in_probation else _PROTECTED,
                              remember=number >= kept_from)
 
-    def _retire(self, oid: int, keep_revision: bool = True, where: int | None = None,
-                remember: bool = False) -> None:
+    def _retire(self, oid: int, keep_revision: bool = True, where: int | None = None, *,
+                remember: bool) -> None:
         """A poll saw ``oid`` change: its current state is now only an exact revision
         (or gone, without ``keep_revision``).  ``where``: the segment known to hold it;
         ``remember``: kept for ``take_retired`` too."""
@@ -579,7 +579,7 @@ class StateCache:
                 if tid > self._changed.get(oid, -1):
                     self._changed[oid] = tid
                 if tid > self.polled:
-                    self._retire(oid)
+                    self._retire(oid, remember=True)
             self.base = min(self.base, since)
             self.polled = max(self.polled, upto)
             self._shrink(None)      # retired states became revisions, which cost more
