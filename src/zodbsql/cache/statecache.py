@@ -130,8 +130,8 @@ PROMOTION_RUN = 256
 SQUEEZE_RUN = 8
 #: The last states a poll retired, kept for ``take_retired`` (their references): a
 #: changed container's next miss brings the references its new revision added, not
-#: all of them (the bench's mapping of 30 containers of 17 KB, one of them new, brought
-#: the 26 oldest within the bytes, none the reader read).
+#: all of them (a mapping of 34 containers of 17 KB, two of them new, brought
+#: the 26 oldest within the bytes, none of which its reader read).
 RETIRED_KEPT = 32
 #: A retired state larger than this is not kept for its references, and those kept
 #: take at most RETIRED_SHARE of the cache's bound (2 MB of the default 64 MB).

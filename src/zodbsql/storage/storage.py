@@ -595,7 +595,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         revision added and the cache does not hold, in a second statement.  Those it
         had before, the process had the chance to read: a container another process
         added a child to brings that child, not its oldest children within the bytes
-        (a mapping of 30 containers, one new: the 26 oldest came, the new one did not,
+        (a mapping of 34 containers, two new: the 26 oldest came, the new ones did not,
         and the prefetch, none of its batch used, stopped)."""
         shared = self.shared
         mover = shared.backend.mover
