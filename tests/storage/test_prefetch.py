@@ -759,6 +759,35 @@ def test_a_changed_containers_miss_brings_the_child_added_not_the_old_ones(
     writer.close()
 
 
+def test_a_changed_objects_miss_brings_the_queued_oids_after_it_too(
+        storage_factory: Any, storage_and_db: Any) -> None:
+    """The oids a walk queued after an object that changed while held (a bucket
+    another process added to) come in the statement of the references it added, as
+    they come with any miss: the walk goes on without a statement more."""
+    storage, db = storage_and_db
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    with writer.transaction() as conn:
+        conn.root()["items"] = items = PersistentMapping()
+        for i in range(10):
+            items[i] = PersistentMapping(v=0)
+    tm, conn = having_read_alone(storage, db, lambda root: root["items"][0]._p_activate())
+    with writer.transaction() as other:
+        other.root()["items"][0]["new"] = PersistentMapping(v=1)
+    tm.begin()
+    items = conn.root()["items"]
+    children = [u64(items[i]._p_oid) for i in range(10)]
+    # As the items' load reports their references: a walk's queue.
+    storage.shared.prefetcher.loaded(u64(items._p_oid), [],
+                                     [(u64(items._p_oid), child) for child in children])
+    before = storage.statement_count()
+    assert items[0]["new"]["v"] == 1                 # the changed one, and what it added
+    assert [items[i]["v"] for i in range(10)] == [0] * 10
+    assert storage.statement_count() - before == 2 + begins_reading(storage)
+    tm.abort()
+    conn.close()
+    writer.close()
+
+
 def test_prefetch_of_more_oids_than_one_statement_lists_serves_them_all(
         storage_and_db: Any, polled: Any) -> None:
     """Past MAX_LISTED_OIDS the oids go in further statements; every state of every

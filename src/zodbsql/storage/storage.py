@@ -571,10 +571,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if bound == 0:
             return mover.load_at(conn, oid, snapshot)
         cache = shared.cache
+        also = [each for each in queued if not cache.has(each, snapshot)]
         before = cache.take_retired(oid)
         if before is not None:
-            return self._load_changed(conn, oid, snapshot, before, bound)
-        also = [each for each in queued if not cache.has(each, snapshot)]
+            return self._load_changed(conn, oid, snapshot, before, bound, also)
         at_least = mover.LOOKAHEAD_AT_LEAST
         if mover.LOOKS_AHEAD and at_least is None:
             return self._load_looking_ahead(conn, oid, snapshot, bound, also)
@@ -589,10 +589,11 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         return row
 
     def _load_changed(self, conn: ConnectionRole, oid: int, snapshot: int, before: bytes,
-                      bound: int) -> StateRow | None:
+                      bound: int, also: list[int]) -> StateRow | None:
         """``_load_at`` of an object that changed while this process held it
         (``before``, its state then): what comes along are the references its new
-        revision added and the cache does not hold, in a second statement.  Those it
+        revision added and the cache does not hold, then the queued oids ``also``
+        (a walk's next, past a changed bucket), in a second statement.  Those it
         had before, the process had the chance to read: a container another process
         added a child to brings that child, not its oldest children within the bytes
         (a mapping of 34 containers, two new: the 26 oldest came, the new ones did not,
@@ -607,8 +608,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             added = [each for each in shared.references_of(oid, row.state)
                      if each not in had and not shared.cache.has(each, snapshot)][:bound]
         prefetcher = shared.prefetcher
-        brought = (mover.load_many_at(conn, added, snapshot, prefetcher.max_bytes)
-                   if added else [])
+        listed = set(added)
+        wanted = (added + [each for each in also if each not in listed])[:bound]
+        brought = (mover.load_many_at(conn, wanted, snapshot, prefetcher.max_bytes)
+                   if wanted else [])
         prefetcher.loaded(oid, self._cache_rows(brought, snapshot),
                           [(oid, each) for each in added])
         return row
