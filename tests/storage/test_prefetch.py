@@ -788,6 +788,194 @@ def test_a_changed_objects_miss_brings_the_queued_oids_after_it_too(
     writer.close()
 
 
+def test_a_changed_objects_added_reference_held_already_is_not_loaded_again(
+        storage_factory: Any, storage_and_db: Any) -> None:
+    """An object another process changed to refer to one this process holds (a child
+    moved from one container to another): its miss is one statement, the held
+    reference does not come again."""
+    storage, db = storage_and_db
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    with writer.transaction() as conn:
+        conn.root()["a"] = PersistentMapping(x=PersistentMapping(v=1))
+        conn.root()["b"] = PersistentMapping()
+
+    def read(root: Any) -> None:
+        root["a"]["x"]._p_activate()
+        root["b"]._p_activate()
+    tm, conn = having_read_alone(storage, db, read)
+    with writer.transaction() as other:
+        other.root()["b"]["x"] = other.root()["a"]["x"]
+    tm.begin()
+    b = conn.root()["b"]
+    before = storage.statement_count()
+    b._p_activate()                              # changed: it refers to x now
+    assert storage.statement_count() - before == 1 + begins_reading(storage)
+    assert b["x"]["v"] == 1
+    assert storage.statement_count() - before == 1 + begins_reading(storage)
+    tm.abort()
+    conn.close()
+    writer.close()
+
+
+def test_what_a_changed_object_added_comes_within_the_prefetch_bytes(
+        storage_factory: Any, storage_and_db: Any) -> None:
+    """The references a changed object added come within ``prefetch-bytes`` (past the
+    first BYTES_STEP of them, no statement more once the bytes are reached), as any
+    prefetch's."""
+    storage, db = storage_and_db
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    with writer.transaction() as conn:
+        conn.root()["items"] = PersistentMapping()
+    tm, conn = having_read_alone(storage, db, lambda root: root["items"]._p_activate())
+    added = BYTES_STEP + 44
+    size = 2 * storage.shared.prefetcher.max_bytes // BYTES_STEP   # the first step: 2x
+    with writer.transaction() as other:
+        for i in range(added):
+            other.root()["items"][i] = PersistentMapping(data=b"x" * size)
+    tm.begin()
+    items = conn.root()["items"]
+    items._p_activate()                          # the changed mapping's miss
+    snapshot = conn._storage._snapshot
+    cached = [i for i in range(added)
+              if storage.shared.cache.has(u64(items[i]._p_oid), snapshot)]
+    assert cached == list(range(BYTES_STEP))
+    tm.abort()
+    conn.close()
+    writer.close()
+
+def test_what_a_changed_object_added_comes_within_the_prefetch_count(
+        storage_factory: Any) -> None:
+    """At most ``prefetch-count`` of the references a changed object added come."""
+    storage = storage_factory.open(prefetch_count=5)
+    db = ZODB.DB(storage)
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    try:
+        with writer.transaction() as conn:
+            conn.root()["items"] = PersistentMapping()
+        tm, conn = having_read_alone(storage, db, lambda root: root["items"]._p_activate())
+        with writer.transaction() as other:
+            for i in range(20):
+                other.root()["items"][i] = PersistentMapping(v=i)
+        tm.begin()
+        items = conn.root()["items"]
+        items._p_activate()                      # the changed mapping's miss
+        snapshot = conn._storage._snapshot
+        assert [i for i in range(20) if storage.shared.cache.has(
+            u64(items[i]._p_oid), snapshot)] == list(range(5))
+        tm.abort()
+        conn.close()
+    finally:
+        writer.close()
+        db.close()
+
+
+def test_a_changed_objects_read_conflict_brings_nothing_it_added(
+        storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
+    """History-free, an object changed again after the snapshot (its read transaction
+    ended, the next one sees the newer row) is a read conflict, and what the newer row
+    refers to is not loaded.  History-preserving, the snapshot's revision comes, and
+    the reference it added with it."""
+    storage, db = storage_and_db
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    with writer.transaction() as conn:
+        conn.root()["x"] = PersistentMapping(v=0)
+    with writer.transaction() as conn:
+        oid = conn.root()["x"]._p_oid
+    instance = polled(storage)
+    prefetcher = storage.shared.prefetcher
+    limit, prefetcher.limit = prefetcher.limit, 0
+    instance.load(oid)                           # held alone
+    prefetcher.limit = prefetcher.bound = limit
+    with writer.transaction() as conn:
+        conn.root()["x"]["y"] = PersistentMapping(v=1)
+    with writer.transaction() as conn:
+        y = u64(conn.root()["x"]["y"]._p_oid)
+    instance.poll_invalidations()                # x's state then is kept
+    snapshot = instance._snapshot
+    with writer.transaction() as conn:
+        conn.root()["x"]["z"] = PersistentMapping(v=2)
+    instance._end_read_txn()
+    if storage_factory.param.keep_history:
+        state, tid = instance.load(oid)
+        assert u64(tid) <= snapshot and b"z" not in state
+        assert storage.shared.cache.has(y, snapshot)
+    else:
+        with pytest.raises(POSException.ReadConflictError):
+            instance.load(oid)
+        assert not storage.shared.cache.has(y, snapshot)
+    writer.close()
+
+def test_a_changed_objects_corrupt_state_brings_nothing_it_names(
+        storage_factory: Any, storage_and_db: Any) -> None:
+    """A changed object whose new state does not match its checksum is reported, and
+    the references read from those bytes are not followed."""
+    storage, db = storage_and_db
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    with writer.transaction() as conn:
+        conn.root()["x"] = PersistentMapping(v=0)
+        conn.root()["z"] = PersistentMapping(w=PersistentMapping(v=9))
+    tm, conn = having_read_alone(storage, db, lambda root: root["x"]._p_activate())
+    with writer.transaction() as other:
+        other.root()["x"]["y"] = PersistentMapping(v=1)
+    with writer.transaction() as other:
+        x, z = other.root()["x"]._p_oid, other.root()["z"]._p_oid
+        w = u64(other.root()["z"]["w"]._p_oid)
+        referring_to_w = other._storage.load(z)[0]
+    run_sql(storage, CORRUPT, (referring_to_w, u64(x)))     # x's bytes now name w
+    tm.begin()
+    with pytest.raises(CorruptRecordError):
+        conn.root()["x"]._p_activate()
+    assert not storage.shared.cache.has(w, conn._storage._snapshot)
+    tm.abort()
+    conn.close()
+    writer.close()
+
+def test_a_bound_of_one_still_brings_a_reference(storage_factory: Any, polled: Any) -> None:
+    """The bound is how many states come along: at 1 (``prefetch-count 1``, or the
+    last step before the prefetch stops), one comes."""
+    storage = storage_factory.open(prefetch_count=1)
+    db = ZODB.DB(storage)
+    try:
+        oids = fill(db, 3)
+        storage.shared.cache.clear()
+        instance = polled(storage)
+        assert storage.shared.prefetcher.bound == 1
+        instance.load(container_oid(db))
+        assert [storage.shared.cache.has(u64(oid), instance._snapshot)
+                for oid in oids] == [True, False, False]
+    finally:
+        db.close()
+
+
+def test_a_miss_brings_the_queued_oids_the_cache_does_not_hold_only(
+        storage_and_db: Any, polled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of the oids a walk queued, a miss brings those the cache does not hold (some
+    came since they were queued)."""
+    storage, db = storage_and_db
+    oids = [u64(oid) for oid in fill(db, 10)]
+    storage.shared.cache.clear()
+    instance = polled(storage)
+    container = u64(container_oid(db))
+    storage.shared.prefetcher.loaded(container, [], [(container, oid) for oid in oids])
+    instance.prefetch([p64(oid) for oid in oids[::2]])      # cached after they queued
+    mover = storage.shared.backend.mover
+    asked: list[int] = []
+    load_many_at, load_with_references = mover.load_many_at, mover.load_with_references
+
+    def many(conn: Any, wanted: Any, *args: Any) -> Any:
+        asked.extend(wanted)
+        return load_many_at(conn, wanted, *args)
+
+    def with_references(conn: Any, oid: int, snapshot: int, also: Any, *args: Any) -> Any:
+        asked.extend(also)
+        return load_with_references(conn, oid, snapshot, also, *args)
+    monkeypatch.setattr(mover, "load_many_at", many)
+    monkeypatch.setattr(mover, "load_with_references", with_references)
+    instance.load(p64(oids[1]))
+    assert set(oids[3::2]) <= set(asked)
+    assert not set(oids[::2]) & set(asked)
+
+
 def test_prefetch_of_more_oids_than_one_statement_lists_serves_them_all(
         storage_and_db: Any, polled: Any) -> None:
     """Past MAX_LISTED_OIDS the oids go in further statements; every state of every
