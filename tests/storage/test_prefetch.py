@@ -868,6 +868,40 @@ def test_what_a_changed_object_added_comes_within_the_prefetch_count(
         writer.close()
         db.close()
 
+def test_a_changed_objects_miss_takes_it_off_the_queue(storage_factory: Any) -> None:
+    """A changed object that a walk had queued leaves the queue at its miss, as any
+    loaded oid does: the next miss before it brings the queued oids after it, not a
+    place taken by one already loaded."""
+    storage = storage_factory.open(prefetch_count=2)
+    db = ZODB.DB(storage)
+    writer = ZODB.DB(storage_factory.open(storage_factory.path))   # another process
+    try:
+        with writer.transaction() as conn:
+            conn.root()["x"] = PersistentMapping(v=0)
+            conn.root()["items"] = PersistentMapping({i: PersistentMapping(v=i)
+                                                      for i in range(5)})
+        with writer.transaction() as other:
+            items = other.root()["items"]
+            parent, x = u64(items._p_oid), u64(other.root()["x"]._p_oid)
+            first, *after = [u64(items[i]._p_oid) for i in range(5)]
+        tm, conn = having_read_alone(storage, db, lambda root: root["x"]._p_activate())
+        with writer.transaction() as other:
+            other.root()["x"]["y"] = PersistentMapping(v=1)
+        tm.begin()
+        storage.shared.prefetcher.loaded(parent, [], [
+            (parent, oid) for oid in (first, x, *after)])
+        assert conn.root()["x"]["y"]["v"] == 1       # x's miss, and what it added
+        instance = conn._storage
+        # x's miss brought y and the first queued after it; the next miss brings two.
+        instance.load(p64(first))
+        assert [storage.shared.cache.has(oid, instance._snapshot) for oid in after] == [
+            True, True, True, False]
+        tm.abort()
+        conn.close()
+    finally:
+        writer.close()
+        db.close()
+
 
 def test_a_changed_objects_read_conflict_brings_nothing_it_added(
         storage_factory: Any, storage_and_db: Any, polled: Any) -> None:
