@@ -1009,6 +1009,32 @@ def test_a_miss_brings_the_queued_oids_the_cache_does_not_hold_only(
     assert set(oids[3::2]) <= set(asked)
     assert not set(oids[::2]) & set(asked)
 
+def test_a_load_queues_the_references_of_what_came_with_it(storage_and_db: Any,
+                                                             polled: Any) -> None:
+    """Where the statement picks what comes (PostgreSQL past a container's children,
+    MySQL always), the references of the states that came are queued too (up to
+    ``REFERENCES_PER_STATE`` each a batch): the grandchildren of a container loaded
+    cold come in one batch at the first one's miss, not a statement each."""
+    storage, db = storage_and_db
+    if always_picks(storage):
+        pytest.skip("SQLite's client picks what comes at each miss: no statement queues")
+    with db.transaction() as conn:
+        conn.root()["items"] = PersistentMapping({
+            i: PersistentMapping(child=PersistentMapping(v=i)) for i in range(20)})
+    with db.transaction() as conn:
+        items = conn.root()["items"].values()
+        children = [(item._p_oid, item["child"]._p_oid) for item in items]
+    storage.shared.cache.clear()
+    prefetcher = storage.shared.prefetcher
+    prefetcher.bound = prefetcher.limit                 # a warm process's bound
+    instance = polled(storage)
+    instance.load(container_oid(db))                    # the children come along
+    before = storage.statement_count()
+    for child, grandchild in children:                  # as a walk reads them
+        instance.load(child)
+        instance.load(grandchild)
+    assert storage.statement_count() - before == 1
+
 
 def test_prefetch_of_more_oids_than_one_statement_lists_serves_them_all(
         storage_and_db: Any, polled: Any) -> None:
