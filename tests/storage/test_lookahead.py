@@ -594,11 +594,11 @@ def test_what_was_loaded_with_the_states_that_came_is_not_loaded_again() -> None
 
 
 def objects_with_one_each(count: int) -> dict[int, bytes]:
-    """A container 1 of cached objects 10, 11, ... each holding one uncached
+    """A container 1 of cached objects 1000, 1001, ... each holding one uncached
     sub-object 100, 101, ... (an item and its annotations)."""
-    cache = {1: state(*range(10, 10 + count))}
+    cache = {1: state(*range(1000, 1000 + count))}
     for index in range(count):
-        cache[10 + index] = state(100 + index)
+        cache[1000 + index] = state(100 + index)
     return cache
 
 
@@ -607,14 +607,15 @@ def test_a_parents_last_sub_object_brings_its_siblings_sub_objects() -> None:
     brings the sub-objects of the parent's next siblings, which a walk of the container
     reads next; the container is given as the parent to note, for the next miss."""
     cache = objects_with_one_each(5)
-    assert run(100, [1, 10], 100, cache) == (1, [101, 102, 103, 104])
+    assert run(100, [1, 1000], 100, cache) == (1, [101, 102, 103, 104])
     # The container's cached siblings before the parent are not looked into.
-    assert run(102, [1, 12], 100, cache) == (1, [103, 104])
-    # At most count, and MAX_LOOKED_INTO siblings.
-    assert run(100, [1, 10], 2, cache) == (1, [101, 102])
-    many = objects_with_one_each(MAX_LOOKED_INTO + 10)
-    assert run(100, [1, 10], 10_000, many) == (1, [101 + index for index
-                                                   in range(MAX_LOOKED_INTO)])
+    assert run(102, [1, 1002], 100, cache) == (1, [103, 104])
+    # At most count, and CLIMB_LOOKED_INTO siblings.
+    assert run(100, [1, 1000], 2, cache) == (1, [101, 102])
+    climbing = lookahead.CLIMB_LOOKED_INTO
+    many = objects_with_one_each(climbing + 10)
+    assert run(100, [1, 1000], 10_000, many) == (1, [101 + index for index
+                                                   in range(climbing)])
 
 
 def test_no_climb_from_a_parent_with_more_than_a_few_references() -> None:
@@ -629,36 +630,36 @@ def test_no_climb_from_a_parent_with_more_than_a_few_references() -> None:
 
 def test_no_climb_when_the_parent_still_had_something_to_bring() -> None:
     cache = objects_with_one_each(3)
-    cache[10] = state(100, 105)             # 105 is uncached: it alone comes
-    assert run(100, [1, 10], 100, cache) == (10, [105])
+    cache[1000] = state(100, 105)             # 105 is uncached: it alone comes
+    assert run(100, [1, 1000], 100, cache) == (1000, [105])
 
 
 def test_no_climb_without_a_cached_grandparent_among_the_candidates() -> None:
     cache = objects_with_one_each(3)
-    assert run(100, [10], 100, cache) == (10, [])
+    assert run(100, [1000], 100, cache) == (1000, [])
     del cache[1]
-    assert run(100, [1, 10], 100, cache) == (10, [])
+    assert run(100, [1, 1000], 100, cache) == (1000, [])
 
 
 def test_no_climb_where_nothing_past_the_parent_may_be_looked_into() -> None:
     """PostgreSQL's pick among a parent's own references (``looked_into_at_most=0``)."""
     cache = objects_with_one_each(3)
-    assert uncached_after(100, [1, 10], 100, states_in(cache), refs_of,
-                          looked_into_at_most=0) == (10, [])
+    assert uncached_after(100, [1, 1000], 100, states_in(cache), refs_of,
+                          looked_into_at_most=0) == (1000, [])
 
 
 def test_a_grandparent_too_large_to_read_is_asked_once_for_the_siblings() -> None:
     wanted = 4
     big = wanted * lookahead.BYTES_READ_PER_OID + 1
     cache = objects_with_one_each(4)
-    cache[1] = state(10, 11, 12, 13, size=big)
-    cache[2] = state(10, size=big)          # a second large candidate: not asked
+    cache[1] = state(1000, 1001, 1002, 1003, size=big)
+    cache[2] = state(1000, size=big)          # a second large candidate: not asked
     asked: list[int] = []
-    following = asked_of({1: [10, 11, 12, 13], 2: [10]}, asked)
-    assert uncached_after(100, [1, 2, 10], wanted, states_in(cache), refs_of,
+    following = asked_of({1: [1000, 1001, 1002, 1003], 2: [1000]}, asked)
+    assert uncached_after(100, [1, 2, 1000], wanted, states_in(cache), refs_of,
                           following=following) == (2, [])
     assert asked == [2]
     asked.clear()
-    assert uncached_after(100, [2, 1, 10], wanted, states_in(cache), refs_of,
+    assert uncached_after(100, [2, 1, 1000], wanted, states_in(cache), refs_of,
                           following=following) == (1, [101, 102, 103])
     assert asked == [1]
