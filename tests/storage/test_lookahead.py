@@ -663,3 +663,79 @@ def test_a_grandparent_too_large_to_read_is_asked_once_for_the_siblings() -> Non
     assert uncached_after(100, [2, 1, 1000], wanted, states_in(cache), refs_of,
                           following=following) == (1, [101, 102, 103])
     assert asked == [1]
+
+
+def test_a_climb_passes_over_candidates_that_are_not_the_grandparent() -> None:
+    """Among the candidates: one not cached, one cached that does not refer to the
+    parent; the grandparent after them is found.  The root (oid 0) may be it."""
+    cache = objects_with_one_each(3)
+    cache[7] = state(5)                     # cached, not the parent's parent
+    assert run(100, [1, 7, 5, 1000], 100, cache) == (1, [101, 102])     # 5: not cached
+    cache[0] = cache.pop(1)
+    assert run(100, [0, 1000], 100, cache) == (0, [101, 102])
+
+
+def test_a_large_parent_is_not_asked_about_in_the_grandparents_place() -> None:
+    """The miss's parent (too large to read, a few references) and the miss are not
+    candidates for its parent: the one question goes to the grandparent."""
+    wanted = 4
+    big = wanted * lookahead.BYTES_READ_PER_OID + 1
+    cache = objects_with_one_each(3)
+    cache[1] = state(1000, 1001, 1002, size=big)
+    cache[1000] = state(100, size=big)
+    asked: list[int] = []
+    following = asked_of({1: [1000, 1001, 1002], 1000: [100]}, asked)
+    assert uncached_after(100, [1, 1000], wanted, states_in(cache), refs_of,
+                          following=following) == (1, [101, 102])
+    assert asked == [1000, 1]
+
+
+def test_a_grandparent_of_exactly_the_largest_size_is_read() -> None:
+    wanted = 4
+    largest = wanted * lookahead.BYTES_READ_PER_OID
+    cache = objects_with_one_each(3)
+    cache[1] = state(1000, 1001, 1002, size=largest)
+    asked: list[int] = []
+    assert uncached_after(100, [1, 1000], wanted, states_in(cache), refs_of,
+                          following=asked_of({}, asked)) == (1, [101, 102])
+    assert asked == []
+    cache[1] = state(1000, 1001, 1002, size=largest + 1)    # too large, nothing to ask
+    assert run(100, [1, 1000], wanted, cache) == (1000, [])
+
+
+def test_a_second_large_candidate_is_not_asked_about() -> None:
+    wanted = 4
+    big = wanted * lookahead.BYTES_READ_PER_OID + 1
+    cache = objects_with_one_each(3)
+    cache[1] = state(1000, 1001, 1002, size=big)
+    cache[2] = state(9, size=big)           # large, does not refer to the parent
+    asked: list[int] = []
+    following = asked_of({1: [1000, 1001, 1002], 2: [9]}, asked)
+    assert uncached_after(100, [1, 2, 1000], wanted, states_in(cache), refs_of,
+                          following=following) == (1000, [])
+    assert asked == [2]
+
+
+def test_a_climb_looks_at_most_climb_looked_into_siblings_ahead() -> None:
+    """The sibling just past the climb's reach is not brought, even uncached."""
+    climbing = lookahead.CLIMB_LOOKED_INTO
+    cache = objects_with_one_each(climbing + 2)
+    del cache[1000 + climbing + 1]          # the first sibling out of reach: uncached
+    found = run(100, [1, 1000], 10_000, cache)[1]
+    assert 1000 + climbing + 1 not in found
+    assert found == [101 + index for index in range(climbing)]
+    # The same where the container is too large to read: the database's answer is cut.
+    children = list(range(1000, 1000 + climbing + 2))
+    cache[1] = state(*children, size=10_000 * lookahead.BYTES_READ_PER_OID + 1)
+    assert uncached_after(100, [1, 1000], 10_000, states_in(cache), refs_of,
+                          following=asked_of({1: children}, [])) == (1, found)
+
+
+def test_objects_that_refer_back_to_their_container_bring_their_siblings_too() -> None:
+    """Zope's content refers back to its container (``__parent__``): the parent's own
+    references lead to the container, looked into as any cached reference (no climb:
+    the parent is still the miss's), and each is looked into once."""
+    cache = {1: state(*range(1000, 1020), size=64)}
+    for index in range(20):
+        cache[1000 + index] = state(1, 100 + index)
+    assert run(100, [1, 1000], 1000, cache) == (1000, [101 + index for index in range(19)])

@@ -164,11 +164,11 @@ def _climbed(parent: int, parents: Sequence[int],
                 siblings = held[at + 1:at + 1 + CLIMB_LOOKED_INTO]
         elif following is not None and not asked:
             asked = True
-            siblings = following(candidate, parent)
+            answer = following(candidate, parent)
+            siblings = None if answer is None else answer[:CLIMB_LOOKED_INTO]
         if siblings is not None:
             seen.add(candidate)
-            return candidate, [each for each in siblings[:CLIMB_LOOKED_INTO]
-                               if each not in seen]
+            return candidate, [each for each in siblings if each not in seen]
     return None
 
 
