@@ -19,6 +19,9 @@ enter, whose items may be missing), breadth first, until
 ``count`` oids are found, ``MAX_LOOKED_INTO`` states with references were read,
 ``MAX_BARREN`` slices of their references in a row brought nothing or ``MAX_EXAMINED``
 oids were looked up.
+Where the parent holds a few references and none is left to bring (an object's own
+sub-objects), its own parent's next children are looked into instead (``_climbed``): a
+walk of a container reads each child and what it holds.
 A state larger than ``BYTES_READ_PER_OID`` per oid wanted, or than the caller's
 ``largest_read``, is not read: the caller's ``following`` answers for it from the
 database, which keeps each revision's references (a sparse read of a container of
@@ -47,7 +50,8 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
                    ) -> tuple[int | None, list[int]]:
     """The cached parent of ``oid`` among ``parents`` (the likeliest last), or None, and
     up to ``count`` oids after ``oid`` that the cache does not hold, found as the module
-    says.  ``cached_states(oids)``: the state the cache holds for the snapshot of each
+    says; where a parent of a few references brought none, those its own parent's next
+    children hold, and that parent (``_climbed``).  ``cached_states(oids)``: the state the cache holds for the snapshot of each
     (None: none);
     ``references(oid, state)``: the oids a state refers to, ascending; ``largest_read``:
     the largest state read, whatever ``count`` (None: no such bound); ``leaf(state)``:
