@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict, deque
-from typing import Callable, Iterable, Protocol, Sequence, TypeVar
+from typing import Callable, Container, Iterable, Protocol, Sequence, TypeVar
 
 #: Cached states whose references are read at most, per miss (a bucket of an OOBTree
 #: holds up to 30 items: 64 buckets cover a batch of 1,000 and more).
@@ -51,8 +51,8 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
     """The cached parent of ``oid`` among ``parents`` (the likeliest last), or None, and
     up to ``count`` oids after ``oid`` that the cache does not hold, found as the module
     says; where a parent of a few references brought none, those its own parent's next
-    children hold, and that parent (``_climbed``).  ``cached_states(oids)``: the state the cache holds for the snapshot of each
-    (None: none);
+    children hold, and that parent (``_climbed``).  ``cached_states(oids)``: the state
+    the cache holds for the snapshot of each (None: none);
     ``references(oid, state)``: the oids a state refers to, ascending; ``largest_read``:
     the largest state read, whatever ``count`` (None: no such bound); ``leaf(state)``:
     True for a state that certainly refers to nothing (never looked into, at the cost of
@@ -64,35 +64,15 @@ def uncached_after(oid: int, parents: Sequence[int], count: int,
     parent's (0: the parent's own references only)."""
     if count <= 0:
         return None, []         # a batch of nothing: no state read, nothing asked
-    parent: int | None = None
-    after: Sequence[int] = ()
     largest = count * BYTES_READ_PER_OID
     if largest_read is not None:
         largest = min(largest, largest_read)
-    asked = 0
-    for candidate in reversed(parents):
-        if candidate < 0 or candidate == oid:
-            continue
-        state = cached_states((candidate,))[0]
-        if state is None:
-            continue
-        if len(state) > largest:
-            if (following is None or asked == LARGE_ASKED
-                    or (leaf is not None and leaf(state))):
-                continue
-            asked += 1
-            found_after = following(candidate, oid)
-            if found_after is not None:
-                parent, after = candidate, found_after
-                break
-            continue
-        held = references(candidate, state)
-        at = bisect_left(held, oid)
-        if at < len(held) and held[at] == oid:
-            parent, after = candidate, [*held[at + 1:], *held[:min(at, FIRST_BEFORE)]]
-            break
-    if parent is None:
+    met = _parent_of(oid, parents, cached_states, references, largest, leaf, following,
+                     (oid,), LARGE_ASKED)
+    if met is None:
         return None, []
+    parent, held_after, held_before = met
+    after: Sequence[int] = [*held_after, *held_before]
     found: list[int] = []
     seen = {oid, parent}
     refs: Sequence[int] = after
@@ -153,26 +133,47 @@ def _climbed(parent: int, parents: Sequence[int],
     state = cached_states((parent,))[0]
     if state is None or len(references(parent, state)) > CLIMB_FROM_AT_MOST:
         return None
-    asked = False
-    for candidate in reversed(parents):
-        if candidate < 0 or candidate in seen:
+    met = _parent_of(parent, parents, cached_states, references, largest, None, following,
+                     seen, 1)
+    if met is None:
+        return None
+    grandparent, siblings, _ = met
+    seen.add(grandparent)
+    return grandparent, [each for each in siblings[:CLIMB_LOOKED_INTO] if each not in seen]
+
+
+def _parent_of(child: int, candidates: Sequence[int],
+               cached_states: Callable[[Sequence[int]], list[bytes | None]],
+               references: Callable[[int, bytes], Sequence[int]], largest: int,
+               leaf: Callable[[bytes], bool] | None,
+               following: Callable[[int, int], Sequence[int] | None] | None,
+               passed_over: Container[int], ask_at_most: int,
+               ) -> tuple[int, Sequence[int], Sequence[int]] | None:
+    """The newest of ``candidates`` (the likeliest last, none of ``passed_over``) that
+    is cached and refers to ``child``, with its references after ``child`` and the first
+    ``FIRST_BEFORE`` before it; or None.  A state within ``largest`` is read; a larger
+    one (not a ``leaf``) is asked of ``following`` for those after (``ask_at_most`` such
+    states at most), and none before come."""
+    asked = 0
+    for candidate in reversed(candidates):
+        if candidate < 0 or candidate in passed_over:
             continue
-        held_state = cached_states((candidate,))[0]
-        if held_state is None:
+        state = cached_states((candidate,))[0]
+        if state is None:
             continue
-        siblings: Sequence[int] | None = None
-        if len(held_state) <= largest:
-            held = references(candidate, held_state)
-            at = bisect_left(held, parent)
-            if at < len(held) and held[at] == parent:
-                siblings = held[at + 1:at + 1 + CLIMB_LOOKED_INTO]
-        elif following is not None and not asked:
-            asked = True
-            answer = following(candidate, parent)
-            siblings = None if answer is None else answer[:CLIMB_LOOKED_INTO]
-        if siblings is not None:
-            seen.add(candidate)
-            return candidate, [each for each in siblings if each not in seen]
+        if len(state) > largest:
+            if (following is None or asked == ask_at_most
+                    or (leaf is not None and leaf(state))):
+                continue
+            asked += 1
+            after = following(candidate, child)
+            if after is not None:
+                return candidate, after, ()
+            continue
+        held = references(candidate, state)
+        at = bisect_left(held, child)
+        if at < len(held) and held[at] == child:
+            return candidate, held[at + 1:], held[:min(at, FIRST_BEFORE)]
     return None
 
 
