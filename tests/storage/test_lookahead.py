@@ -593,6 +593,91 @@ def test_what_was_loaded_with_the_states_that_came_is_not_loaded_again() -> None
     assert walk([1], 100, database, {})[1] == [[5, 6]]
 
 
+def walk_at_once(came: list[int], count: int, database: dict[int, bytes],
+                 cache: dict[int, bytes], room: int | None = None,
+                 loaded_already: tuple[int, ...] = (), answers: bool = True,
+                 ) -> tuple[list[int], list[tuple[list[int], int]], list[list[int]]]:
+    """``walked_on`` with ``load_walked``: breadth first through ``database`` from the
+    seeds, up to the limit (or None when not ``answers``).  The oids brought, each
+    ``load_walked`` call's (seeds, limit), and each step's load."""
+    calls: list[tuple[list[int], int]] = []
+    loads: list[list[int]] = []
+
+    def load(oids: list[int]) -> list[Loaded]:
+        loads.append(list(oids))
+        return [Loaded(oid, database[oid]) for oid in oids if oid in database]
+
+    def load_walked(seeds: list[int], limit: int) -> list[Loaded] | None:
+        calls.append((list(seeds), limit))
+        if not answers:
+            return None
+        order: list[int] = []
+        queue = list(seeds)
+        while queue and len(order) < limit:
+            oid = queue.pop(0)
+            if oid in order or oid not in database:
+                continue
+            order.append(oid)
+            queue += refs_of(oid, database[oid])
+        return [Loaded(oid, database[oid]) for oid in order]
+
+    brought = lookahead.walked_on(
+        [Loaded(oid, database[oid]) for oid in came], count, room, states_in(cache),
+        refs_of, 4096, lambda value: not GRAPH[int.from_bytes(value[1:5], "big")], load,
+        loaded_already, load_walked)
+    return [each.oid for each in brought], calls, loads
+
+
+def test_a_walk_in_one_statement_goes_on_from_the_first_step() -> None:
+    database = chain(4)
+    # The first step is found as before (the uncached references of what came); the
+    # rest comes in one call from it, breadth first, the states that came left out.
+    brought, calls, loads = walk_at_once([1002, 1003, 1010], 100, database, {})
+    assert calls == [([1011, 1012, 1013, 1020], 100)]
+    assert loads == []
+    assert brought == [1011, 1012, 1013, 1020, 1021, 1022, 1023, 1030, 1031, 1032, 1033]
+    # What came, or came with it, never comes again (a reference back to it).
+    database[1031] = state(1002, 1010)
+    brought, _, _ = walk_at_once([1002, 1003, 1010], 100, database, {},
+                                 loaded_already=(1003,))
+    assert brought == [1011, 1012, 1013, 1020, 1021, 1022, 1023, 1030, 1031, 1032, 1033]
+
+
+def test_a_walk_in_one_statement_is_cut_to_the_bytes_left() -> None:
+    database = chain(4)
+    size = len(database[1011])
+    # Room for 6 states of the size seen: the limit asked is 6, and so many come.
+    brought, calls, _ = walk_at_once([1010], 100, database, {}, room=6 * size + 3)
+    assert calls == [([1011, 1012, 1013, 1020], 6)]
+    assert brought == [1011, 1012, 1013, 1020, 1021, 1022]
+    # A state larger than those seen: the walk is cut where the room ends, at it or
+    # after it.
+    database[1021] = state(size=3 * size)
+    brought, _, _ = walk_at_once([1010], 100, database, {}, room=6 * size + 3)
+    assert brought == [1011, 1012, 1013, 1020]
+    brought, _, _ = walk_at_once([1010], 100, database, {}, room=7 * size)
+    assert brought == [1011, 1012, 1013, 1020, 1021]
+    brought, _, _ = walk_at_once([1010], 100, database, {}, room=7 * size - 1)
+    assert brought == [1011, 1012, 1013, 1020]
+
+
+def test_a_walk_in_one_statement_is_not_asked_where_no_step_is_taken() -> None:
+    database = chain(2, items=30)
+    # A first step past the count, or none at all: nothing asked, nothing brought.
+    assert walk_at_once([1010], 20, database, {}) == ([], [], [])
+    assert walk_at_once([1001, 1002], 100, database, {}) == ([], [], [])
+
+
+def test_a_mover_without_the_statement_walks_a_step_a_load() -> None:
+    database = chain(4)
+    brought, calls, loads = walk_at_once([1002, 1003, 1010], 100, database, {},
+                                         answers=False)
+    assert calls == [([1011, 1012, 1013, 1020], 100)]
+    assert loads == [[1011, 1012, 1013, 1020], [1021, 1022, 1023, 1030],
+                     [1031, 1032, 1033]]
+    assert brought == [oid for step in loads for oid in step]
+
+
 def objects_with_one_each(count: int) -> dict[int, bytes]:
     """A container 1 of cached objects 1000, 1001, ... each holding one uncached
     sub-object 100, 101, ... (an item and its annotations)."""

@@ -268,8 +268,9 @@ def test_a_cold_walk_of_a_thousand_children_is_a_few_statements(storage_factory:
 
 def test_a_cold_btree_walk_brings_the_next_buckets_with_their_items(
         storage_factory: Any) -> None:
-    """PostgreSQL's prefetch follows references breadth first, so one statement brings
-    several buckets and their items; the others bring one bucket's items at a time."""
+    """PostgreSQL's prefetch and SQLite's walk onward (``Mover.load_walked``) follow
+    references breadth first, so one statement brings several buckets and their items;
+    MySQL's brings one bucket's items at a time."""
     storage = storage_factory.open()
     db = ZODB.DB(storage)
     try:
@@ -279,8 +280,9 @@ def test_a_cold_btree_walk_brings_the_next_buckets_with_their_items(
     finally:
         db.close()
     assert buckets > 200
-    if storage_factory.param.backend == "postgresql":
-        assert statements <= buckets // 10
+    if storage_factory.param.backend in ("postgresql", "sqlite"):
+        # SQLite before its walk in one statement: a statement a bucket (401 for 399).
+        assert statements <= buckets // 10, (statements, buckets)
     else:
         assert statements <= buckets + 20
 
@@ -289,8 +291,8 @@ def test_a_cold_btree_walk_misses_once_in_several_buckets_where_the_client_picks
         storage_factory: Any) -> None:
     """SQLite: a miss whose pick came short (a bucket's last items and the next bucket)
     walks on from what came (``lookahead.walked_on``), the next buckets and their items
-    a statement each, so that a walk misses once in several buckets, not once in each;
-    the statements stay one a bucket, and every item reads right."""
+    in one more statement, so that a walk misses once in several buckets, not once in
+    each, and every item reads right."""
     storage = storage_factory.open()
     db = ZODB.DB(storage)
     try:

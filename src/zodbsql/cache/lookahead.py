@@ -195,7 +195,9 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
               references: Callable[[int, bytes], Sequence[int]], largest_read: int,
               leaf: Callable[[bytes], bool],
               load: Callable[[list[int]], list[CameT]],
-              loaded_already: Iterable[int] = ()) -> list[CameT]:
+              loaded_already: Iterable[int] = (),
+              load_walked: Callable[[list[int], int], list[CameT] | None] | None = None,
+              ) -> list[CameT]:
     """Past a pick that came short of its bound (the parent's references ran out: a
     BTree bucket's last items and the next bucket), what the states that ``came`` refer
     to and the cache does not hold, then what those refer to, a ``load`` a step: the
@@ -213,10 +215,18 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
     nothing it reads refers to a state not held; states larger than
     ``largest_read`` and ``leaf`` ones are not read for their references.
     ``loaded_already``: oids loaded with ``came`` but not walked from (the miss's own),
-    never loaded again."""
+    never loaded again.
+
+    ``load_walked(seeds, limit)``, where the mover has it: the rest of the walk in one
+    statement from the first step's oids, breadth first through references, up to
+    ``limit`` states (as many of ``count`` as ``room`` holds at the sizes seen), those
+    of ``came`` left out and the last cut to ``room``; it returns None where it can't,
+    and the walk takes its steps.  It does not see the cache: a cached state on the
+    way comes again (a bucket a walk left, its items gone), a cost within the batch."""
     brought: list[CameT] = []
     seen = {each.oid for each in came}
     seen.update(loaded_already)
+    came_before = frozenset(seen)
     sizes = [len(each.state) for each in came if each.state is not None]
     seen_bytes, seen_states = sum(sizes), max(1, len(sizes))
 
@@ -264,6 +274,12 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
         if (not wanted or len(wanted) > count
                 or (room is not None and len(wanted) * seen_bytes // seen_states > room)):
             break
+        if load_walked is not None and not brought:
+            limit = count if room is None else min(count, room * seen_states // seen_bytes)
+            walked = load_walked(wanted, limit)
+            if walked is not None:
+                return _within(
+                    [each for each in walked if each.oid not in came_before], room)
         loaded = load(wanted)
         brought += loaded
         frontier = [(each.oid, each.state) for each in loaded]
@@ -274,6 +290,17 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
         if room is not None:
             room -= step_bytes
     return brought
+
+
+def _within(walked: list[CameT], room: int | None) -> list[CameT]:
+    """The first of ``walked`` whose states fit in ``room`` bytes (None: all)."""
+    if room is None:
+        return walked
+    for at, each in enumerate(walked):
+        room -= len(each.state or b"")
+        if room < 0:
+            return walked[:at]
+    return walked
 
 
 #: Cached states a step of ``walked_on`` reads the references of, at most.

@@ -680,7 +680,8 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         came are queued (a server's round trip: the items of the buckets it brought);
         with ``walk_on``, up to that many more states come, those what came refers to
         and the cache does not hold (``lookahead.walked_on``: the next buckets of a
-        BTree and their items), a statement a step, and enter the cache with the
+        BTree and their items), in one more statement where the mover walks
+        (``load_walked``), else a statement a step, and enter the cache with the
         rest."""
         mover = self.shared.backend.mover
         prefetcher = self.shared.prefetcher
@@ -720,12 +721,15 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         shared = self.shared
         mover = shared.backend.mover
         largest = mover.LOOKAHEAD_LARGEST
+        if largest is None:
+            largest = lookahead.BYTES_READ_PER_OID * count
         return lookahead.walked_on(
             [each for each in came if each.oid != oid], count, self._room_left(came),
             lambda oids: shared.cache.peek_many(oids, snapshot), shared.references_of,
-            largest if largest is not None else lookahead.BYTES_READ_PER_OID * count,
-            records.refers_to_nothing,
-            lambda oids: mover.load_many_at(conn, oids, snapshot), loaded_already=(oid,))
+            largest, records.refers_to_nothing,
+            lambda oids: mover.load_many_at(conn, oids, snapshot), loaded_already=(oid,),
+            load_walked=lambda seeds, limit: mover.load_walked(
+                conn, seeds, snapshot, limit, largest))
 
     def _room_left(self, loaded: list[LoadedState]) -> int | None:
         """The bytes of a prefetch (``prefetch-bytes``) that ``loaded`` left (None: no

@@ -449,6 +449,14 @@ class MoverRole(Protocol):
         """Those of ``oids`` that exist, each as ``load_at`` returns it (prefetch); with
         ``max_bytes``, those that came before that many bytes did."""
 
+    def load_walked(self, conn: ConnectionRole, seeds: Sequence[int], snapshot_tid: int,
+                    limit: int, largest: int) -> list[LoadedState] | None:
+        """Up to ``limit`` states in one statement, each as ``load_at`` returns it:
+        ``seeds`` (oids), then those they refer to, then theirs, breadth first, through
+        the references of current revisions, never from a state larger than ``largest``
+        (a BTree's next buckets and their items).  None: the mover has no such
+        statement (its client walks a statement a step)."""
+
     def load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
                                   snapshot_tid: int, max_bytes: int | None,
                                   references_each: int,

@@ -233,8 +233,9 @@ HP_REVISIONS_PORTABLE = (
 # before, so a cycle ends; the references only pick oids, each state is still read as of
 # the snapshot.  SQLite runs the same statement, but there the walk cost more than it
 # saved: a cold walk of 6,000 BTree items went from ~400 statements to 19, a mapping's
-# 1,000 children were read cold at 16,300 objects/s instead of 18,900; not taken.  On
-# MySQL and MariaDB it was not tried.
+# 1,000 children were read cold at 16,300 objects/s instead of 18,900; not taken (its
+# client walks on past a pick that came short with a statement of its own,
+# ``load_walked``).  On MySQL and MariaDB it was not tried.
 WALK = (
     " bound (oid, n) AS (SELECT CAST(%s AS BIGINT), CAST(%s AS BIGINT)),"
     " seeds AS (SELECT zoid, MIN(step) AS step FROM wanted WHERE zoid <> (SELECT oid FROM"
@@ -487,6 +488,13 @@ class Mover:
                 each = max(1, size // max(1, len(rows)))
                 step = max(1, min(self.MAX_LISTED_OIDS, (max_bytes - size) // each))
         return rows
+
+    def load_walked(self, conn: ConnectionRole, seeds: Sequence[int], snapshot_tid: int,
+                    limit: int, largest: int) -> list[LoadedState] | None:
+        """None: the portable mover has no walking statement of its own (a server's
+        prefetching statement walks, ``WALK``; a client that picks walks a statement a
+        step)."""
+        return None
 
     def send_load_many_with_references(self, conn: ConnectionRole, oids: Sequence[int],
                                        snapshot_tid: int, max_bytes: int | None,
