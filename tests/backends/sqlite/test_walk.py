@@ -98,6 +98,13 @@ def test_a_walk_ends_at_a_cycle_and_at_the_states_larger_than_the_largest(
         assert found[0] == oids[0]
         found = [each.oid for each in walked(storage, [oids[0]], 100, largest=10 ** 6)]
         assert sorted(found) == sorted(oids)
+        # A state of exactly the largest is walked on from, one byte over it is not.
+        size = len(storage.load(oids[2].to_bytes(8, "big"))[0])
+        for largest, expected in ((size, oids), (size - 1, oids[:3])):
+            found = [each.oid for each in walked(storage, [oids[2]], 100, largest=largest)]
+            assert sorted(found) == sorted(set(expected) & set(
+                breadth_first(storage, [oids[2]], 100))), largest
+            assert (oids[3] in found) == (largest == size)
     finally:
         db.close()
 
@@ -128,6 +135,56 @@ def test_a_walk_brings_each_state_as_of_the_snapshot(storage_factory: Any) -> No
     finally:
         db.close()
     transaction.abort()
+
+
+def test_a_walk_follows_the_references_of_current_revisions(storage_factory: Any) -> None:
+    """A container that referred to one child, then to another: the walk from it goes
+    to the child it refers to now, not to the one an older revision named."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["old"] = old = PersistentMapping()
+            conn.root()["box"] = PersistentMapping(child=old)
+        with db.transaction() as conn:
+            conn.root()["box"]["child"] = PersistentMapping()
+        with db.transaction() as conn:
+            box = conn.root()["box"]
+            oids = [u64(box._p_oid), u64(box["child"]._p_oid), u64(conn.root()["old"]._p_oid)]
+        found = [each.oid for each in walked(storage, [oids[0]], 100)]
+        assert found == oids[:2]
+    finally:
+        db.close()
+
+
+def test_a_walk_at_an_older_snapshot_brings_the_revision_it_sees(
+        storage_factory: Any) -> None:
+    """A child written at the first, second and fourth commits, the snapshot at the
+    third (which wrote another object): history-preserving, the second revision comes,
+    not the first, the fourth or none; history-free, the current one."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    tids = []
+    try:
+        for step in range(4):
+            with db.transaction() as conn:
+                root = conn.root()
+                if step == 0:
+                    root["box"] = PersistentMapping(child=PersistentMapping(v=0))
+                if step == 2:
+                    root["other"] = step
+                else:
+                    root["box"]["child"]["v"] = step
+            tids.append(u64(storage.lastTransaction()))
+        with db.transaction() as conn:
+            box, child = conn.root()["box"], conn.root()["box"]["child"]
+            oids = (u64(box._p_oid), u64(child._p_oid))
+        found = {each.oid: each.tid for each in walked(storage, [oids[0]], 10,
+                                                       snapshot=tids[2])}
+        expected = tids[1] if storage.shared.options.keep_history else tids[3]
+        assert found == {oids[0]: tids[0], oids[1]: expected}
+    finally:
+        db.close()
 
 
 def test_no_seed_or_no_room_walks_nothing(storage_factory: Any) -> None:
