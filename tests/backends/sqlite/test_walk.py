@@ -195,5 +195,14 @@ def test_no_seed_or_no_room_walks_nothing(storage_factory: Any) -> None:
         assert walked(storage, [0], 0) == []
         assert [each.oid for each in walked(storage, [0], 1)] == [0]
         assert walked(storage, [10 ** 12], 10) == []        # no such object
+        # No seed, or no room: not a statement.
+        conn = storage.shared.backend.connect()
+        try:
+            mover = storage.shared.backend.mover
+            for seeds, limit in (([], 10), ([0], 0), ([0], -1)):
+                assert mover.load_walked(conn, seeds, 1, limit, 4096) == []
+            assert conn.statements == 0
+        finally:
+            conn.close()
     finally:
         db.close()

@@ -272,7 +272,7 @@ class SQLiteMover(Mover):
             sql, params = HP_WALK, (start, largest, limit, snapshot_tid, snapshot_tid)
         else:
             sql, params = HF_WALK, (start, largest, limit)
-        return loaded_states(conn.fetchall(sql, params, binary=True), self.backend.codec)
+        return loaded_states(conn.fetchall(sql, params), self.backend.codec)
 
     def stage(self, conn: ConnectionRole, states: Sequence[StagedState]) -> None:
         """As the portable staging, in a few multi-row INSERTs (see ``staging_groups``)."""
