@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import ZODB
+from persistent.mapping import PersistentMapping
 from ZODB.utils import u64
 
 from tests.storage.test_verify import run_sql
@@ -126,3 +127,48 @@ def test_blocks_grow_to_the_allocators_largest_while_oids_run_out(
     assert handed == list(range(first, first + len(handed)))
     # The block just taken is all this process's: the counter moved past it whole.
     assert allocated(storage, 1)[0] == first + 16 + 1024 + largest
+
+
+def test_after_a_pause_a_commit_asks_for_what_the_last_one_that_ran_out_took(
+        storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that commits 1,000 new objects now and then: the first such commit
+    after a pause takes a block of 16, then one of 1,024; the next, after a pause too,
+    one block of what the first took (each ask on SQLite a write transaction and an
+    fsync of its own).  After a block taken outside a commit, the next pause starts at
+    16 again."""
+    storage = storage_factory.open()
+    db = ZODB.DB(storage)
+    blocks: list[int] = []
+    oids = storage.shared.backend.oids
+    allocate = oids.allocate
+
+    def noted(conn: Any, count: int = 16) -> list[int]:
+        blocks.append(count)
+        return allocate(conn, count)
+    monkeypatch.setattr(oids, "allocate", noted)
+
+    def commit_after_a_pause(count: int) -> list[int]:
+        storage.shared.last_allocation = 0.0         # long ago
+        del blocks[:]
+        with db.transaction() as conn:
+            for i in range(count):
+                conn.root()[f"{len(conn.root())}"] = PersistentMapping()
+        return list(blocks)
+    try:
+        with db.transaction() as conn:
+            conn.root()["x"] = 1                     # the root's first commit
+        storage.shared.free_oids.clear()             # none left over from before
+        assert commit_after_a_pause(1000) == [16, 1024]
+        assert commit_after_a_pause(1000) == [16 + 1024]
+        assert commit_after_a_pause(1000) == [16 + 1024]
+        # Oids asked for outside a commit after a pause: the same; the block they took
+        # was no commit's, so a commit after the next pause starts at 16.
+        storage.shared.free_oids.clear()
+        storage.shared.last_allocation = 0.0
+        del blocks[:]
+        storage.new_oid()
+        assert blocks == [16 + 1024]
+        storage.shared.free_oids.clear()
+        assert commit_after_a_pause(3) == [16]
+    finally:
+        db.close()

@@ -68,6 +68,8 @@ class Shared:
         #: within one commit; a number, not the commit, so its states are not kept
         #: alive); 0: allocated outside a commit.
         self.last_allocator = 0
+        #: The oids allocated for the commit ``last_allocator`` (0: outside a commit).
+        self.allocated_in_commit = 0
         self.highest_oid_seen = 0
         self.pack_lock = threading.Lock()
         self.closed = False

@@ -908,13 +908,20 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 now = time.monotonic()
                 pending = self._pending
                 same_commit = pending is not None and shared.last_allocator == pending.serial
+                largest = shared.backend.oids.largest_block
                 if same_commit or now - shared.last_allocation < 1.0:
-                    shared.oid_block = min(shared.oid_block * oidalloc.GROWTH,
-                                           shared.backend.oids.largest_block)
+                    shared.oid_block = min(shared.oid_block * oidalloc.GROWTH, largest)
                 else:
-                    shared.oid_block = oidalloc.BLOCK
+                    # After a pause, what the last commit that ran out took: a process
+                    # that commits 1,000 new objects now and then asks once a commit, not
+                    # twice (each ask on SQLite a write transaction of its own, an fsync).
+                    shared.oid_block = max(oidalloc.BLOCK,
+                                           min(shared.allocated_in_commit, largest))
                 shared.last_allocation = now
                 shared.last_allocator = pending.serial if pending is not None else 0
+                shared.allocated_in_commit = (
+                    (shared.allocated_in_commit if same_commit else 0) + shared.oid_block
+                    if pending is not None else 0)
                 if pending is not None and pending.conn is not None:
                     block = shared.backend.oids.allocate(pending.conn, shared.oid_block)
                 else:
