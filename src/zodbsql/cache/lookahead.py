@@ -275,7 +275,8 @@ def walked_on(came: Sequence[CameT], count: int, room: int | None,
                 or (room is not None and len(wanted) * seen_bytes // seen_states > room)):
             break
         if load_walked is not None and not brought:
-            limit = count if room is None else min(count, room * seen_states // seen_bytes)
+            limit = (count if room is None
+                     else min(count, room * seen_states // max(1, seen_bytes)))
             walked = load_walked(wanted, limit)
             if walked is not None:
                 return _within(

@@ -17,9 +17,9 @@ BLOCK = 16
 MAX_BLOCK = 16384
 #: How much the next block grows while oids run out quickly: 16, 1024, then the
 #: allocator's largest, so a 1,000-object commit after a pause costs two allocations,
-#: and big commits one per largest block.  (After a pause the storage starts from what
-#: the last commit that ran out took: the next such commit costs one.)  (Oids left in a block when a process ends
-#: are never used: with 64-bit oids that costs nothing.)
+#: and big commits one per largest block; after a pause the storage starts from what
+#: the last commit that ran out took, so the next such commit costs one.  (Oids left
+#: in a block when a process ends are never used: with 64-bit oids that costs nothing.)
 GROWTH = 64
 ADVANCE = "UPDATE oid_counter SET last_oid = last_oid + %s"
 READ = "SELECT last_oid FROM oid_counter"
