@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.base.locker import Locker
+from zodbsql.backends.sqlite.mover import oids_text
 
 # The oids go as one JSON array's text, whatever their number: a commit that writes at
 # vote (``SQLiteFeatures.writes_at_vote``) asks for the current tid of every object it
@@ -20,5 +21,4 @@ class SQLiteLocker(Locker):
         if not oids:
             return {}
         sql = HP_CURRENT_TIDS if self.keep_history else HF_CURRENT_TIDS
-        text = "[" + ",".join(map(str, oids)) + "]"
-        return {int(oid): int(tid) for oid, tid in conn.fetchall(sql, (text,))}
+        return {int(oid): int(tid) for oid, tid in conn.fetchall(sql, (oids_text(oids),))}

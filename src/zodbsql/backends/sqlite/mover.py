@@ -8,7 +8,7 @@ the portable one.
 import functools
 import itertools
 import operator
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, ConnectionRole,
                                             LoadedState, StagedState, StateRow)
@@ -56,6 +56,13 @@ def references_following(text: str | None, oid: int, count: int) -> list[int] | 
     else:
         return None
     return _whole_numbers(text[start:start + (count + 1) * REFERENCE_CHARS], count)
+
+
+def oids_text(oids: Iterable[int]) -> str:
+    """``oids`` as a JSON array's text, in their order: one parameter that ``json_each``
+    reads whatever their number (a commit's current tids, its revisions made current,
+    a walk's seeds)."""
+    return "[" + ",".join(map(str, oids)) + "]"
 
 
 def _whole_numbers(piece: str, count: int) -> list[int]:
@@ -266,7 +273,7 @@ class SQLiteMover(Mover):
         """As the contract says, in one recursive statement (``HP_WALK``)."""
         if not seeds or limit <= 0:
             return []
-        start = "[" + ",".join(map(str, seeds)) + "]"
+        start = oids_text(seeds)
         params: tuple[Any, ...]
         if self.keep_history:
             sql, params = HP_WALK, (start, largest, limit, snapshot_tid, snapshot_tid)
@@ -304,8 +311,7 @@ class SQLiteMover(Mover):
                 write = WRITE_PLAIN if head == STAGE_PLAIN else WRITE_REFERRING
                 self._insert(conn, write, width, rows, tid, tail)
         if self.keep_history:
-            oids = "[" + ",".join(map(str, map(_oid_of, states))) + "]"
-            conn.execute(HP_WRITE_CURRENT, (tid, oids))
+            conn.execute(HP_WRITE_CURRENT, (tid, oids_text(map(_oid_of, states))))
 
     def _insert(self, conn: ConnectionRole, head: str, width: int,
                 rows: Sequence[StagedState], tid: int | None = None, tail: str = "",
