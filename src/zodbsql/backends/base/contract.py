@@ -445,9 +445,11 @@ class MoverRole(Protocol):
         (None: still current); None when there is no such revision."""
 
     def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
-                     snapshot_tid: int, max_bytes: int | None = None) -> list[LoadedState]:
+                     snapshot_tid: int, max_bytes: int | None = None,
+                     largest: int | None = None) -> list[LoadedState]:
         """Those of ``oids`` that exist, each as ``load_at`` returns it (prefetch); with
-        ``max_bytes``, those that came before that many bytes did."""
+        ``max_bytes``, those that came before that many bytes did; with ``largest``,
+        none stored in more bytes than that."""
 
     def load_walked(self, conn: ConnectionRole, seeds: Sequence[int], snapshot_tid: int,
                     limit: int, largest: int) -> list[LoadedState] | None:

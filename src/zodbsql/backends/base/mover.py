@@ -100,6 +100,10 @@ HP_LOAD_MANY_AT = (
     " ON s.zoid = c.zoid WHERE c.zoid {listed} AND s.tid = CASE WHEN c.tid <= %s THEN c.tid"
     " ELSE (SELECT MAX(m.tid) FROM object_state m WHERE m.zoid = c.zoid AND m.tid <= %s) END")
 HF_LOAD_MANY = "SELECT zoid, tid, checksum, state FROM object_state WHERE zoid {listed}"
+# Appended to the two above (``load_many_at``'s ``largest``): a state stored larger is
+# left out, tested on the size column, so that its pages are not read.
+HP_WITHIN_SIZE = " AND s.state_size <= %s"
+HF_WITHIN_SIZE = " AND state_size <= %s"
 
 # The references of the revisions a batch brought, all of those of its oids (portable:
 # through the ``object_ref`` view; history-preserving, the caller keeps the revisions
@@ -332,6 +336,8 @@ class MoverStatements:
     #: Prefetch: several objects as of a snapshot, and a load with the states it refers
     #: to (``{listed}``: the backend's test against a list of oids).
     load_many: str
+    #: ``load_many``'s test of a state's size (``HP_WITHIN_SIZE``).
+    within_size: str
     references_of_many: str
     load_with_refs: str
     #: A revision's references from an oid on (``HF_REFERENCES_FROM``).
@@ -356,6 +362,7 @@ class Mover:
         load_before=HP_LOAD_BEFORE, next_tid=HP_NEXT_TID, exists=HP_EXISTS,
         current_tid=HP_CURRENT_TID, count_objects=HP_COUNT_OBJECTS,
         load_revisions=HP_LOAD_REVISIONS, load_many=HP_LOAD_MANY_AT,
+        within_size=HP_WITHIN_SIZE,
         references_of_many=HP_REFERENCES_OF_MANY,
         references_from=HP_REFERENCES_FROM,
         load_with_refs=prefetching(HP_LOAD_WITH_REFS, own=HP_OWN, parent=HP_PARENT,
@@ -366,7 +373,8 @@ class Mover:
         load_current=HF_LOAD_CURRENT, load_at=HF_LOAD_CURRENT, load_serial=HF_LOAD_CURRENT,
         load_before=HF_LOAD_CURRENT, exists=HF_CURRENT_TID, current_tid=HF_CURRENT_TID,
         count_objects=HF_COUNT_OBJECTS, load_revisions=HF_LOAD_REVISIONS,
-        load_many=HF_LOAD_MANY, references_of_many=HF_REFERENCES_OF_MANY,
+        load_many=HF_LOAD_MANY, within_size=HF_WITHIN_SIZE,
+        references_of_many=HF_REFERENCES_OF_MANY,
         references_from=HF_REFERENCES_FROM,
         load_with_refs=prefetching(HF_LOAD_WITH_REFS, own=HF_OWN, siblings=HF_SIBLINGS,
                                    kept=HF_KEPT),
@@ -462,11 +470,12 @@ class Mover:
         return f"IN ({in_list(len(padded))})", padded
 
     def load_many_at(self, conn: ConnectionRole, oids: Sequence[int],
-                     snapshot_tid: int, max_bytes: int | None = None) -> list[LoadedState]:
+                     snapshot_tid: int, max_bytes: int | None = None,
+                     largest: int | None = None) -> list[LoadedState]:
         """Those of ``oids`` that exist, each as ``load_at`` would return it, in one
         statement per ``MAX_LISTED_OIDS``; with ``max_bytes``, until that many bytes of
         states came: ``BYTES_STEP`` oids first, then as many as the bytes left hold at
-        the sizes seen."""
+        the sizes seen; with ``largest``, none stored in more bytes than that."""
         rows: list[LoadedState] = []
         step = self.MAX_LISTED_OIDS if max_bytes is None else min(BYTES_STEP, len(oids))
         size = start = 0
@@ -474,9 +483,12 @@ class Mover:
             test, params = self.listed(oids[start:start + step])
             start += step
             sql = self.sql.load_many.format(listed=test)
-            found = conn.fetchall(
-                sql, [*params, snapshot_tid, snapshot_tid] if self.keep_history else params,
-                binary=True)
+            if self.keep_history:
+                params = [*params, snapshot_tid, snapshot_tid]
+            if largest is not None:
+                sql += self.sql.within_size
+                params = [*params, largest]
+            found = conn.fetchall(sql, params, binary=True)
             batch = loaded_states(found, self.backend.codec)
             rows += batch
             if max_bytes is not None:
