@@ -155,7 +155,9 @@ class Options:
         1 << 20, zconfig="byte-size",
         doc="At most this many bytes of states come along with one load, and no more than "
             "the state cache's window holds, where they wait for their loads; also what an "
-            "open ZODB connection holds of them until its loads ask (0 turns prefetch off).")
+            "open ZODB connection holds of them until its loads ask (0 turns prefetch off).  "
+            "On SQLite no state larger than a 16th of it comes along: it waits for its own "
+            "load.")
     poll_changes_limit: int = setting(
         100_000, doc="At most this many changed objects a transaction start reads; past it "
                      "(another process imported or rewrote more) it takes everything as "

@@ -1209,8 +1209,10 @@ def two_revisions(storage_factory: Any, storage_and_db: Any, polled: Any
 
 
 def sized_children(db: Any) -> tuple[int, int, int]:
-    """A mapping of three children of about 100, 2,000 and 8,000 bytes: their oids."""
+    """A mapping of three children of about 100, 2,000 and 8,000 bytes: their oids
+    (and, beside it under the root, a mapping of 8,000 bytes too)."""
     with db.transaction() as conn:
+        conn.root()["large"] = PersistentMapping(data=b"x" * 8000)
         conn.root()["sized"] = sized = PersistentMapping()
         for name, size in (("small", 100), ("middle", 2000), ("large", 8000)):
             sized[name] = PersistentMapping(data=b"x" * size)
@@ -1257,6 +1259,42 @@ def test_a_pick_by_oid_leaves_out_the_states_over_a_size(
         assert came([large, small], sizes[small]) == [small]
 
 
+def test_a_pick_by_oid_takes_as_many_as_the_bytes_left_hold(
+        storage_and_db: Any, polled: Any) -> None:
+    """``load_many_at`` with ``max_bytes``, on every backend: BYTES_STEP oids first, then
+    as many as the bytes left hold at the sizes seen, in order, each oid once, until the
+    bytes are reached (the states here are all of one size)."""
+    storage, db = storage_and_db
+    with db.transaction() as conn:
+        conn.root()["even"] = even = PersistentMapping()
+        for i in range(1300):
+            even[i] = PersistentMapping(v=b"x" * 150)
+    with db.transaction() as conn:
+        oids = [u64(child._p_oid) for child in conn.root()["even"].values()]
+    instance = polled(storage)
+    mover = storage.shared.backend.mover
+    conn, snapshot = instance._snapshot_conn(), instance._snapshot
+    size = len(instance.load(p64(oids[0]))[0])
+    listed = mover.MAX_LISTED_OIDS
+
+    def pick(max_bytes: int, wanted: list[int] = oids) -> tuple[list[int], int]:
+        before = storage.statement_count()
+        came = [each.oid for each in mover.load_many_at(conn, wanted, snapshot, max_bytes)]
+        assert len(came) == len(set(came))
+        return sorted(came), storage.statement_count() - before
+    assert pick(BYTES_STEP * size) == (sorted(oids[:BYTES_STEP]), 1)
+    assert pick((BYTES_STEP + 100) * size) == (sorted(oids[:BYTES_STEP + 100]), 2)
+    assert pick(BYTES_STEP * size + size // 2) == (sorted(oids[:BYTES_STEP + 1]), 2)
+    assert pick(BYTES_STEP * size + 3 * size // 2) == (sorted(oids[:BYTES_STEP + 2]), 3)
+    # The size seen is that of the states that came: one of the first BYTES_STEP (the
+    # others do not exist), so the next statement lists as many as 10 of it hold.
+    missing = list(range(10 ** 12, 10 ** 12 + BYTES_STEP - 1))
+    assert pick(11 * size, [oids[0], *missing, *oids[1:]]) == (sorted(oids[:11]), 2)
+    # Room for all: the rest in statements of MAX_LISTED_OIDS.
+    rest = len(oids) - BYTES_STEP
+    assert pick(10 * len(oids) * size) == (sorted(oids), 1 + -(-rest // listed))
+
+
 def test_a_miss_brings_no_sibling_over_a_share_of_the_prefetch_bytes(
         storage_and_db: Any, polled: Any) -> None:
     """Where the client picks (SQLite), a miss on a child brings its siblings but not
@@ -1269,12 +1307,15 @@ def test_a_miss_brings_no_sibling_over_a_share_of_the_prefetch_bytes(
     instance = polled(storage)
     with db.transaction() as conn:
         sized = conn.root()["sized"]._p_oid
+        beside = u64(conn.root()["large"]._p_oid)
     middle_size = state_sizes(instance._snapshot_conn(), [middle])[middle]
     instance.shared.prefetcher.max_bytes = 16 * middle_size   # the middle one at its 16th
-    instance.load(p64(0))
+    instance.load(p64(0))                      # no cached parent: its references come
+    cache, snapshot = storage.shared.cache, instance._snapshot
+    if always_picks(storage):
+        assert cache.has(u64(sized), snapshot) and not cache.has(beside, snapshot)
     instance.load(sized)
     instance.load(p64(small))                  # its parent cached: its siblings come
-    cache, snapshot = storage.shared.cache, instance._snapshot
     if always_picks(storage):
         assert cache.has(middle, snapshot) and not cache.has(large, snapshot)
     for oid, size in ((small, 100), (middle, 2000), (large, 8000)):
