@@ -683,14 +683,14 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
     def _load_batch(self, conn: ConnectionRole, oid: int, snapshot: int, also: list[int],
                     queue_references: bool, walk_on: int = 0) -> StateRow | None:
         """``oid``'s row, and ``also`` into the shared cache, by oid in one statement
-        (bounded in bytes; by the client's pick, none of ``LARGEST_SHARE`` of them or
-        more: a larger ``oid`` is read alone); with ``queue_references``, the first references of what
-        came are queued (a server's round trip: the items of the buckets it brought);
-        with ``walk_on``, up to that many more states come, those what came refers to
-        and the cache does not hold (``lookahead.walked_on``: the next buckets of a
-        BTree and their items), in one more statement where the mover walks
-        (``load_walked``), else a statement a step, and enter the cache with the
-        rest."""
+        (bounded in bytes and, where the client picks, none stored in more than a
+        ``LARGEST_SHARE``-th of them: a larger ``oid`` is read alone); with
+        ``queue_references``, the first references of what came are queued (a server's
+        round trip: the items of the buckets it brought); with ``walk_on``, up to that
+        many more states come, those what came refers to and the cache does not hold
+        (``lookahead.walked_on``: the next buckets of a BTree and their items), in one
+        more statement where the mover walks (``load_walked``), else a statement a
+        step, and enter the cache with the rest."""
         mover = self.shared.backend.mover
         prefetcher = self.shared.prefetcher
         references: list[tuple[int, int]] = []
