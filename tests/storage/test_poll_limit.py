@@ -16,7 +16,8 @@ from ZODB.utils import u64, z64
 
 from tests.model.nodes import node_state
 from tests.storage.test_wakeup import wait_until_heard
-from zodbsql.backends.sqlite.poller import REVISIONS
+from zodbsql.backends.base.poller import Poller
+from zodbsql.backends.sqlite.poller import OVER_LIMIT, REVISIONS, SQLitePoller
 
 
 def _commit(instance: Any, states: dict[bytes, bytes]) -> bytes:
@@ -39,7 +40,7 @@ def _changes_read(rows: list[Any]) -> int:
     """The changed objects (SQLite: revisions) a poll's rows carry."""
     arrays = [row for row in rows if row[0] == REVISIONS]
     if arrays:
-        return len(json.loads(arrays[0][1]))
+        return sum(len(json.loads(row[2])) for row in arrays)
     return sum(1 for row in rows if len(row) == 3 and row[0] == 1)
 
 
@@ -65,11 +66,15 @@ def test_a_poll_reads_one_change_past_its_limit_at_most(storage_factory: Any) ->
             assert sorted(polled.changes) == everything and not polled.truncated, limit
             assert polled.upto == tid
         assert read == [5, 5, 5]
+        # SQLite counts the revisions in the database up to one past the limit and
+        # sends none past it; the others send one row past it.
+        counted_only = isinstance(poller, SQLitePoller)
         for limit in (1, 2, 4):
             polled = poller.poll(conn, since, limit=limit)
             assert polled.truncated and polled.changes == [], limit
             assert polled.upto == tid and polled.complete
-            assert read[-1] == limit + 1
+            assert read[-1] == (0 if counted_only else limit + 1)
+            assert f" LIMIT {limit + 1})" in poller.limited(poller.sql.poll, limit)
         # The first poll (no ``since``) reads the last tid alone, whatever the limit.
         assert poller.poll(conn, None, limit=1) == (tid, [], [], 0, 0, True, False)
         conn.rollback()
@@ -122,7 +127,6 @@ ROWS = [(0, 0, 9), (2, 3, 5), (3, 0, 6), (4, 11, 4), (1, 12, 7), (1, 13, 8), (1,
 
 
 def test_the_portable_rows_past_the_limit_list_no_change() -> None:
-    from zodbsql.backends.base.poller import Poller
     full = Poller.parse_poll(ROWS, 6, 4)
     assert full == (9, [(12, 7), (13, 8), (14, 9)], [11], 5, 3, True, False)
     assert Poller.parse_poll(ROWS, 6, 4, 3) == full
@@ -133,14 +137,17 @@ def test_the_portable_rows_past_the_limit_list_no_change() -> None:
     assert Poller.parse_poll(ROWS, 6, None, 1) == (9, [], [11], 5, 3, False, True)
 
 
-def test_sqlites_arrays_past_the_limit_list_no_change() -> None:
-    from zodbsql.backends.sqlite.poller import SQLitePoller
-    rows = [row for row in ROWS if row[0] != 1] + [(REVISIONS, "[12, 13, 14]", "[7, 8, 9]")]
+def test_sqlites_rows_past_the_limit_list_no_change() -> None:
+    """SQLite's statement says it went past the limit (a row of kind 6, and no commit's
+    row); a commit's rows are all it sent otherwise."""
+    markers = [row for row in ROWS if row[0] != 1]
+    rows = markers + [(REVISIONS, 8, "[13]"), (REVISIONS, 7, "[12]"), (REVISIONS, 9, "[14]")]
     full = SQLitePoller.parse_poll(rows, 6, 4)
     assert full == (9, [(12, 7), (13, 8), (14, 9)], [11], 5, 3, True, False)
     assert SQLitePoller.parse_poll(rows, 6, 4, 3) == full
+    past = markers + [(OVER_LIMIT, 0, 0)]
     for limit in (1, 2):
-        assert SQLitePoller.parse_poll(rows, 6, 4, limit) == (9, [], [11], 5, 3, True, True)
+        assert SQLitePoller.parse_poll(past, 6, 4, limit) == (9, [], [11], 5, 3, True, True)
 
 
 def test_a_limited_statement_is_written_once(storage_factory: Any) -> None:
@@ -149,4 +156,7 @@ def test_a_limited_statement_is_written_once(storage_factory: Any) -> None:
     template = poller.sql.poll
     assert poller.limited(template, 7) is poller.limited(template, 7)
     assert " LIMIT 8" in poller.limited(template, 7)
+    if isinstance(poller, SQLitePoller):
+        assert poller.limited(template, 7).count(" LIMIT 8)) ") == 2
+        assert ") <= 7 " in poller.limited(template, 7) and ") > 7 " in poller.limited(template, 7)
     assert "LIMIT" not in poller.limited(template, 0) and "{" not in poller.limited(template, 0)

@@ -84,6 +84,20 @@ def test_a_truncated_poll_that_the_index_covers_changes_nothing() -> None:
     assert cache.get(7, 20) == (STATE, 3)
 
 
+def test_a_poll_from_before_the_index_takes_only_the_changes_after_it() -> None:
+    """Another instance polls from a snapshot before the index's last poll: the changes
+    it names up to that poll were taken already; a state loaded since, current then,
+    stays current (not retired: without keep_revisions that would drop it), and the
+    index keeps the tid it had for its object."""
+    cache = polled_cache()
+    cache.after_poll(10, 20, [(7, 15)])
+    cache.put_loaded(7, 15, STATE, snapshot=20)
+    cache.after_poll(10, 30, [(7, 15), (8, 25)], keep_revisions=False)
+    assert (cache.base, cache.polled) == (10, 30)
+    assert cache.get(7, 30) == (STATE, 15)
+    assert (cache._changed[7], cache._changed[8]) == (15, 25)
+
+
 def test_polls_feed_the_index_until_it_overflows() -> None:
     cache = polled_cache(limit=2_000_000)        # every state fits
     limit = cache._max_index

@@ -432,7 +432,9 @@ class StateCache:
             if upto <= self.polled:
                 return
             polled = self.polled
-            fresh = {oid: tid for oid, tid in changes if tid > polled}
+            # From this index's own poll on (as a rule) every change is newer than it.
+            fresh = (dict(changes) if since == polled else
+                     {oid: tid for oid, tid in changes if tid > polled})
             self._changed.update(fresh)
             self._retire_held(fresh, keep_revisions, remember=True)
             self.polled = upto

@@ -1,5 +1,6 @@
-"""SQLite reads a poll's changed objects as two JSON arrays (backends/sqlite/poller.py):
-it must name what the portable poll names, each object once at its newest tid."""
+"""SQLite reads a poll's changed objects as a JSON array a commit
+(backends/sqlite/poller.py): it must name what the portable poll names, each object once
+at its newest tid."""
 from __future__ import annotations
 
 import random
@@ -20,19 +21,23 @@ storage_backends_reason = "SQLite's own poll statement"
 @pytest.mark.parametrize("seed", range(10))
 def test_newest_each_keeps_each_objects_newest_tid_in_any_order(
         seed: int, ascending: bool) -> None:
-    """Shuffled, and in tid order as the tid index's scan gives them (where the last
-    tid of each oid is its newest, and no step per revision is taken)."""
+    """The commits shuffled, and in tid order as the tid index's scan gives them;
+    each oid comes at its newest tid, in the order of its first commit."""
     rng = random.Random(seed)
-    pairs = [(rng.randrange(20), rng.randrange(1, 1000)) for _ in range(rng.randrange(60))]
-    rng.shuffle(pairs)
+    tids = rng.sample(range(1, 1000), rng.randrange(1, 12))
+    commits = [(tid, rng.sample(range(20), rng.randrange(1, 8))) for tid in tids]
     if ascending:
-        pairs.sort(key=lambda pair: pair[1])
+        commits.sort()
     expected: dict[int, int] = {}
-    for oid, tid in pairs:
-        expected[oid] = max(tid, expected.get(oid, 0))
-    found = newest_each([oid for oid, _ in pairs], [tid for _, tid in pairs])
-    assert sorted(found) == sorted(expected.items())
-    assert len(found) == len(expected)
+    for tid, oids in sorted(commits):
+        for oid in oids:
+            expected[oid] = tid
+    found = newest_each(commits)
+    assert found == list(expected.items())
+
+
+def test_newest_each_of_no_commit_is_nothing() -> None:
+    assert newest_each([]) == []
 
 
 def test_the_poll_names_what_the_portable_poll_names(storage_factory: Any) -> None:
@@ -87,13 +92,14 @@ def test_the_arrays_parse_as_the_portable_rows(since: int | None,
     Polled, the deletion records' floor and completeness included (kinds 2 to 4)."""
     markers = [(0, 0, 90), (2, 4, 9), (3, 0, 50), (4, 77, 7), (4, 78, 8)]
     portable = [markers[0], (1, 12, 70), (1, 11, 88), (1, 13, 61), *markers[1:]]
-    arrays = [markers[0], (5, "[11, 12, 11, 13]", "[80, 70, 88, 61]"), *markers[1:]]
+    arrays = [markers[0], (5, 88, "[11]"), (5, 61, "[13]"), (5, 70, "[12]"),
+              (5, 80, "[11]"), *markers[1:]]
     expected = Poller.parse_poll(portable, since, gone_since)
     found = SQLitePoller.parse_poll(arrays, since, gone_since)
     assert found._replace(changes=sorted(found.changes)) == expected._replace(
         changes=sorted(expected.changes))
     if since is not None and gone_since is None:
         assert found.complete == (since > 50)
-    # Nothing changed: the arrays are empty, the markers are all there is.
-    empty = SQLitePoller.parse_poll([markers[0], (5, "[]", "[]")], since, gone_since)
+    # Nothing changed: no commit's row, the markers are all there is.
+    empty = SQLitePoller.parse_poll([markers[0]], since, gone_since)
     assert (empty.upto, empty.changes, empty.gone) == (90, [], [])

@@ -39,6 +39,12 @@ HISTORY_PRESERVING_REFS_VIEW = (
 HISTORY_FREE_REFS_VIEW = (
     "CREATE VIEW object_ref AS SELECT s.zoid AS zoid, j.value AS to_zoid"
     " FROM object_state s, json_each(s.refs) j")
+# The tid index names each revision's object too, so that a poll (which wants only
+# those two) reads the index alone, not the row of each revision it names: a poll of
+# two commits of 1,000 objects each after another process wrote them, 1.0 -> 0.6 ms.
+# History-free, the table's rowid is the oid, which every index holds already.
+HISTORY_PRESERVING_TID_INDEX = "CREATE INDEX object_state_tid ON object_state (tid, zoid)"
+TID_INDEX_COLUMNS = "SELECT count(*) FROM pragma_index_info('object_state_tid')"
 HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE transactions (tid INTEGER PRIMARY KEY, packed INTEGER NOT NULL DEFAULT 0,"
     " username BLOB NOT NULL, description BLOB NOT NULL, extension BLOB NOT NULL)",
@@ -49,7 +55,7 @@ HISTORY_PRESERVING_DDL = COMMON_DDL + (
     "CREATE TABLE object_state (zoid INTEGER NOT NULL, tid INTEGER NOT NULL,"
     " data_tid INTEGER, checksum INTEGER, state_size INTEGER NOT NULL, refs TEXT,"
     " state BLOB, PRIMARY KEY (zoid, tid))",
-    "CREATE INDEX object_state_tid ON object_state (tid)",
+    HISTORY_PRESERVING_TID_INDEX,
     # No index on tid: the poll reads object_state's (base/poller.py).
     "CREATE TABLE current_object (zoid INTEGER PRIMARY KEY, tid INTEGER NOT NULL)",
     HISTORY_PRESERVING_REFS_VIEW,
@@ -126,6 +132,30 @@ class SQLiteSchema(Schema):
     def prepare(self, conn: ConnectionRole, keep_history: bool, create: bool,
                 read_only: bool, remake: bool = False) -> None:
         super().prepare(conn, keep_history, create, read_only, remake)
+        if keep_history and not read_only:
+            self.widen_tid_index(conn)
         if not read_only:
             # The schema is checked (or was just created): now it's ours.
             use_wal(conn, self.backend.lock_timeout)
+
+    def widen_tid_index(self, conn: ConnectionRole) -> None:
+        """Give a history-preserving database made before the tid index named the oid
+        its two-column index (an additive upgrade, once: a few seconds a million
+        revisions, other writers waiting on the write lock).  Opened read-only, such a
+        database polls as before, reading a row per revision."""
+        if self._tid_index_columns(conn) != 1:
+            return
+        conn.begin_write()
+        try:
+            if self._tid_index_columns(conn) == 1:   # not done meanwhile
+                conn.execute("DROP INDEX object_state_tid")
+                conn.execute(HISTORY_PRESERVING_TID_INDEX)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+
+    @staticmethod
+    def _tid_index_columns(conn: ConnectionRole) -> int:
+        row = conn.fetchone(TID_INDEX_COLUMNS)
+        return int(row[0]) if row else 0
