@@ -16,8 +16,8 @@ from ZODB.utils import u64, z64
 
 from tests.model.nodes import node_state
 from tests.storage.test_wakeup import wait_until_heard
-from zodbsql.backends.base.poller import Poller
-from zodbsql.backends.sqlite.poller import OVER_LIMIT, REVISIONS, SQLitePoller
+from zodbsql.backends.base.poller import OVER_LIMIT, Poller
+from zodbsql.backends.sqlite.poller import REVISIONS, SQLitePoller
 
 
 def _commit(instance: Any, states: dict[bytes, bytes]) -> bytes:
@@ -66,8 +66,8 @@ def test_a_poll_reads_one_change_past_its_limit_at_most(storage_factory: Any) ->
             assert sorted(polled.changes) == everything and not polled.truncated, limit
             assert polled.upto == tid
         assert read == [5, 5, 5]
-        # SQLite counts the revisions in the database up to one past the limit and
-        # sends none past it; the others send one row past it.
+        # SQLite counts the revisions up to one past the limit and sends none past
+        # it; the others send one row past it.
         counted_only = isinstance(poller, SQLitePoller)
         for limit in (1, 2, 4):
             polled = poller.poll(conn, since, limit=limit)
@@ -132,6 +132,10 @@ def test_the_portable_rows_past_the_limit_list_no_change() -> None:
     assert Poller.parse_poll(ROWS, 6, 4, 3) == full
     for limit in (1, 2):
         assert Poller.parse_poll(ROWS, 6, 4, limit) == (9, [], [11], 5, 3, True, True)
+    # A statement that counted first says it went past (kind 6) and sends no change.
+    past = [row for row in ROWS if row[0] != 1] + [(OVER_LIMIT, 0, 4)]
+    for limit in (1, 2):
+        assert Poller.parse_poll(past, 6, 4, limit) == (9, [], [11], 5, 3, True, True)
     # Without a record number, from tid 6, the records pruned up to tid 6 (kind 3) may
     # have named deletions after it: incomplete, and truncated too.
     assert Poller.parse_poll(ROWS, 6, None, 1) == (9, [], [11], 5, 3, False, True)

@@ -75,6 +75,9 @@ GONE_SINCE = (
     " UNION ALL SELECT 3, 0, floor_tid FROM gone_row"
     " UNION ALL SELECT 4, zoid, seq FROM gone_oids WHERE seq > %s AND tid >= %s")
 FIRST_POLL = "SELECT 0, 0, last_tid FROM commit_row UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
+#: Kind 6: a poll that counts its changes first went past its limit and read none
+#: (SQLite's: backends/sqlite/poller.py; the portable statement reads one past it).
+OVER_LIMIT = 6
 
 
 def missing_commit_row() -> SchemaError:
@@ -182,7 +185,7 @@ class Poller:
         changes: list[Revision] = [(oid, tid) for kind, oid, tid in rows if kind == 1]
         others = [row for row in rows if row[0] != 1]
         gone = [int(oid) for kind, oid, _ in others if kind == 4]
-        # The marker rows (kinds 0, 2, 3), one each.
+        # The marker rows (kinds 0, 2, 3, 6), one each.
         markers = {kind: (int(value), int(tid)) for kind, value, tid in others
                    if kind != 4}
         if 0 not in markers:
@@ -198,6 +201,6 @@ class Poller:
             # Without a record number: the records after ``since`` are all there if
             # none pruned was made after it.
             complete = since > floor_tid
-        if 0 < limit < len(changes):
+        if 0 < limit < len(changes) or OVER_LIMIT in markers:
             return Polled(upto, [], gone, gone_seq, floor, complete, truncated=True)
         return Polled(upto, changes, gone, gone_seq, floor, complete)

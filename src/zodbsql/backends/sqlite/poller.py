@@ -28,12 +28,10 @@ from operator import itemgetter
 from typing import Any, ClassVar
 
 from zodbsql.backends.base.contract import Polled, Revision
-from zodbsql.backends.base.poller import GONE_SINCE, Poller, PollerStatements
+from zodbsql.backends.base.poller import GONE_SINCE, OVER_LIMIT, Poller, PollerStatements
 
 #: Kind 5: a row a commit in the range, its tid and the oids it changed as a JSON array.
 REVISIONS = 5
-#: Kind 6: more revisions in the range than the caller's limit (then no kind 5 row).
-OVER_LIMIT = 6
 #: ``{upper}``: the range's end, the last tid (``CHANGED_SINCE``'s), or -1 past a limit.
 CHANGED_BY_COMMIT = (
     "SELECT 0, 0, last_tid FROM commit_row"
@@ -83,10 +81,9 @@ class SQLitePoller(Poller):
             return Poller.parse_poll(rows)
         commits = [(int(row[1]), json.loads(row[2])) for row in rows
                    if row[0] == REVISIONS]
-        polled = Poller.parse_poll([row for row in rows if row[0] < REVISIONS],
+        # (A row of kind 6, OVER_LIMIT, makes it truncated.)
+        polled = Poller.parse_poll([row for row in rows if row[0] != REVISIONS],
                                    since, gone_since)
-        if any(row[0] == OVER_LIMIT for row in rows):
-            return polled._replace(truncated=True)
         if not commits:
             return polled
         upto = max(polled.upto, max(map(itemgetter(0), commits)))
