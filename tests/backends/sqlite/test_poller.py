@@ -103,3 +103,11 @@ def test_the_arrays_parse_as_the_portable_rows(since: int | None,
     # Nothing changed: no commit's row, the markers are all there is.
     empty = SQLitePoller.parse_poll([markers[0]], since, gone_since)
     assert (empty.upto, empty.changes, empty.gone) == (90, [], [])
+
+
+@pytest.mark.parametrize("last_tid", [5, 6, 90])
+def test_the_last_tid_alone_parses_whatever_its_value(last_tid: int) -> None:
+    """A database without the record of deletions, first polled: one row, one
+    column, which no kind number is taken for."""
+    assert SQLitePoller.parse_poll([(last_tid,)]) == Poller.parse_poll([(last_tid,)])
+    assert SQLitePoller.parse_poll([(last_tid,)]).upto == last_tid

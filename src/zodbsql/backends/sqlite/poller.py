@@ -52,7 +52,7 @@ def newest_each(commits: list[tuple[int, list[int]]]) -> list[Revision]:
     """``(oid, tid)`` once per oid of ``commits`` (tid, oids), at its newest tid, in the
     order the oids first come when the commits are taken oldest first."""
     newest: dict[int, int] = {}
-    for tid, oids in sorted(commits, key=itemgetter(0)):
+    for tid, oids in sorted(commits):     # by tid: no two commits have the same
         newest.update(dict.fromkeys(oids, tid))
     return list(newest.items())
 
@@ -77,12 +77,12 @@ class SQLitePoller(Poller):
     @staticmethod
     def parse_poll(rows: list[Any], since: int | None = None,
                    gone_since: int | None = None, limit: int = 0) -> Polled:
-        if len(rows) == 1 and len(rows[0]) == 1:   # the last tid alone
-            return Poller.parse_poll(rows)
-        commits = [(int(row[1]), json.loads(row[2])) for row in rows
-                   if row[0] == REVISIONS]
+        # (A one-column row is the last tid alone, whatever its value.)
+        ours = [len(row) == 3 and row[0] == REVISIONS for row in rows]
+        commits = [(int(row[1]), json.loads(row[2]))
+                   for row, mine in zip(rows, ours) if mine]
         # (A row of kind 6, OVER_LIMIT, makes it truncated.)
-        polled = Poller.parse_poll([row for row in rows if row[0] != REVISIONS],
+        polled = Poller.parse_poll([row for row, mine in zip(rows, ours) if not mine],
                                    since, gone_since)
         if not commits:
             return polled
