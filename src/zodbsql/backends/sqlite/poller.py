@@ -32,20 +32,24 @@ from zodbsql.backends.base.poller import GONE_SINCE, OVER_LIMIT, Poller, PollerS
 
 #: Kind 5: a row a commit in the range, its tid and the oids it changed as a JSON array.
 REVISIONS = 5
-#: ``{upper}``: the range's end, the last tid (``CHANGED_SINCE``'s), or -1 past a limit.
+#: ``{counted}``: the count of the revisions (limited) or nothing; ``{upper}``: the
+#: range's end, the last tid (``CHANGED_SINCE``'s), or -1 past the limit; ``{over}``:
+#: the row that says it went past.  ``?1`` is the poll's first parameter, its ``since``,
+#: written so where the count comes first in the text: a ``?`` after it is the second.
 CHANGED_BY_COMMIT = (
-    "SELECT 0, 0, last_tid FROM commit_row"
+    "{counted}SELECT 0, 0, last_tid FROM commit_row"
     f" UNION ALL SELECT {REVISIONS}, tid, json_group_array(zoid) FROM object_state"
-    " WHERE tid > %s AND tid <= (SELECT {upper} FROM commit_row) GROUP BY tid{over}")
-#: The revisions in the range, counted up to one past the limit.  ``?1`` is the poll's
-#: first parameter, its ``since``: a ``?`` after it is still the second.
-COUNTED = ("(SELECT count(*) FROM (SELECT 1 FROM object_state WHERE tid > ?1"
-           " AND tid <= (SELECT last_tid FROM commit_row) LIMIT {past}))")
+    " WHERE tid > ?1 AND tid <= (SELECT {upper}) GROUP BY tid{over}")
+#: The revisions in the range, counted up to one past the limit, once (a CTE read
+#: twice, which SQLite materializes: 0.47 -> 0.37 ms for the poll of two commits of
+#: 1,000 objects, where the range's end and the marker each counted).
+COUNTED = ("WITH counted(n) AS (SELECT count(*) FROM (SELECT 1 FROM object_state"
+           " WHERE tid > ?1 AND tid <= (SELECT last_tid FROM commit_row) LIMIT {past})) ")
 #: Past the limit the range is empty: SQLite computes its end once, before it seeks
 #: the index (a test of the count beside the range would be made at every revision of
 #: it: 68 to 110 ms for a poll of 1,000,000 revisions against 11 to 12).
-WITHIN_LIMIT = "CASE WHEN " + COUNTED + " <= {limit} THEN last_tid ELSE -1 END"
-MARK_OVER = f" UNION ALL SELECT {OVER_LIMIT}, 0, 0 WHERE " + COUNTED + " > {limit}"
+WITHIN_LIMIT = "CASE WHEN n <= {limit} THEN last_tid ELSE -1 END FROM commit_row, counted"
+MARK_OVER = f" UNION ALL SELECT {OVER_LIMIT}, 0, 0 FROM counted WHERE n > {{limit}}"
 
 
 def newest_each(commits: list[tuple[int, list[int]]]) -> list[Revision]:
@@ -69,9 +73,12 @@ class SQLitePoller(Poller):
         text = self._texts.get(key)
         if text is None:
             bounds = {"past": int(limit) + 1, "limit": int(limit)}
+            limited = limit > 0
             text = self._texts[key] = template.format(
-                upper=WITHIN_LIMIT.format(**bounds) if limit > 0 else "last_tid",
-                over=MARK_OVER.format(**bounds) if limit > 0 else "")
+                counted=COUNTED.format(**bounds) if limited else "",
+                upper=(WITHIN_LIMIT.format(**bounds) if limited
+                       else "last_tid FROM commit_row"),
+                over=MARK_OVER.format(**bounds) if limited else "")
         return text
 
     @staticmethod
