@@ -11,6 +11,7 @@ import pytest
 
 from tests.storage.test_verify import run_sql
 from zodbsql.backends.base.poller import Poller
+from zodbsql.backends.postgresql.poller import PostgreSQLPoller
 from zodbsql.backends.sqlite.poller import SQLitePoller
 from zodbsql.errors import SchemaError
 
@@ -20,9 +21,12 @@ MESSAGE = ("the schema is damaged: table commit_row has no row, so the last tran
 
 @pytest.mark.parametrize("rows", [[], [(2, 0, 0), (3, 0, 0)], [(1, 5, 7)]])
 def test_a_poll_without_the_last_tid_row_is_refused(rows: list[Any]) -> None:
-    for parse in (Poller.parse_poll, SQLitePoller.parse_poll):
+    # PostgreSQL's rows carry their third column as an array, a commit's its oids.
+    arrayed = [(5 if kind == 1 else kind, value, [tid]) for kind, value, tid in rows]
+    for parse, given in ((Poller.parse_poll, rows), (SQLitePoller.parse_poll, rows),
+                         (PostgreSQLPoller.parse_poll, arrayed)):
         with pytest.raises(SchemaError) as raised:
-            parse(rows)
+            parse(given)
         assert str(raised.value) == MESSAGE
 
 

@@ -16,8 +16,8 @@ from ZODB.utils import u64, z64
 
 from tests.model.nodes import node_state
 from tests.storage.test_wakeup import wait_until_heard
-from zodbsql.backends.base.poller import OVER_LIMIT, Poller
-from zodbsql.backends.sqlite.poller import REVISIONS, SQLitePoller
+from zodbsql.backends.base.poller import OVER_LIMIT, REVISIONS, Poller
+from zodbsql.backends.sqlite.poller import SQLitePoller
 
 
 def _commit(instance: Any, states: dict[bytes, bytes]) -> bytes:
@@ -37,10 +37,11 @@ def _commit(instance: Any, states: dict[bytes, bytes]) -> bytes:
 
 
 def _changes_read(rows: list[Any]) -> int:
-    """The changed objects (SQLite: revisions) a poll's rows carry."""
-    arrays = [row for row in rows if row[0] == REVISIONS]
-    if arrays:
-        return sum(len(json.loads(row[2])) for row in arrays)
+    """The changed objects (SQLite, PostgreSQL: revisions) a poll's rows carry."""
+    arrays = [row[2] for row in rows if row[0] == REVISIONS]
+    if arrays:   # SQLite's a JSON text, PostgreSQL's a list
+        return sum(len(json.loads(oids) if isinstance(oids, str) else oids)
+                   for oids in arrays)
     return sum(1 for row in rows if len(row) == 3 and row[0] == 1)
 
 

@@ -75,9 +75,32 @@ GONE_SINCE = (
     " UNION ALL SELECT 3, 0, floor_tid FROM gone_row"
     " UNION ALL SELECT 4, zoid, seq FROM gone_oids WHERE seq > %s AND tid >= %s")
 FIRST_POLL = "SELECT 0, 0, last_tid FROM commit_row UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
-#: Kind 6: a poll that counts its changes first went past its limit and read none
-#: (SQLite's: backends/sqlite/poller.py; the portable statement reads one past it).
+#: Kind 5: a row a commit, its tid and the oids it changed as one array (SQLite's and
+#: PostgreSQL's polls: their modules say why), in place of a kind 1 row a change.
+REVISIONS = 5
+#: Kind 6: a poll went past its limit: it read no change, or those it read are not
+#: listed (a statement that counts first says so; the portable one reads one past it).
 OVER_LIMIT = 6
+
+
+def newest_each(commits: list[tuple[int, list[int]]]) -> list[Revision]:
+    """``(oid, tid)`` once per oid of ``commits`` (tid, oids), at its newest tid, in the
+    order the oids first come when the commits are taken oldest first."""
+    newest: dict[int, int] = {}
+    for tid, oids in sorted(commits):     # by tid: no two commits have the same
+        newest.update(dict.fromkeys(oids, tid))
+    return list(newest.items())
+
+
+def with_commits(polled: Polled, commits: list[tuple[int, list[int]]]) -> Polled:
+    """``polled`` (the markers' and deletions' rows parsed) with the changes of
+    ``commits``, rows of kind 5 as (tid, oids); none listed if it is truncated."""
+    if not commits:
+        return polled
+    upto = max(polled.upto, max(map(itemgetter(0), commits)))
+    if polled.truncated:
+        return polled._replace(upto=upto)
+    return polled._replace(upto=upto, changes=newest_each(commits))
 
 
 def missing_commit_row() -> SchemaError:

@@ -24,14 +24,12 @@ would sort them (1.05 ms against 0.53 for the poll above, unprofiled).
 from __future__ import annotations
 
 import json
-from operator import itemgetter
 from typing import Any, ClassVar
 
-from zodbsql.backends.base.contract import Polled, Revision
-from zodbsql.backends.base.poller import GONE_SINCE, OVER_LIMIT, Poller, PollerStatements
+from zodbsql.backends.base.contract import Polled
+from zodbsql.backends.base.poller import (GONE_SINCE, OVER_LIMIT, REVISIONS, Poller,
+                                          PollerStatements, with_commits)
 
-#: Kind 5: a row a commit in the range, its tid and the oids it changed as a JSON array.
-REVISIONS = 5
 #: ``{counted}``: the count of the revisions (limited) or nothing; ``{upper}``: the
 #: range's end, the last tid (``CHANGED_SINCE``'s), or -1 past the limit; ``{over}``:
 #: the row that says it went past.  ``?1`` is the poll's first parameter, its ``since``,
@@ -50,15 +48,6 @@ COUNTED = ("WITH counted(n) AS (SELECT count(*) FROM (SELECT 1 FROM object_state
 #: it: 68 to 110 ms for a poll of 1,000,000 revisions against 11 to 12).
 WITHIN_LIMIT = "CASE WHEN n <= {limit} THEN last_tid ELSE -1 END FROM commit_row, counted"
 MARK_OVER = f" UNION ALL SELECT {OVER_LIMIT}, 0, 0 FROM counted WHERE n > {{limit}}"
-
-
-def newest_each(commits: list[tuple[int, list[int]]]) -> list[Revision]:
-    """``(oid, tid)`` once per oid of ``commits`` (tid, oids), at its newest tid, in the
-    order the oids first come when the commits are taken oldest first."""
-    newest: dict[int, int] = {}
-    for tid, oids in sorted(commits):     # by tid: no two commits have the same
-        newest.update(dict.fromkeys(oids, tid))
-    return list(newest.items())
 
 
 class SQLitePoller(Poller):
@@ -89,9 +78,6 @@ class SQLitePoller(Poller):
         commits = [(int(row[1]), json.loads(row[2]))
                    for row, mine in zip(rows, ours) if mine]
         # (A row of kind 6, OVER_LIMIT, makes it truncated.)
-        polled = Poller.parse_poll([row for row, mine in zip(rows, ours) if not mine],
-                                   since, gone_since)
-        if not commits:
-            return polled
-        upto = max(polled.upto, max(map(itemgetter(0), commits)))
-        return polled._replace(upto=upto, changes=newest_each(commits))
+        return with_commits(
+            Poller.parse_poll([row for row, mine in zip(rows, ours) if not mine],
+                              since, gone_since), commits)

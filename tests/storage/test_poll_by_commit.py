@@ -1,8 +1,9 @@
-"""SQLite reads a poll's changed objects as a JSON array a commit
-(backends/sqlite/poller.py): it must name what the portable poll names, each object once
-at its newest tid."""
+"""SQLite and PostgreSQL read a poll's changed objects as an array a commit
+(backends/sqlite/poller.py, backends/postgresql/poller.py): they must name what the
+portable poll names, each object once at its newest tid."""
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -10,11 +11,12 @@ import pytest
 import transaction
 from persistent.mapping import PersistentMapping
 
-from zodbsql.backends.base.poller import Poller
-from zodbsql.backends.sqlite.poller import SQLitePoller, newest_each
+from zodbsql.backends.base.poller import Poller, newest_each
+from zodbsql.backends.postgresql.poller import PostgreSQLPoller
+from zodbsql.backends.sqlite.poller import SQLitePoller
 
-storage_backends = ("sqlite",)
-storage_backends_reason = "SQLite's own poll statement"
+storage_backends = ("sqlite", "postgresql")
+storage_backends_reason = "MySQL sends the portable poll"
 
 
 @pytest.mark.parametrize("ascending", [False, True], ids=["shuffled", "tid-order"])
@@ -42,7 +44,7 @@ def test_newest_each_of_no_commit_is_nothing() -> None:
 
 def test_the_poll_names_what_the_portable_poll_names(storage_factory: Any) -> None:
     """Commits change random objects, some several times between two polls; from every
-    tid on, SQLite's poll gives the portable statement's result: the same last tid, the
+    tid on, the backend's poll gives the portable statement's result: the same last tid, the
     same objects, each once at its newest revision."""
     rng = random.Random(7)
     storage = storage_factory.open()
@@ -62,7 +64,7 @@ def test_the_poll_names_what_the_portable_poll_names(storage_factory: Any) -> No
             tids.append(storage.lastTransaction())
         conn.close()
         backend = storage.shared.backend
-        assert isinstance(backend.poller, SQLitePoller)
+        assert isinstance(backend.poller, (SQLitePoller, PostgreSQLPoller))
         portable = Poller(backend)
         read = storage.shared.pool.acquire()
         try:
@@ -84,30 +86,63 @@ def test_the_poll_names_what_the_portable_poll_names(storage_factory: Any) -> No
         db.close()
 
 
+def sqlite_rows(markers: list[Any], commits: list[tuple[int, list[int]]]) -> list[Any]:
+    """A poll's rows as SQLite sends them: the oids a JSON text."""
+    return [markers[0], *((5, tid, json.dumps(oids)) for tid, oids in commits), *markers[1:]]
+
+
+def postgresql_rows(markers: list[Any], commits: list[tuple[int, list[int]]]) -> list[Any]:
+    """A poll's rows as PostgreSQL sends them: every third column an array, the
+    deletions' none."""
+    def arrayed(kind: int, value: int, tid: int) -> tuple[int, int, list[int] | None]:
+        return kind, value, (None if kind == 4 else [tid])
+    return [arrayed(*markers[0]), *((5, tid, oids) for tid, oids in commits),
+            *(arrayed(*row) for row in markers[1:])]
+
+
+PARSERS = [pytest.param(SQLitePoller.parse_poll, sqlite_rows, id="sqlite"),
+           pytest.param(PostgreSQLPoller.parse_poll, postgresql_rows, id="postgresql")]
+
+
+@pytest.mark.parametrize("parse, rows_of", PARSERS)
 @pytest.mark.parametrize("gone_since", [None, 0, 6])
 @pytest.mark.parametrize("since", [None, 3, 40, 60])
-def test_the_arrays_parse_as_the_portable_rows(since: int | None,
+def test_the_arrays_parse_as_the_portable_rows(parse: Any, rows_of: Any, since: int | None,
                                                gone_since: int | None) -> None:
-    """The same poll as the portable statement's rows and as SQLite's arrays: the same
+    """The same poll as the portable statement's rows and as a row a commit: the same
     Polled, the deletion records' floor and completeness included (kinds 2 to 4)."""
     markers = [(0, 0, 90), (2, 4, 9), (3, 0, 50), (4, 77, 7), (4, 78, 8)]
     portable = [markers[0], (1, 12, 70), (1, 11, 88), (1, 13, 61), *markers[1:]]
-    arrays = [markers[0], (5, 88, "[11]"), (5, 61, "[13]"), (5, 70, "[12]"),
-              (5, 80, "[11]"), *markers[1:]]
+    arrays = rows_of(markers, [(88, [11]), (61, [13]), (70, [12]), (80, [11])])
     expected = Poller.parse_poll(portable, since, gone_since)
-    found = SQLitePoller.parse_poll(arrays, since, gone_since)
+    found = parse(arrays, since, gone_since)
     assert found._replace(changes=sorted(found.changes)) == expected._replace(
         changes=sorted(expected.changes))
     if since is not None and gone_since is None:
         assert found.complete == (since > 50)
     # Nothing changed: no commit's row, the markers are all there is.
-    empty = SQLitePoller.parse_poll([markers[0]], since, gone_since)
+    empty = parse(rows_of(markers[:1], []), since, gone_since)
     assert (empty.upto, empty.changes, empty.gone) == (90, [], [])
 
 
+@pytest.mark.parametrize("parse", [SQLitePoller.parse_poll, PostgreSQLPoller.parse_poll],
+                         ids=["sqlite", "postgresql"])
 @pytest.mark.parametrize("last_tid", [5, 6, 90])
-def test_the_last_tid_alone_parses_whatever_its_value(last_tid: int) -> None:
+def test_the_last_tid_alone_parses_whatever_its_value(parse: Any, last_tid: int) -> None:
     """A database without the record of deletions, first polled: one row, one
     column, which no kind number is taken for."""
-    assert SQLitePoller.parse_poll([(last_tid,)]) == Poller.parse_poll([(last_tid,)])
-    assert SQLitePoller.parse_poll([(last_tid,)]).upto == last_tid
+    assert parse([(last_tid,)]) == Poller.parse_poll([(last_tid,)])
+    assert parse([(last_tid,)]).upto == last_tid
+
+
+def test_postgresqls_commits_past_the_limit_are_not_listed() -> None:
+    """PostgreSQL reads at most one revision past the limit (its statement's ``LIMIT``):
+    more revisions than the limit, in however many commits, make the poll truncated;
+    as many, and it lists them.  The last tid still comes from the newest commit read."""
+    markers = [(0, 0, 90), (2, 4, 9), (3, 0, 50)]
+    rows = postgresql_rows(markers, [(70, [12, 13]), (80, [12])])
+    listed = PostgreSQLPoller.parse_poll(rows, 60, 4, 3)
+    assert listed == (90, [(12, 80), (13, 70)], [], 9, 4, True, False)
+    assert PostgreSQLPoller.parse_poll(rows, 60, 4, 0) == listed
+    for limit in (1, 2):
+        assert PostgreSQLPoller.parse_poll(rows, 60, 4, limit) == (90, [], [], 9, 4, True, True)
