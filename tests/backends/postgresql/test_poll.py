@@ -56,8 +56,8 @@ def test_a_start_is_one_statement_after_the_rollback(factory: PostgreSQLFactory,
                                                                BEGIN_READ]
     polled, gone = storage._polled, storage._gone_seen
     assert (f"FROM object_state WHERE tid > {polled}"
-            " AND tid <= (SELECT last_tid FROM commit_row) ORDER BY tid LIMIT 100001)"
-            " AS changed GROUP BY tid UNION ALL") in sent[1]
+            " AND tid <= (SELECT last_tid FROM commit_row) LIMIT 100001) AS changed"
+            " GROUP BY tid UNION ALL") in sent[1]
     assert sent[1].endswith(f"FROM gone_oids WHERE seq > {gone} AND tid >= 0"
                             " (0 parameters)")
     assert storage.statement_count() - before == 2
