@@ -11,7 +11,7 @@ import pytest
 import transaction
 from persistent.mapping import PersistentMapping
 
-from zodbsql.backends.base.poller import Poller, newest_each
+from zodbsql.backends.base.poller import OVER_LIMIT, Poller, newest_each
 from zodbsql.backends.postgresql.poller import PostgreSQLPoller
 from zodbsql.backends.sqlite.poller import SQLitePoller
 
@@ -146,3 +146,18 @@ def test_postgresqls_commits_past_the_limit_are_not_listed() -> None:
     assert PostgreSQLPoller.parse_poll(rows, 60, 4, 0) == listed
     for limit in (1, 2):
         assert PostgreSQLPoller.parse_poll(rows, 60, 4, limit) == (90, [], [], 9, 4, True, True)
+
+
+@pytest.mark.parametrize("parse, rows_of", PARSERS)
+def test_a_commit_newer_than_the_marker_moves_the_last_tid(parse: Any, rows_of: Any) -> None:
+    """One statement sees one snapshot, so no commit's row is newer than the marker's
+    last tid; were one, the poll would end at it, as the portable parse's does."""
+    markers = [(0, 0, 60), (2, 4, 9), (3, 0, 50)]
+    portable = Poller.parse_poll([markers[0], (1, 12, 70), *markers[1:]], 55, 4)
+    found = parse(rows_of(markers, [(70, [12])]), 55, 4)
+    assert found == portable and found.upto == 70
+    # Truncated, the last tid still moves (and no change is listed).  SQLite's
+    # statement says it went past in a row of its own; PostgreSQL's reads one past.
+    said = [(OVER_LIMIT, 0, 0)] if parse is SQLitePoller.parse_poll else []
+    past = parse(rows_of(markers + said, [(70, [12, 13])]), 55, 4, 1)
+    assert (past.upto, past.changes, past.truncated) == (70, [], True)
