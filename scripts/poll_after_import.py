@@ -10,7 +10,7 @@ before and after, for the storage's ``poll-changes-limit`` (``--limit``; 0: none
     python scripts/poll_after_import.py --backend postgresql --limit 0
 
 The database is a scratch one: a SQLite file in a temporary directory, or the
-PostgreSQL database ``pollimport_zodbsql`` (made and dropped here).
+PostgreSQL or MySQL database ``pollimport_zodbsql`` (made and dropped here).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import transaction
 import ZODB.config
 
 PG_SERVER = "host=127.0.0.1 user=postgres"
-PG_DATABASE = "pollimport_zodbsql"
+DATABASE = "pollimport_zodbsql"
 IMPORT = """
 import sys
 import ZODB.config
@@ -39,8 +39,10 @@ db.close()
 def config(backend: str, directory: str, limit: int) -> str:
     if backend == "sqlite":
         location = f"<sqlite3>\n path {directory}/Data.sqlite\n</sqlite3>"
+    elif backend == "mysql":
+        location = f"<mysql>\n host 127.0.0.1\n db {DATABASE}\n</mysql>"
     else:
-        location = f"<postgresql>\n dsn {PG_SERVER} dbname={PG_DATABASE}\n</postgresql>"
+        location = f"<postgresql>\n dsn {PG_SERVER} dbname={DATABASE}\n</postgresql>"
     return ("%import zodbsql\n<zodb main>\n<zodbsql>\n"
             f" poll-changes-limit {limit}\n{location}\n</zodbsql>\n</zodb>\n")
 
@@ -52,24 +54,38 @@ def rss_mb() -> tuple[float, float]:
     return now, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
+def recreate_mysql_database(drop_only: bool = False) -> None:
+    import pymysql
+    conn = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+            if not drop_only:
+                cursor.execute(f"CREATE DATABASE {DATABASE}")
+    finally:
+        conn.close()
+
+
 def recreate_pg_database(drop_only: bool = False) -> None:
     import psycopg
     with psycopg.connect(f"{PG_SERVER} dbname=postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {PG_DATABASE}")
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
         if not drop_only:
-            conn.execute(f"CREATE DATABASE {PG_DATABASE}")
+            conn.execute(f"CREATE DATABASE {DATABASE}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql", "mysql"), default="sqlite")
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--limit", type=int, default=100_000,
                         help="poll-changes-limit (0: no limit)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        if args.backend == "postgresql":
-            recreate_pg_database()
+        recreate = {"postgresql": recreate_pg_database,
+                    "mysql": recreate_mysql_database}.get(args.backend)
+        if recreate:
+            recreate()
         try:
             text = config(args.backend, directory, args.limit)
             with open(f"{directory}/zodb.conf", "w") as conf:
@@ -91,8 +107,8 @@ def main() -> None:
             tm.abort()
             db.close()
         finally:
-            if args.backend == "postgresql":
-                recreate_pg_database(drop_only=True)
+            if recreate:
+                recreate(drop_only=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 
 from tests.storage.test_verify import run_sql
 from zodbsql.backends.base.poller import Poller
+from zodbsql.backends.mysql.poller import MySQLPoller
 from zodbsql.backends.postgresql.poller import PostgreSQLPoller
 from zodbsql.backends.sqlite.poller import SQLitePoller
 from zodbsql.errors import SchemaError
@@ -23,8 +24,12 @@ MESSAGE = ("the schema is damaged: table commit_row has no row, so the last tran
 def test_a_poll_without_the_last_tid_row_is_refused(rows: list[Any]) -> None:
     # PostgreSQL's rows carry their third column as an array, a commit's its oids.
     arrayed = [(5 if kind == 1 else kind, value, [tid]) for kind, value, tid in rows]
+    # MySQL's as text, a commit's its oids as JSON.
+    text = [(5, value, "[7]") if kind == 1 else (kind, value, str(tid))
+            for kind, value, tid in rows]
     for parse, given in ((Poller.parse_poll, rows), (SQLitePoller.parse_poll, rows),
-                         (PostgreSQLPoller.parse_poll, arrayed)):
+                         (PostgreSQLPoller.parse_poll, arrayed),
+                         (MySQLPoller.parse_poll, text)):
         with pytest.raises(SchemaError) as raised:
             parse(given)
         assert str(raised.value) == MESSAGE

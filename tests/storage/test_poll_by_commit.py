@@ -1,6 +1,6 @@
-"""SQLite and PostgreSQL read a poll's changed objects as an array a commit
-(backends/sqlite/poller.py, backends/postgresql/poller.py): they must name what the
-portable poll names, each object once at its newest tid."""
+"""SQLite, PostgreSQL and MySQL read a poll's changed objects as an array a commit
+(each backend's poller.py): they must name what the portable poll names, each object
+once at its newest tid."""
 from __future__ import annotations
 
 import json
@@ -12,11 +12,9 @@ import transaction
 from persistent.mapping import PersistentMapping
 
 from zodbsql.backends.base.poller import OVER_LIMIT, Poller, newest_each
+from zodbsql.backends.mysql.poller import MySQLPoller
 from zodbsql.backends.postgresql.poller import PostgreSQLPoller
 from zodbsql.backends.sqlite.poller import SQLitePoller
-
-storage_backends = ("sqlite", "postgresql")
-storage_backends_reason = "MySQL sends the portable poll"
 
 
 @pytest.mark.parametrize("ascending", [False, True], ids=["shuffled", "tid-order"])
@@ -64,7 +62,7 @@ def test_the_poll_names_what_the_portable_poll_names(storage_factory: Any) -> No
             tids.append(storage.lastTransaction())
         conn.close()
         backend = storage.shared.backend
-        assert isinstance(backend.poller, (SQLitePoller, PostgreSQLPoller))
+        assert isinstance(backend.poller, (SQLitePoller, PostgreSQLPoller, MySQLPoller))
         portable = Poller(backend)
         read = storage.shared.pool.acquire()
         try:
@@ -100,8 +98,18 @@ def postgresql_rows(markers: list[Any], commits: list[tuple[int, list[int]]]) ->
             *(arrayed(*row) for row in markers[1:])]
 
 
+def mysql_rows(markers: list[Any], commits: list[tuple[int, list[int]]]) -> list[Any]:
+    """A poll's rows as MySQL sends them: every third column text (the arrays' type),
+    the oids a JSON text."""
+    def text(kind: int, value: int, tid: int) -> tuple[int, int, str]:
+        return kind, value, str(tid)
+    return [text(*markers[0]), *((5, tid, json.dumps(oids)) for tid, oids in commits),
+            *(text(*row) for row in markers[1:])]
+
+
 PARSERS = [pytest.param(SQLitePoller.parse_poll, sqlite_rows, id="sqlite"),
-           pytest.param(PostgreSQLPoller.parse_poll, postgresql_rows, id="postgresql")]
+           pytest.param(PostgreSQLPoller.parse_poll, postgresql_rows, id="postgresql"),
+           pytest.param(MySQLPoller.parse_poll, mysql_rows, id="mysql")]
 
 
 @pytest.mark.parametrize("parse, rows_of", PARSERS)
@@ -125,8 +133,9 @@ def test_the_arrays_parse_as_the_portable_rows(parse: Any, rows_of: Any, since: 
     assert (empty.upto, empty.changes, empty.gone) == (90, [], [])
 
 
-@pytest.mark.parametrize("parse", [SQLitePoller.parse_poll, PostgreSQLPoller.parse_poll],
-                         ids=["sqlite", "postgresql"])
+@pytest.mark.parametrize("parse", [SQLitePoller.parse_poll, PostgreSQLPoller.parse_poll,
+                                   MySQLPoller.parse_poll],
+                         ids=["sqlite", "postgresql", "mysql"])
 @pytest.mark.parametrize("last_tid", [5, 6, 90])
 def test_the_last_tid_alone_parses_whatever_its_value(parse: Any, last_tid: int) -> None:
     """A database without the record of deletions, first polled: one row, one
@@ -135,17 +144,32 @@ def test_the_last_tid_alone_parses_whatever_its_value(parse: Any, last_tid: int)
     assert parse([(last_tid,)]).upto == last_tid
 
 
-def test_postgresqls_commits_past_the_limit_are_not_listed() -> None:
-    """PostgreSQL reads at most one revision past the limit (its statement's ``LIMIT``):
-    more revisions than the limit, in however many commits, make the poll truncated;
-    as many, and it lists them.  The last tid still comes from the newest commit read."""
+@pytest.mark.parametrize("parse, rows_of", PARSERS[1:])
+def test_commits_past_the_limit_are_not_listed(parse: Any, rows_of: Any) -> None:
+    """PostgreSQL and MySQL read at most one revision past the limit (their statement's
+    ``LIMIT``): more revisions than the limit, in however many commits, make the poll
+    truncated; as many, and it lists them."""
     markers = [(0, 0, 90), (2, 4, 9), (3, 0, 50)]
-    rows = postgresql_rows(markers, [(70, [12, 13]), (80, [12])])
-    listed = PostgreSQLPoller.parse_poll(rows, 60, 4, 3)
+    rows = rows_of(markers, [(70, [12, 13]), (80, [12])])
+    listed = parse(rows, 60, 4, 3)
     assert listed == (90, [(12, 80), (13, 70)], [], 9, 4, True, False)
-    assert PostgreSQLPoller.parse_poll(rows, 60, 4, 0) == listed
+    assert parse(rows, 60, 4, 0) == listed
     for limit in (1, 2):
-        assert PostgreSQLPoller.parse_poll(rows, 60, 4, limit) == (90, [], [], 9, 4, True, True)
+        assert parse(rows, 60, 4, limit) == (90, [], [], 9, 4, True, True)
+
+
+@pytest.mark.parametrize("cut", [None, '[12,13', b'[12,1'])
+def test_an_array_mysql_cut_takes_everything_as_changed(
+        cut: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """An array longer than the server's packet comes as NULL, one longer than
+    group_concat_max_len cut short: neither is read as the objects it lists; the poll
+    is truncated, with a warning that names the setting."""
+    markers = [(0, 0, "90"), (2, 4, "9"), (3, 0, "50")]
+    rows = [markers[0], (5, 70, "[11]"), (5, 80, cut), *markers[1:]]
+    with caplog.at_level("WARNING", logger="zodbsql.backends.mysql.poller"):
+        polled = MySQLPoller.parse_poll(rows, 60, 4)
+    assert polled == (90, [], [], 9, 4, True, True)
+    assert "raise max_allowed_packet" in caplog.text
 
 
 @pytest.mark.parametrize("parse, rows_of", PARSERS)

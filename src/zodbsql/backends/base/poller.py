@@ -92,14 +92,16 @@ def newest_each(commits: list[tuple[int, list[int]]]) -> list[Revision]:
     return list(newest.items())
 
 
-def with_commits(polled: Polled, commits: list[tuple[int, list[int]]]) -> Polled:
+def with_commits(polled: Polled, commits: list[tuple[int, list[int]]],
+                 limit: int = 0) -> Polled:
     """``polled`` (the markers' and deletions' rows parsed) with the changes of
-    ``commits``, rows of kind 5 as (tid, oids); none listed if it is truncated."""
+    ``commits``, rows of kind 5 as (tid, oids); none listed if it is truncated, or if
+    they hold more revisions than ``limit`` (a statement that reads one past it)."""
     if not commits:
         return polled
     upto = max(polled.upto, max(map(itemgetter(0), commits)))
-    if polled.truncated:
-        return polled._replace(upto=upto)
+    if polled.truncated or 0 < limit < sum(len(oids) for _, oids in commits):
+        return polled._replace(upto=upto, truncated=True)
     return polled._replace(upto=upto, changes=newest_each(commits))
 
 

@@ -119,12 +119,11 @@ key_len | ref | rows | Extra)::
     1 | SIMPLE | object_state | range | PRIMARY,object_state_tid | PRIMARY | 16 | None | 1 | Using where
   HF load: SELECT tid, checksum, state FROM object_state WHERE zoid = %s
     1 | SIMPLE | object_state | const | PRIMARY | PRIMARY | 8 | const | 1 |
-  HP poll: SELECT zoid, MAX(tid) FROM object_state
-           WHERE tid > %s AND tid <= (SELECT last_tid FROM commit_row) GROUP BY zoid
-    2 | UNION | object_state | range | object_state_tid | object_state_tid | 8 | None | 2 | Using where; Using index; Using temporary; Using filesort
-  HF poll: SELECT zoid, tid FROM object_state
-           WHERE tid > %s AND tid <= (SELECT last_tid FROM commit_row)
-    2 | UNION | object_state | range | object_state_tid | object_state_tid | 8 | None | 1 | Using where; Using index
+  Poll (both modes): SELECT tid, JSON_ARRAYAGG(zoid) FROM (SELECT tid, zoid FROM
+           object_state WHERE tid > %s AND tid <= (SELECT last_tid FROM commit_row)
+           LIMIT 100001) AS changed GROUP BY tid
+    2 | UNION | <derived3> | ALL | None | None | None | None | 20 | Using filesort
+    3 | DERIVED | object_state | range | object_state_tid | object_state_tid | 8 | None | 20 | Using where; Using index
   HP lock/conflict: SELECT t.zoid, t.prev_tid, COALESCE(c.tid, 0) FROM temp_store t
            LEFT JOIN current_object c ON c.zoid = t.zoid ORDER BY t.zoid FOR UPDATE
     1 | SIMPLE | t | index | None | PRIMARY | 8 | None | 29 |

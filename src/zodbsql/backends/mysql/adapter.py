@@ -23,7 +23,7 @@ from zodbsql.backends.mysql.mover import MySQLMover
 from zodbsql.backends.mysql.oidalloc import MySQLOidAllocator
 from zodbsql.backends.mysql.options import MySQLOptions
 from zodbsql.backends.mysql.packer import MySQLPacker
-from zodbsql.backends.mysql.poller import MySQLPoller
+from zodbsql.backends.mysql.poller import GROUP_CONCAT_LIMIT, MySQLPoller
 from zodbsql.backends.mysql.replicas import replica_lag
 from zodbsql.backends.mysql.schema import MySQLSchema
 from zodbsql.backends.mysql.serverstart import ServerStart, server_started
@@ -78,7 +78,9 @@ class MySQLBackend(Backend[MySQLOptions]):
 
     def _connect_args(self, o: MySQLOptions) -> dict[str, Any]:
         args: dict[str, Any] = {"user": o.user, "charset": "utf8mb4", "autocommit": True,
-                                "port": int(o.port), "connect_timeout": 10}
+                                "port": int(o.port), "connect_timeout": 10,
+                                # The poll's arrays (poller.py) cut at no length of their own.
+                                "init_command": GROUP_CONCAT_LIMIT}
         if self.driver_name == "mysqlclient":
             args.update(db=o.db, passwd=o.passwd)
             # libmysqlclient uses the socket only for host "localhost".

@@ -33,8 +33,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from zodbsql.backends.base.contract import ConnectionRole, Polled
-from zodbsql.backends.base.poller import (CHANGED_SINCE, OVER_LIMIT, REVISIONS, Poller,
-                                          PollerStatements, with_commits)
+from zodbsql.backends.base.poller import (CHANGED_SINCE, REVISIONS, Poller, PollerStatements,
+                                          with_commits)
 from zodbsql.backends.postgresql.connections import PostgreSQLConnection
 
 #: ``{limit}``: the caller's limit on the revisions (``Poller.limited``), in no order
@@ -82,6 +82,4 @@ class PostgreSQLPoller(Poller):
         # The other rows as the portable ones: a marker's value out of its array.
         others = [(kind, value, array[0] if array else 0)
                   for kind, value, array in rows if kind != REVISIONS]
-        if 0 < limit < sum(len(oids) for _, oids in commits):
-            others.append((OVER_LIMIT, 0, 0))
-        return with_commits(Poller.parse_poll(others, since, gone_since), commits)
+        return with_commits(Poller.parse_poll(others, since, gone_since), commits, limit)
