@@ -159,8 +159,8 @@ class Options:
             "On SQLite no state larger than a 16th of it comes along: it waits for its own "
             "load.")
     poll_changes_limit: int = setting(
-        100_000, doc="At most this many changes a transaction start reads (on SQLite and "
-                     "PostgreSQL revisions: an object written twice counts twice); past it "
+        100_000, doc="At most this many changes a transaction start reads (revisions: an "
+                     "object written twice counts twice); past it "
                      "(another process imported or rewrote more) it takes everything as "
                      "changed: ZODB's connection drops its objects and the state cache "
                      "starts afresh, rather than the process reading a list that costs "
