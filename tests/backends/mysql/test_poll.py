@@ -23,13 +23,20 @@ def factory(request: Any, tmp_path: Any) -> Iterator[MySQLFactory]:
     made.cleanup()
 
 
-def test_every_session_lifts_the_cut_at_group_concat_max_len(factory: MySQLFactory) -> None:
-    backend = factory.open().shared.backend
-    conn = backend.connect()
+@pytest.mark.parametrize("driver", ["mysqlclient", "pymysql"])
+def test_every_session_lifts_the_cut_at_group_concat_max_len(driver: str,
+                                                             tmp_path: Any) -> None:
+    made = MySQLFactory(Param("mysql", True), tmp_path, driver=driver)
     try:
-        assert conn.fetchone("SELECT @@SESSION.group_concat_max_len") == (1 << 30,)
+        backend = made.open().shared.backend
+        assert backend.driver_name == driver
+        conn = backend.connect()
+        try:
+            assert conn.fetchone("SELECT @@SESSION.group_concat_max_len") == (1 << 30,)
+        finally:
+            conn.close()
     finally:
-        conn.close()
+        made.cleanup()
 
 
 def test_a_cut_array_is_taken_as_everything_changed(factory: MySQLFactory,

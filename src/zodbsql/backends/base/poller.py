@@ -75,8 +75,8 @@ GONE_SINCE = (
     " UNION ALL SELECT 3, 0, floor_tid FROM gone_row"
     " UNION ALL SELECT 4, zoid, seq FROM gone_oids WHERE seq > %s AND tid >= %s")
 FIRST_POLL = "SELECT 0, 0, last_tid FROM commit_row UNION ALL SELECT 2, floor_seq, last_seq FROM gone_row"
-#: Kind 5: a row a commit, its tid and the oids it changed as one array (SQLite's and
-#: PostgreSQL's polls: their modules say why), in place of a kind 1 row a change.
+#: Kind 5: a row a commit, its tid and the oids it changed as one array (each backend's
+#: poll: its poller.py says why), in place of a kind 1 row a change.
 REVISIONS = 5
 #: Kind 6: a poll went past its limit: it read no change, or those it read are not
 #: listed (a statement that counts first says so; the portable one reads one past it).

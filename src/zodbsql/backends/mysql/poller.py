@@ -7,8 +7,9 @@ temporary table and a sort of every revision in the range, made before its ``LIM
 applies.  Here at most one revision past the limit is read, and each commit's oids come
 as one ``JSON_ARRAYAGG`` (read by ``json.loads``, in C), as on SQLite and PostgreSQL.
 MariaDB 10.11, a start after another process imported 1,000,000 objects
-(``scripts/poll_after_import.py --backend mysql``): 1,300-1,470 ms of statement before,
-42-45 now; a poll of the last two of its commits (10,680 changes), 7.8 -> 4.3 ms.  In
+(``scripts/poll_after_import.py --backend mysql``): 1,534-1,561 ms before, 63-68 now
+(the statement alone 1,300-1,470 and 42-45); a poll of the last two of its commits
+(10,680 changes), 7.8 -> 4.3 ms.  In
 the ``UNION`` the markers' values come as text (the arrays' type); the portable parse
 reads them as ints.
 
