@@ -12,7 +12,7 @@ import transaction
 from persistent.mapping import PersistentMapping
 
 from zodbsql.backends.base.poller import OVER_LIMIT, Poller, newest_each
-from zodbsql.backends.mysql.poller import MySQLPoller
+from zodbsql.backends.mysql.poller import CUT_ARRAY, MySQLPoller
 from zodbsql.backends.postgresql.poller import PostgreSQLPoller
 from zodbsql.backends.sqlite.poller import SQLitePoller
 
@@ -169,7 +169,11 @@ def test_an_array_mysql_cut_takes_everything_as_changed(
     with caplog.at_level("WARNING", logger="zodbsql.backends.mysql.poller"):
         polled = MySQLPoller.parse_poll(rows, 60, 4)
     assert polled == (90, [], [], 9, 4, True, True)
-    assert "raise max_allowed_packet" in caplog.text
+    assert caplog.messages == [CUT_ARRAY]
+    assert CUT_ARRAY == (
+        "a poll's list of changed objects came back cut or empty (longer than the server's"
+        " max_allowed_packet or group_concat_max_len): every object is taken as changed;"
+        " raise max_allowed_packet")
 
 
 @pytest.mark.parametrize("parse, rows_of", PARSERS)

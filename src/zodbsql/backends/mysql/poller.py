@@ -49,6 +49,9 @@ CHANGED_BY_COMMIT = (
 #: A session's bound on an aggregated text (the arrays): 1 GB, the largest packet a
 #: server allows, so that ``max_allowed_packet`` is the one that applies.
 GROUP_CONCAT_LIMIT = "SET SESSION group_concat_max_len = 1073741824"
+CUT_ARRAY = ("a poll's list of changed objects came back cut or empty (longer than the"
+             " server's max_allowed_packet or group_concat_max_len): every object is"
+             " taken as changed; raise max_allowed_packet")
 
 
 class MySQLPoller(Poller):
@@ -82,9 +85,6 @@ class MySQLPoller(Poller):
             commits = [(int(tid), json.loads(oids))
                        for kind, tid, oids in rows if kind == REVISIONS]
         except (TypeError, ValueError):
-            log.warning("a poll's list of changed objects came back cut or empty (longer"
-                        " than the server's max_allowed_packet or group_concat_max_len):"
-                        " every object is taken as changed; raise max_allowed_packet")
-            commits = []
-            others.append((OVER_LIMIT, 0, 0))
+            log.warning(CUT_ARRAY)
+            return Poller.parse_poll(others + [(OVER_LIMIT, 0, 0)], since, gone_since)
         return with_commits(Poller.parse_poll(others, since, gone_since), commits, limit)
