@@ -158,17 +158,21 @@ def test_commits_past_the_limit_are_not_listed(parse: Any, rows_of: Any) -> None
         assert parse(rows, 60, 4, limit) == (90, [], [], 9, 4, True, True)
 
 
+@pytest.mark.parametrize("since, gone_since, complete", [(60, 4, True), (40, None, False),
+                                                        (40, 4, True)])
 @pytest.mark.parametrize("cut", [None, '[12,13', b'[12,1'])
 def test_an_array_mysql_cut_takes_everything_as_changed(
-        cut: Any, caplog: pytest.LogCaptureFixture) -> None:
+        cut: Any, since: int, gone_since: int | None, complete: bool,
+        caplog: pytest.LogCaptureFixture) -> None:
     """An array longer than the server's packet comes as NULL, one longer than
     group_concat_max_len cut short: neither is read as the objects it lists; the poll
-    is truncated, with a warning that names the setting."""
+    is truncated, with a warning that names the setting, and its deletion records read
+    as ever (from tid 40, without a number, those pruned up to tid 50 may be missed)."""
     markers = [(0, 0, "90"), (2, 4, "9"), (3, 0, "50")]
     rows = [markers[0], (5, 70, "[11]"), (5, 80, cut), *markers[1:]]
     with caplog.at_level("WARNING", logger="zodbsql.backends.mysql.poller"):
-        polled = MySQLPoller.parse_poll(rows, 60, 4)
-    assert polled == (90, [], [], 9, 4, True, True)
+        polled = MySQLPoller.parse_poll(rows, since, gone_since)
+    assert polled == (90, [], [], 9, 4, complete, True)
     assert caplog.messages == [CUT_ARRAY]
     assert CUT_ARRAY == (
         "a poll's list of changed objects came back cut or empty (longer than the server's"

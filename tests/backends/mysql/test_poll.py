@@ -10,6 +10,9 @@ import pytest
 from ZODB.utils import u64
 
 from tests.databases import BACKENDS, MySQLFactory, Param
+from tests.model.nodes import node_state
+from tests.storage.test_gone import ROOT, _garbage as garbage, _pack as pack
+from tests.storage.test_gone import _commit as gone_commit
 from tests.storage.test_poll_limit import _commit
 from zodbsql.backends.mysql.adapter import MySQLBackend
 from zodbsql.backends.mysql.connections import CAUSAL_READ, MySQLConnection
@@ -69,12 +72,19 @@ def test_a_causal_poll_reads_what_the_plain_one_reads(factory: MySQLFactory) -> 
     """On a Galera node a history-preserving poll waits for the cluster's commits first
     (``conn.causal``).  A single MariaDB server takes the same prefix (wsrep_sync_wait
     is its variable too, unused): the poll sent with it gives the plain poll's answer,
-    its limit and its deletion records' number included; the first poll, without a
-    tid, reads the last tid alone."""
+    after packs that recorded deletions and pruned the first record (as in
+    tests/storage/test_gone.py), for each deletion number and limit; the first poll,
+    without a tid, reads the last tid alone."""
     storage = factory.open()
-    since = u64(storage.lastTransaction())
-    oids = [storage.new_oid() for _ in range(3)]
-    _commit(storage, {oid: b"state" for oid in oids})
+    writer = storage.new_instance()
+    gone_commit(writer, {ROOT: node_state(0, set())})
+    garbage(writer, 1)
+    since = u64(writer.lastTransaction())
+    pack(storage)
+    for value in (100, 200):
+        garbage(writer, value)
+        pack(storage)
+    gone_commit(writer, {writer.new_oid(): node_state(value, set()) for value in (5, 6)})
     poller = storage.shared.backend.poller
     plain = storage.shared.backend.connect()
     causal = storage.shared.backend.connect()
@@ -88,15 +98,21 @@ def test_a_causal_poll_reads_what_the_plain_one_reads(factory: MySQLFactory) -> 
         return fetchall(sql, params)
     causal.fetchall = recorded   # type: ignore[method-assign,assignment]
     try:
-        for gone_since, limit in ((None, 0), (0, 0), (None, 2), (0, 3), (0, 2)):
+        polls = {}
+        for gone_since, limit in ((None, 0), (2, 0), (None, 1), (2, 1)):
             expected = poller.poll(plain, since, gone_since, limit)
             found = poller.poll(causal, since, gone_since, limit)
             # (An array's order is the server's.)
             assert found._replace(changes=sorted(found.changes)) == expected._replace(
                 changes=sorted(expected.changes))
-            assert expected.truncated == (limit == 2)
+            polls[gone_since, limit] = found
             plain.rollback()
             causal.rollback()
+        # The answers differ as the arguments do: the first record pruned makes the
+        # poll by tid incomplete, the records after number 2 are one of two.
+        assert (polls[None, 0].complete, polls[2, 0].complete) == (False, True)
+        assert (len(polls[None, 0].gone), len(polls[2, 0].gone)) == (2, 1)
+        assert polls[None, 1].truncated and not polls[None, 0].truncated
         # The prefix where the snapshot is the poll's tid: history-preserving.
         assert all(sql.startswith(CAUSAL_READ) for sql in sent) == factory.param.keep_history
         assert all(sql.count(CAUSAL_READ) <= 1 for sql in sent)
