@@ -37,9 +37,10 @@ def _commit(instance: Any, states: dict[bytes, bytes]) -> bytes:
 
 
 def _changes_read(rows: list[Any]) -> int:
-    """The changed objects (SQLite, PostgreSQL: revisions) a poll's rows carry."""
+    """The revisions a poll's rows carry (each backend's: an array a commit), or the
+    changed objects of the portable rows."""
     arrays = [row[2] for row in rows if row[0] == REVISIONS]
-    if arrays:   # SQLite's a JSON text, PostgreSQL's a list
+    if arrays:   # SQLite's and MySQL's a JSON text, PostgreSQL's a list
         return sum(len(json.loads(oids) if isinstance(oids, str) else oids)
                    for oids in arrays)
     return sum(1 for row in rows if len(row) == 3 and row[0] == 1)
