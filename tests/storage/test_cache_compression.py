@@ -269,3 +269,15 @@ def test_a_newcomer_the_squeeze_made_no_room_for_meets_admission() -> None:
     assert all(cache.holds(each) for each in range(oid))
     assert kept_tags(cache).count(TAG_ZSTD) == 0
     assert cache.bytes_used <= cache.limit
+
+
+@pytest.mark.parametrize("compressing", [False, True])
+def test_pack_many_packs_each_value_as_pack_does(compressing: bool) -> None:
+    packer = StateCompressor(eager=compressing)
+    values = {oid: TID + PICKLE * (oid % 4) + bytes(oid) for oid in (9, 3, 700, 1)}
+    values[2] = TID + b"small"                       # below SMALLEST: kept plain
+    packed = packer.pack_many(values)
+    assert list(packed) == list(values)              # the same order
+    assert packed == {oid: packer.pack(value) for oid, value in values.items()}
+    tags = {value[8] for value in packed.values()}
+    assert tags == ({TAG_ZSTD, TAG_PLAIN} if compressing else {TAG_RAW})

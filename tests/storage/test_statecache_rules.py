@@ -11,7 +11,7 @@ import tracemalloc
 
 from zodbsql.cache.arena import ENTRY_BYTES, INDEX_BYTES, LARGEST_OID, entry_cost
 from zodbsql.cache.statecache import (PROMOTION_RUN, SKETCH_START, FrequencySketch,
-                                      StateCache, allocated, state_cost)
+                                      StateCache, allocated, state_cost, state_costs)
 
 from .test_statecache import STATE, assert_counts_add_up, promote_asked
 
@@ -46,6 +46,82 @@ def test_a_state_costs_what_the_allocator_gives_its_bytes_object() -> None:
     for length in range(0, 1100):
         state = b"x" * length
         assert state_cost(state) == allocated(sys.getsizeof(state)), length
+
+
+def test_state_costs_is_state_cost_of_each() -> None:
+    states = [b"x" * length for length in range(0, 1100, 7)] + [b"", b"x" * 479, b"x" * 480]
+    assert state_costs(states) == [state_cost(state) for state in states]
+    assert state_costs([]) == []
+
+
+def counted_by_hand(bits: int, oids: list[int]) -> tuple[list[list[int]], int]:
+    """A 4-bit count-min sketch of two rows with conservative update, halved every
+    ``10 x width`` additions: the rows and the additions since the last halving."""
+    width, mask, samples = 1 << bits, (1 << 64) - 1, 0
+    rows = [[0] * width, [0] * width]
+    for oid in oids:
+        slots = [((oid * FrequencySketch._FIRST) & mask) >> (64 - bits),
+                 ((oid * FrequencySketch._SECOND) & mask) >> (64 - bits)]
+        low = min(rows[0][slots[0]], rows[1][slots[1]])
+        for row, slot in zip(rows, slots):
+            if row[slot] == low and low < 15:
+                row[slot] += 1
+        samples += 1
+        if samples >= 10 * width:
+            rows = [[count // 2 for count in row] for row in rows]
+            samples //= 2
+    return rows, samples
+
+
+def test_add_and_add_many_count_as_the_sketch_is_meant_to_through_the_halvings() -> None:
+    """One at a time or a batch at once: the same counters, the same halvings (64
+    counters a row halve at 640 additions) and what is left toward the next."""
+    oids = [42] * 30 + [oid % 97 * 7919 for oid in range(1570)]   # 42 reaches 15
+    one, many = FrequencySketch(64), FrequencySketch(64)
+    for oid in oids[:100]:
+        one.add(oid)
+    many.add_many(oids[:100])
+    rows, samples = counted_by_hand(6, oids[:100])
+    assert [list(row) for row in one.rows] == [list(row) for row in many.rows] == rows
+    assert max(max(row) for row in rows) == 15 and samples == 100
+    for oid in oids[100:]:
+        one.add(oid)
+    many.add_many(oids[100:])
+    rows, samples = counted_by_hand(6, oids)
+    assert [list(row) for row in one.rows] == [list(row) for row in many.rows] == rows
+    # Halved at the 640th addition (to 320), then every 320 more: 960, 1,280, 1,600.
+    assert one.samples == many.samples == samples == 320
+    many.add_many([])
+    assert many.samples == samples
+
+
+def test_mark_many_marks_as_mark_does() -> None:
+    one, many = FrequencySketch(64), FrequencySketch(64)
+    oids = [oid * 104729 for oid in range(40)]
+    for oid in oids:
+        one.mark(oid)
+    many.mark_many(oids)
+    assert many.marks == one.marks and any(many.marks)
+
+
+def test_hits_noted_where_some_left_the_cache_take_the_loop_that_puts_them_back() -> None:
+    """``note_hits``'s bulk count serves batches all still held; one with a state the
+    cache let go counts, marks and puts back as state by state."""
+    plain, told = started(limit=64 * 1024), started(limit=64 * 1024)
+    for cache in (plain, told):
+        for oid in range(400):
+            cache.put_loaded(oid, 5, STATE, snapshot=10)
+    gone = [oid for oid in range(400) if not told.has(oid, 10)][:5]
+    held = [oid for oid in range(400) if told.has(oid, 10)][::7]
+    assert gone and len(held) > 10
+    rows = [(oid, 5, STATE) for oid in held[:5] + gone + held[5:]]
+    told.note_hits(rows, 10, told.epoch)
+    for oid, tid, state in rows:
+        if plain.get(oid, 10) is None:
+            plain.put_loaded(oid, tid, state, snapshot=10)
+    assert told.hits == len(rows)
+    assert told._sketch.rows == plain._sketch.rows and told._sketch.marks == plain._sketch.marks
+    assert current_oids(told) == current_oids(plain)
 
 
 def test_hits_on_protected_move_nothing_and_keep_its_table() -> None:

@@ -62,6 +62,14 @@ class StateCompressor:
             return value[:8] + _RAW + value[8:]   # (the tag's bytes made once: 0.77 -> 0.48 us)
         return self._packed(value, memoryview(value)[8:])
 
+    def pack_many(self, values: dict[int, bytes]) -> dict[int, bytes]:
+        """``pack`` of each value of ``values`` (oid -> tid + state), the same keys in
+        the same order; before compressing, tagged in one comprehension."""
+        if not self.compressing:
+            return {oid: value[:8] + _RAW + value[8:] for oid, value in values.items()}
+        pack = self.pack
+        return {oid: pack(value) for oid, value in values.items()}
+
     def squeeze(self, kept: bytes) -> bytes | None:
         """A kept value (tid + tag + ...) of a state not tried yet, compressed as ``pack``
         does once compressing; None for one already tried."""

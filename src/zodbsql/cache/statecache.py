@@ -80,7 +80,7 @@ import sys
 import threading
 from typing import Iterable, Sequence
 
-from .arena import CHUNK_OBJECT_BYTES, LARGEST_OID, ArenaSegment, entry_cost
+from .arena import CHUNK_OBJECT_BYTES, ENTRY_BYTES, LARGEST_OID, ArenaSegment, entry_cost
 from .compression import LIBRARY_BYTES, StateCompressor
 from .segment import BATCH, Segment
 
@@ -160,8 +160,18 @@ ALL = 1 << 62
 
 def state_cost(value: bytes) -> int:
     """``allocated(sys.getsizeof(value))``, the size taken from the length: every cache
-    access counts a state or two, and ``sys.getsizeof`` tripled the cost."""
-    return allocated(len(value) + _BYTES_HEADER)
+    access counts a state or two, and ``sys.getsizeof`` tripled the cost.  (``allocated``
+    written out: a batch of 1,000 entering counts each state twice.)"""
+    size = len(value) + _BYTES_HEADER
+    if size <= 512:
+        return (size + 15) & ~15
+    return (size + 31) & ~15
+
+
+def state_costs(values: Iterable[bytes]) -> list[int]:
+    """``state_cost`` of each of ``values``, in one comprehension (no call a state)."""
+    return [(size + 15) & ~15 if size <= 512 else (size + 31) & ~15
+            for size in [len(value) + _BYTES_HEADER for value in values]]
 
 
 # What the int objects the cache holds take: an oid (below 2**60: 28 or 32 bytes, a
@@ -226,24 +236,42 @@ class FrequencySketch:
         return bool(marked)
 
     def add(self, oid: int) -> None:
-        # Conservative update: only the smaller counter grows (both when equal), so an
-        # oid that shares a counter with a frequent one is not counted up with it.
+        self.add_many((oid,))
+
+    def add_many(self, oids: Iterable[int]) -> None:
+        """Count each of ``oids``, in their order (``add`` counts one: 0.69 us through
+        here, 0.79 written out on its own; a batch of hits noted at once, a call a hit
+        was a third of ``note_hits``).  Conservative update: only the smaller counter
+        grows (both when equal), so an oid that shares a counter with a frequent one is
+        not counted up with it."""
         first, second = self.rows
-        a = ((oid * self._FIRST) & self._MASK) >> self._shift
-        b = ((oid * self._SECOND) & self._MASK) >> self._shift
-        x = first[a]
-        y = second[b]
-        if x <= y:
-            if x < 15:
-                first[a] = x + 1
-                if y == x:
-                    second[b] = y + 1
-        elif y < 15:
-            second[b] = y + 1
-        self.samples += 1
-        if self.samples >= self.period:
-            self.rows = [first.translate(self._HALF), second.translate(self._HALF)]
-            self.samples //= 2
+        one, two, mask, shift = self._FIRST, self._SECOND, self._MASK, self._shift
+        added = 0
+        for oid in oids:
+            a = ((oid * one) & mask) >> shift
+            b = ((oid * two) & mask) >> shift
+            x = first[a]
+            y = second[b]
+            if x <= y:
+                if x < 15:
+                    first[a] = x + 1
+                    if y == x:
+                        second[b] = y + 1
+            elif y < 15:
+                second[b] = y + 1
+            added += 1
+            if self.samples + added >= self.period:
+                self.rows = [first.translate(self._HALF), second.translate(self._HALF)]
+                first, second = self.rows
+                self.samples = (self.samples + added) // 2
+                added = 0
+        self.samples += added
+
+    def mark_many(self, oids: Iterable[int]) -> None:
+        """``mark`` of each of ``oids``."""
+        marks, one, mask, shift = self.marks, self._FIRST, self._MASK, self._shift
+        for oid in oids:
+            marks[((oid * one) & mask) >> shift] = 1
 
     @staticmethod
     def _bits_for(entries: int) -> int:
@@ -691,9 +719,20 @@ class StateCache:
             if epoch != self.epoch:
                 self.hits += len(rows)
                 return
-            add, mark = self._sketch.add, self._sketch.mark
+            sketch = self._sketch
+            add, mark = sketch.add, sketch.mark
             probation, protected, window = self._probation, self._protected, self._window
             lru = self._protected_share <= 0
+            if not lru:
+                # Most often every one is still held (the batch entered a moment ago):
+                # counted and marked in bulk, as the loop below would.
+                oids = [row[0] for row in rows]
+                held = set(filter(protected.holds, oids)) | set(filter(probation.holds, oids))
+                if held.union(filter(window.entries.__contains__, oids)).issuperset(oids):
+                    sketch.add_many(oids)
+                    sketch.mark_many(held)
+                    self.hits += len(rows)
+                    return
             for oid, tid, state in rows:
                 add(oid)
                 if lru and probation.holds(oid):
@@ -1199,7 +1238,7 @@ class StateCache:
         batches, 4.4 to 5.2 us a state before, 3.2 to 3.7 after (thread CPU)."""
         if not entering:
             return
-        costs = list(map(state_cost, entering.values()))
+        costs = state_costs(entering.values())
         limit = self._window_limit
         staying = staying_bytes = 0       # the newest of ``entering`` the window keeps
         for cost in reversed(costs):
@@ -1221,11 +1260,12 @@ class StateCache:
         moving = len(entries) - staying
         leaving.update(entries[:moving])
         if leaving and self._packer is not None:
-            pack = self._packer.pack
-            leaving = {oid: pack(value) for oid, value in leaving.items()}
+            leaving = self._packer.pack_many(leaving)
         if leaving:
             self._probation.push_many(leaving)
-            self._current_bytes += sum(map(entry_cost, leaving.values()))
+            # (``entry_cost`` of each, summed without a call a state)
+            self._current_bytes += (sum(map(len, leaving.values()))
+                                    + ENTRY_BYTES * len(leaving))
         if staying:
             window.push_many(dict(entries[moving:]))
             self._window_bytes += staying_bytes
