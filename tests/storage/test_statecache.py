@@ -1623,16 +1623,24 @@ def test_hits_noted_in_bulk_leave_the_cache_as_get_s_hits_do(policy: str) -> Non
     assert any(told.has(oid, 1) for oid in hit)
 
 
-def test_hits_noted_in_bulk_mark_protected_states_as_get_does() -> None:
-    """A hit on a state in protected marks it (its second chance), told or not."""
+@pytest.mark.parametrize("with_one_let_go", [False, True])
+def test_hits_noted_in_bulk_mark_protected_states_as_get_does(with_one_let_go: bool) -> None:
+    """A hit on a state in protected marks it (its second chance), told or not: in
+    bulk when all are held, state by state when one of them is not (it enters)."""
     plain, told = every_state_protected(), every_state_protected()
     hit = [oid for oid in range(2000) if told._protected.holds(oid)][::3]
     assert len(hit) > 50
+    if with_one_let_go:
+        hit.insert(len(hit) // 2, 5_000)          # never held: offered, as a miss's
+    asked, hits = plain.hits + plain.misses, told.hits
     for oid in hit:
-        assert plain.get(oid, 2) is not None
+        if plain.get(oid, 2) is None:
+            plain.put_loaded(oid, 1, STATE, snapshot=2)
     told.note_hits([(oid, 1, STATE) for oid in hit], 2, told.epoch)
     assert plain._sketch.rows == told._sketch.rows and plain._sketch.marks == told._sketch.marks
-    assert plain.hits == told.hits
+    assert plain.hits + plain.misses - asked == told.hits - hits == len(hit)
+    assert ([oid for oid in range(6000) if plain.has(oid, 2)]
+            == [oid for oid in range(6000) if told.has(oid, 2)])
 
 
 def test_a_hit_is_counted_even_where_the_cache_is_too_small_to_keep_it() -> None:

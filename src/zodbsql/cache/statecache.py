@@ -257,7 +257,7 @@ class FrequencySketch:
                     first[a] = x + 1
                     if y == x:
                         second[b] = y + 1
-            elif y < 15:
+            else:                   # y < x <= 15: never saturated here
                 second[b] = y + 1
             added += 1
             if self.samples + added >= self.period:
