@@ -239,11 +239,11 @@ class FrequencySketch:
         self.add_many((oid,))
 
     def add_many(self, oids: Iterable[int]) -> None:
-        """Count each of ``oids``, in their order (``add`` counts one: 0.69 us through
-        here, 0.79 written out on its own; a batch of hits noted at once, a call a hit
-        was a third of ``note_hits``).  Conservative update: only the smaller counter
-        grows (both when equal), so an oid that shares a counter with a frequent one is
-        not counted up with it."""
+        """Count each of ``oids``, in their order (``add`` is this of one: 0.82 us a
+        count, 0.79 when it was written out on its own; a batch of hits noted at once
+        took a call a hit, a third of ``note_hits``).  Conservative update: only the
+        smaller counter grows (both when equal), so an oid that shares a counter with a
+        frequent one is not counted up with it."""
         first, second = self.rows
         one, two, mask, shift = self._FIRST, self._SECOND, self._MASK, self._shift
         added = 0
