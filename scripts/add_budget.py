@@ -1,7 +1,7 @@
 """Where an add commit's time goes: zodbsql against FileStorage, as the bench's ``add``.
 
     .venv/bin/python scripts/add_budget.py [--objects 1000] [--trials 200]
-        [--url postgresql://postgres@127.0.0.1/scratch]
+        [--url postgresql://postgres@127.0.0.1/scratch] [--update] [--size 0]
 
 Each trial commits a new ``PersistentMapping`` holding --objects new mappings, once
 into each storage, the two taking turns (which goes first alternates), so that both
@@ -15,11 +15,15 @@ the rows vote computes (checksums, references), the conflict check, the write of
 states, the backend's finish and the COMMITs (the commit's, and an oid block's when
 one was taken in it).  What the whole holds besides the storage calls is ZODB's own
 work (pickling), the same for both storages.  Give --url for a server database
-instead of a new SQLite file (it is written to: a scratch one).
+instead of a new SQLite file (it is written to: a scratch one); --update to time, in
+place of the add, a commit that changes every object the add wrote (the bench's
+``update``); --size for objects that carry that many bytes of data besides (zodbshootout's
+are about 1.5 KB).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -61,6 +65,12 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--url", help="a server database instead of SQLite (a scratch one)")
+    parser.add_argument("--size", type=int, default=0,
+                        help="bytes of random data in each object (default: none, a"
+                             " state of ~60 bytes)")
+    parser.add_argument("--update", action="store_true",
+                        help="time a commit that changes every object just added (the"
+                             " bench's update), not the add")
     args = parser.parse_args()
     timings = Timings()
     with tempfile.TemporaryDirectory() as directory:
@@ -83,7 +93,13 @@ def main() -> None:
                 db, tm, root = opened[name]
                 root[trial] = container = PersistentMapping()
                 for number in range(args.objects):
-                    container[number] = PersistentMapping()
+                    container[number] = child = PersistentMapping()
+                    if args.size:
+                        child["data"] = os.urandom(args.size)
+                if args.update:
+                    tm.commit()
+                    for child in container.values():
+                        child["changed"] = trial
                 timings.take()
                 start = time.perf_counter()
                 tm.commit()
@@ -94,7 +110,8 @@ def main() -> None:
         for db, _, _ in opened.values():
             db.close()
     for name in names:
-        print(f"{name}, ms a commit of {args.objects} new objects   median     mean")
+        what = "changed" if args.update else "new"
+        print(f"{name}, ms a commit of {args.objects} {what} objects   median     mean")
         for part in ORDER:
             values = spent.get(f"{name}: {part}")
             if values:

@@ -1,6 +1,7 @@
-"""Where a cold read's time goes, per object: zodbsql on SQLite against FileStorage.
+"""Where a cold read's time goes, per object: zodbsql (SQLite, or a server) against FileStorage.
 
     .venv/bin/python scripts/read_budget.py [--objects 1000] [--trials 25]
+        [--url postgresql://postgres@127.0.0.1/scratch]
 
 Builds, in a temporary directory, a SQLite database (history-preserving, as the bench's
 ``sqlite`` contender) holding a ``PersistentMapping`` of --objects bench items, and a
@@ -18,7 +19,8 @@ ZODB makes for a ghost, and prints the median and lowest microseconds per object
   that find them (hits).
 
 ZODB's own share (unpickling, the pickle cache) is the same for every storage and is
-not counted here.
+not counted here.  Give --url for an empty server database to measure instead of
+SQLite (the FileStorage copy is made from it).
 """
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ import zodbsql
 from zodbsql.bench.workloads import Item
 
 
-def build(directory: str, count: int) -> tuple[str, list[bytes]]:
-    url = f"sqlite://{directory}/Data.sqlite"
+def build(directory: str, count: int, url: str | None = None) -> tuple[str, list[bytes]]:
+    url = url or f"sqlite://{directory}/Data.sqlite"
     db = zodbsql.open_db(url)
     with db.transaction() as conn:
         conn.root()["items"] = items = PersistentMapping()
@@ -122,9 +124,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=25)
+    parser.add_argument("--url", help="an empty server database instead of SQLite (it is"
+                                      " written to: a scratch one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        url, oids = build(directory, args.objects)
+        url, oids = build(directory, args.objects, args.url)
         found = measure(url, f"{directory}/Data.fs", oids, args.trials)
     transaction.abort()
     print(f"{'us per object':26} {'median':>7} {'lowest':>7}")

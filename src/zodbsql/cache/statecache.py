@@ -727,7 +727,7 @@ class StateCache:
                 # Most often every one is still held (the batch entered a moment ago):
                 # counted and marked in bulk, as the loop below would.
                 oids = [row[0] for row in rows]
-                held = set(filter(protected.holds, oids)) | set(filter(probation.holds, oids))
+                held = self._held_past_window(oids)
                 if held.union(filter(window.entries.__contains__, oids)).issuperset(oids):
                     sketch.add_many(oids)
                     sketch.mark_many(held)
@@ -1131,9 +1131,14 @@ class StateCache:
     def _held_of(self, oids: list[int]) -> set[int]:
         """Those of ``oids`` kept as current (``_holds`` of each), the segments asked in
         C: a batch's loop asked three of them a state in Python."""
+        return self._held_past_window(oids) | set(
+            filter(self._window.entries.__contains__, oids))
+
+    def _held_past_window(self, oids: list[int]) -> set[int]:
+        """Those of ``oids`` kept in probation or protected (``_held_of`` without the
+        window): the states a hit marks."""
         return (set(filter(self._probation.holds, oids))
-                | set(filter(self._protected.holds, oids))
-                | set(filter(self._window.entries.__contains__, oids)))
+                | set(filter(self._protected.holds, oids)))
 
     def _holds(self, oid: int) -> bool:
         """Is a state of ``oid`` kept as current?"""

@@ -180,6 +180,10 @@ class Backend(Generic[OptionsT]):
         """A watch for one storage (``wakeup.py``); the base one never skips a poll."""
         return CommitWatch()
 
+    def close(self) -> None:
+        """The storage is closed: stop what the backend runs besides its connections
+        (SQLite's checkpoint thread); the base one runs nothing."""
+
     def destroy(self) -> None:
         """Remove every zodbsql table (tests and the benchmark's scratch databases)."""
         conn = self.connect()

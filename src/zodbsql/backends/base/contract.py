@@ -988,3 +988,6 @@ class BackendContract(Protocol):
 
     def watch_commits(self) -> CommitWatchRole:
         """A new watch for one storage: whether a transaction start may skip its poll."""
+
+    def close(self) -> None:
+        """The storage is closed: stop what the backend runs besides its connections."""

@@ -18,7 +18,9 @@ Design note.
   is faster and still loses nothing when a process dies, only on power loss.  A commit
   checkpoints once the WAL holds ``wal-autocheckpoint`` pages (4000, four times
   SQLite's default): the index pages many commits change are copied once per
-  checkpoint, not once every few commits.
+  checkpoint, not once every few commits.  A thread of the storage's own makes them,
+  at half that, off the commits (``checkpointer.py``); a commit does only when the
+  thread falls behind.
 * Polling and loading.  History-preserving loads name the snapshot tid
   (``tid <= snapshot``), so no read transaction is held between ZODB transactions and
   checkpoints are never starved by an idle connection; within a ZODB transaction its

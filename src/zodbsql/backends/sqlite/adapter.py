@@ -9,6 +9,7 @@ from zodbsql.backends.base.adapter import Backend
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.base.contract import ConnectionRole
 from zodbsql.backends.sqlite.blobs import SQLiteBlobs
+from zodbsql.backends.sqlite.checkpointer import WalCheckpointer
 from zodbsql.backends.sqlite.connections import SQLiteConnection
 from zodbsql.backends.sqlite.features import SQLiteFeatures
 from zodbsql.backends.sqlite.inspector import SQLiteInspector
@@ -51,6 +52,11 @@ class SQLiteBackend(Backend[SQLiteOptions]):
         super().__init__(options, keep_history, lock_timeout, read_only)
         self.path = os.path.abspath(os.path.expanduser(options.path))
         self._check_path()
+        #: The thread that checkpoints the WAL off the commits (checkpointer.py).
+        self.checkpointer = (
+            WalCheckpointer(self.path, options.wal_autocheckpoint, options.synchronous,
+                            lock_timeout)
+            if options.checkpoint_in_background and not read_only else None)
 
     def _check_path(self) -> None:
         directory = os.path.dirname(self.path)
@@ -113,6 +119,8 @@ class SQLiteBackend(Backend[SQLiteOptions]):
             conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
             if not self.read_only:
                 conn.execute(f"PRAGMA wal_autocheckpoint = {int(self.options.wal_autocheckpoint)}")
+                if self.checkpointer is not None:
+                    conn.after_commit = self.checkpointer.committed
             conn.execute("PRAGMA foreign_keys = OFF")
             conn.execute("PRAGMA temp_store = MEMORY")
         except BaseException:
@@ -123,6 +131,10 @@ class SQLiteBackend(Backend[SQLiteOptions]):
 
     def watch_commits(self) -> DataVersionWatch:
         return DataVersionWatch()
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
 
     def describe(self) -> str:
         return f"SQLite database {self.path}"

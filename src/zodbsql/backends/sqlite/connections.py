@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from typing import Callable
 
 from zodbsql.backends.base.connections import DBConnection
 from zodbsql.backends.sqlite.writers import queue_for
@@ -47,6 +48,8 @@ class SQLiteConnection(DBConnection):
         self.max_variables = raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._writers = queue_for(path)
         self._writing = False     # this connection has the turn of the writer queue
+        #: Told of each COMMIT that went through (``WalCheckpointer.committed``).
+        self.after_commit: Callable[[], None] | None = None
 
     def convert_sql(self, sql: str) -> str:
         return sql.replace("%s", "?")
@@ -111,6 +114,8 @@ class SQLiteConnection(DBConnection):
                     raise self._fail(exc, "COMMIT") from exc
                 finally:
                     self._end_turn()
+            if self.after_commit is not None:
+                self.after_commit()
 
     def rollback(self) -> None:
         if self.in_transaction:

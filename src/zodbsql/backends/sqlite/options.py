@@ -25,6 +25,12 @@ class SQLiteOptions(BackendOptions):
         4000, doc="The pages the write-ahead log may hold before a commit copies them into"
                   " the database file (SQLite's wal_autocheckpoint; its own default is"
                   " 1000): a page changed by many commits is copied once per checkpoint.")
+    checkpoint_in_background: bool = setting(
+        True, doc="Copy the write-ahead log into the database file in a thread of the"
+                  " storage's own, each time half of wal-autocheckpoint's pages were"
+                  " written, so that no commit waits for the copy and its sync (the"
+                  " commits still do it past wal-autocheckpoint if the thread falls"
+                  " behind); false: the commits do it all, as SQLite does by itself.")
 
     def __post_init__(self) -> None:
         if not self.path:
