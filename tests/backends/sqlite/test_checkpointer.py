@@ -33,6 +33,8 @@ def test_frames_written_since_the_checkpoint_before() -> None:
     # Shorter than before: it started over.
     assert frames_written((100, 60), (30, 30)) == 30
     assert frames_written((0, 0), (7, 7)) == 7
+    # As long as before, not all of it copied then: nothing new.
+    assert frames_written((100, 60), (100, 100)) == 0
 
 
 def test_commits_between_checkpoints_write_about_the_target() -> None:
@@ -45,6 +47,11 @@ def test_commits_between_checkpoints_write_about_the_target() -> None:
     assert commits_between(5, 1, 9000, 2000) == 1
     assert commits_between(5, 0, 100, 2000) == 1
     assert commits_between(5, 3, 0, 2000) == 1
+    # A frame a commit: as many commits as the target, within twice the interval.
+    assert commits_between(4, 1, 1, 2000) == 8
+    # Whole commits, rounded down.
+    between = commits_between(8, 1, 600, 2000)
+    assert between == 3 and isinstance(between, int)
 
 
 def open_db(path: pathlib.Path, **query: str) -> object:
@@ -159,5 +166,136 @@ def test_an_unreadable_file_leaves_the_checkpoints_to_the_commits(
     assert thread is not None
     thread.join(10)
     assert not thread.is_alive()
-    assert "checkpoints go back to the commits" in caplog.text
+    assert [record.getMessage() for record in caplog.records] == [
+        f"SQLite database {tmp_path / 'not-a-db.sqlite'}: checkpoints go back to the"
+        " commits (file is not a database)"]
     checkpointer.close()
+
+
+def wal_database(path: str, journal: str = "WAL") -> sqlite3.Connection:
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute(f"PRAGMA journal_mode = {journal}")
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("CREATE TABLE IF NOT EXISTS t (n INTEGER, data BLOB)")
+    return writer
+
+
+def test_the_interval_is_learnt_from_each_checkpoint(tmp_path: pathlib.Path) -> None:
+    """The thread wakes at the first commit, then after as many as should write half
+    the threshold's frames at the rate seen, doubling at most each time."""
+    path = str(tmp_path / "db.sqlite")
+    writer = wal_database(path)
+    checkpointer = WalCheckpointer(path, 3, "normal", 5.0)
+    assert checkpointer.target == 1
+    checkpointer = WalCheckpointer(path, 41, "normal", 5.0)
+    assert checkpointer.target == 20
+    try:
+        writer.execute("INSERT INTO t VALUES (1, ?)", (os.urandom(2000),))
+        checkpointer.committed()             # the first commit wakes it
+        assert wait_for(lambda: checkpointer.rounds == 1)
+        thread = checkpointer._thread
+        assert thread is not None and thread.daemon and path in thread.name
+        # The table's creation and a row: a few frames for 1 commit, within 2 x 1.
+        assert checkpointer.checkpoints == 1 and checkpointer._every == 2
+        writer.execute("INSERT INTO t VALUES (2, ?)", (os.urandom(2000),))
+        checkpointer.committed()             # one of the two: it sleeps on
+        time.sleep(0.3)
+        assert checkpointer.rounds == 1
+        writer.execute("INSERT INTO t VALUES (3, ?)", (os.urandom(2000),))
+        checkpointer.committed()
+        assert wait_for(lambda: checkpointer.rounds == 2)
+        # Two commits wrote a frame each (the log started over): 20 take 20 commits,
+        # within twice 2.
+        assert checkpointer.checkpoints == 2 and checkpointer._every == 4
+    finally:
+        checkpointer.close()
+        writer.close()
+
+
+def test_an_empty_log_is_checkpointed_all_the_same(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "db.sqlite")
+    writer = wal_database(path)
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    checkpointer = WalCheckpointer(path, 100, "normal", 5.0)
+    try:
+        checkpointer.committed()
+        assert wait_for(lambda: checkpointer.rounds == 1)
+        assert checkpointer.checkpoints == 1 and checkpointer._every == 1
+    finally:
+        checkpointer.close()
+        writer.close()
+
+
+def test_a_database_switched_to_wal_after_the_thread_opened_it(
+        tmp_path: pathlib.Path) -> None:
+    """A new database is switched to WAL once its schema exists, after its first
+    commit woke the thread: the thread's next round checkpoints it."""
+    path = str(tmp_path / "db.sqlite")
+    writer = wal_database(path, journal="DELETE")
+    checkpointer = WalCheckpointer(path, 100, "normal", 5.0)
+    try:
+        checkpointer.committed()
+        assert wait_for(lambda: checkpointer.rounds == 1)
+        assert checkpointer.checkpoints == 0 and checkpointer._every == 1
+        writer.execute("PRAGMA journal_mode = WAL")
+        writer.execute("INSERT INTO t VALUES (1, ?)", (os.urandom(2000),))
+        checkpointer.committed()             # one commit is enough again
+        assert wait_for(lambda: checkpointer.rounds == 2)
+        assert checkpointer.checkpoints == 1
+        assert rows_in_file_alone(path) == 1
+    finally:
+        checkpointer.close()
+        writer.close()
+
+
+def test_a_file_the_thread_cannot_open_leaves_the_checkpoints_to_the_commits(
+        tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = str(tmp_path / "no such directory" / "db.sqlite")
+    checkpointer = WalCheckpointer(path, 100, "normal", 1.0)
+    checkpointer.committed()
+    thread = checkpointer._thread
+    assert thread is not None
+    thread.join(10)
+    assert not thread.is_alive() and checkpointer.rounds == 0
+    assert (f"SQLite database {path}: no checkpoints off the commits, the commits make"
+            " them (unable to open database file)") in caplog.text
+    checkpointer.close()
+
+
+def test_a_single_frame_counts_from_an_empty_log(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "db.sqlite")
+    writer = wal_database(path)
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    writer.execute("INSERT INTO t VALUES (1, x'00')")      # one page: one frame
+    checkpointer = WalCheckpointer(path, 2001, "normal", 5.0)
+    try:
+        checkpointer.committed()
+        assert wait_for(lambda: checkpointer.rounds == 1)
+        # 1,000 frames at one a commit: 1,000 commits, within twice 1.
+        assert checkpointer.checkpoints == 1 and checkpointer._every == 2
+    finally:
+        checkpointer.close()
+        writer.close()
+
+
+def test_frames_a_reader_keeps_from_the_file_still_count_as_written(
+        tmp_path: pathlib.Path) -> None:
+    """A reader whose snapshot is older than the log's frames keeps them out of the
+    database file (nothing is copied), and they count as written all the same."""
+    path = str(tmp_path / "db.sqlite")
+    writer = wal_database(path)
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM t").fetchone()[0] == 0
+    writer.execute("INSERT INTO t VALUES (1, ?)", (os.urandom(2000),))
+    checkpointer = WalCheckpointer(path, 2001, "normal", 5.0)
+    try:
+        checkpointer.committed()
+        assert wait_for(lambda: checkpointer.rounds == 1)
+        assert checkpointer.checkpoints == 1 and checkpointer._every == 2
+        assert rows_in_file_alone(path) == 0
+    finally:
+        checkpointer.close()
+        reader.close()
+        writer.close()

@@ -72,8 +72,10 @@ class WalCheckpointer:
         self._started = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
-        #: Checkpoints the thread made (tests, and what an operator may ask).
+        #: Checkpoints the thread made, and the times it woke (tests, and what an
+        #: operator may ask).
         self.checkpoints = 0
+        self.rounds = 0
 
     def committed(self) -> None:
         """A commit of this storage ended: the thread checkpoints when enough did."""
@@ -119,20 +121,28 @@ class WalCheckpointer:
                     return
                 self._wake.clear()
                 commits, self._commits = self._commits, 0
-                row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                frames, done = int(row[1]), int(row[2])
-                if frames < 0:
-                    # Not in WAL mode when the connection last read the file (a new
-                    # database, switched after its schema): a read looks again.
-                    conn.execute("PRAGMA schema_version").fetchone()
-                    self._every = 1
-                    continue
-                self.checkpoints += 1
-                self._every = commits_between(
-                    self._every, commits, frames_written(last, (frames, done)), self.target)
-                last = (frames, done)
+                last = self._checkpoint(conn, commits, last)
+                self.rounds += 1
         except sqlite3.Error as exc:
             log.warning("SQLite database %s: checkpoints go back to the commits (%s)",
                         self.path, described(exc))
         finally:
             conn.close()
+
+    def _checkpoint(self, conn: sqlite3.Connection, commits: int,
+                    last: tuple[int, int]) -> tuple[int, int]:
+        """A checkpoint after ``commits`` commits, the interval to the next learnt from
+        its answer ``(log frames, checkpointed)`` and ``last``, the one before's; the
+        answer to remember."""
+        # A read first, so that the connection sees the file as it is: a new database
+        # is switched to WAL after its schema, maybe after the connection last looked.
+        conn.execute("PRAGMA schema_version").fetchone()
+        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        frames, done = int(row[1]), int(row[2])
+        if frames < 0:          # not in WAL mode (yet)
+            self._every = 1
+            return last
+        self.checkpoints += 1
+        self._every = commits_between(
+            self._every, commits, frames_written(last, (frames, done)), self.target)
+        return frames, done
