@@ -23,7 +23,6 @@ ZODB connection closed) holds nothing.
 """
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Protocol
 
 #: Hits counted in the shared cache at once, at most.
@@ -69,7 +68,7 @@ class Brought:
             return None
         found = self.states.pop(oid, None)
         if found is not None:
-            self._bytes -= len(found[0]) + HELD_ENTRY_BYTES    # (``held_cost``)
+            self._bytes -= held_cost(found[0])
             used = self._used
             used.append((oid, found[1], found[0]))
             if len(used) >= NOTE_EVERY:
@@ -80,7 +79,7 @@ class Brought:
         """Hold the states ``(oid, tid, state)`` a batch read as of ``snapshot``."""
         if not rows or self._limit_bytes == 0:
             return
-        size = sum(map(len, map(itemgetter(2), rows))) + HELD_ENTRY_BYTES * len(rows)
+        size = sum(held_cost(state) for _, _, state in rows)
         epoch = self._cache.epoch
         if (snapshot != self.snapshot or epoch != self._epoch
                 or self._bytes + size > self._limit_bytes):

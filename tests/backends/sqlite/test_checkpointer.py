@@ -3,11 +3,13 @@
 bounded, stops with the storage, and is not there when turned off or read-only."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import sqlite3
 import threading
 import time
+from typing import Iterator
 
 import pytest
 import transaction
@@ -101,26 +103,42 @@ def test_a_storage_s_thread_checkpoints_as_it_commits_and_stops_with_it(
     db.close()                  # type: ignore[attr-defined]
 
 
+@contextlib.contextmanager
+def written(path: str, threshold: int, journal: str = "WAL"
+            ) -> Iterator[tuple[sqlite3.Connection, WalCheckpointer]]:
+    """A database of one table, a connection that writes it (SQLite's own checkpoints
+    off: what reaches the file, the thread copied) and a checkpointer of it for
+    ``threshold`` pages; both closed at the end."""
+    writer = sqlite3.connect(path, isolation_level=None)
+    checkpointer = WalCheckpointer(path, threshold, "normal", 5.0)
+    try:
+        writer.execute(f"PRAGMA journal_mode = {journal}")
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        writer.execute("CREATE TABLE t (n INTEGER, data BLOB)")
+        yield writer, checkpointer
+    finally:
+        checkpointer.close()
+        writer.close()
+
+
+def first_round(checkpointer: WalCheckpointer) -> None:
+    """A commit, and the thread's round that follows."""
+    checkpointer.committed()
+    assert wait_for(lambda: checkpointer.rounds == 1)
+
+
 def test_a_checkpoint_copies_the_log_into_the_database_file(tmp_path: pathlib.Path) -> None:
     """What the thread checkpointed is in the database file: a connection that reads
     the file without the log (immutable: SQLite then ignores the WAL) counts the rows
     committed through the log, which SQLite itself never checkpointed (its automatic
     checkpoints off)."""
     path = str(tmp_path / "db.sqlite")
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute("PRAGMA journal_mode = WAL")
-    writer.execute("PRAGMA wal_autocheckpoint = 0")
-    writer.execute("CREATE TABLE t (n INTEGER, data BLOB)")
-    checkpointer = WalCheckpointer(path, 2, "normal", 5.0)
-    try:
+    with written(path, 2) as (writer, checkpointer):
         for number in range(1, 6):
             writer.execute("INSERT INTO t VALUES (?, ?)", (number, os.urandom(5000)))
             checkpointer.committed()
             assert wait_for(lambda: checkpointer.checkpoints >= number - 1)
         assert wait_for(lambda: rows_in_file_alone(path) == 5)
-    finally:
-        checkpointer.close()
-        writer.close()
 
 
 def rows_in_file_alone(path: str) -> int:
@@ -172,27 +190,16 @@ def test_an_unreadable_file_leaves_the_checkpoints_to_the_commits(
     checkpointer.close()
 
 
-def wal_database(path: str, journal: str = "WAL") -> sqlite3.Connection:
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute(f"PRAGMA journal_mode = {journal}")
-    writer.execute("PRAGMA wal_autocheckpoint = 0")
-    writer.execute("CREATE TABLE IF NOT EXISTS t (n INTEGER, data BLOB)")
-    return writer
-
 
 def test_the_interval_is_learnt_from_each_checkpoint(tmp_path: pathlib.Path) -> None:
     """The thread wakes at the first commit, then after as many as should write half
     the threshold's frames at the rate seen, doubling at most each time."""
     path = str(tmp_path / "db.sqlite")
-    writer = wal_database(path)
-    checkpointer = WalCheckpointer(path, 3, "normal", 5.0)
-    assert checkpointer.target == 1
-    checkpointer = WalCheckpointer(path, 41, "normal", 5.0)
-    assert checkpointer.target == 20
-    try:
+    assert WalCheckpointer(path, 3, "normal", 5.0).target == 1
+    with written(path, 41) as (writer, checkpointer):
+        assert checkpointer.target == 20
         writer.execute("INSERT INTO t VALUES (1, ?)", (os.urandom(2000),))
-        checkpointer.committed()             # the first commit wakes it
-        assert wait_for(lambda: checkpointer.rounds == 1)
+        first_round(checkpointer)            # the first commit wakes it
         thread = checkpointer._thread
         assert thread is not None and thread.daemon and path in thread.name
         # The table's creation and a row: a few frames for 1 commit, within 2 x 1.
@@ -207,23 +214,13 @@ def test_the_interval_is_learnt_from_each_checkpoint(tmp_path: pathlib.Path) -> 
         # Two commits wrote a frame each (the log started over): 20 take 20 commits,
         # within twice 2.
         assert checkpointer.checkpoints == 2 and checkpointer._every == 4
-    finally:
-        checkpointer.close()
-        writer.close()
 
 
 def test_an_empty_log_is_checkpointed_all_the_same(tmp_path: pathlib.Path) -> None:
-    path = str(tmp_path / "db.sqlite")
-    writer = wal_database(path)
-    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    checkpointer = WalCheckpointer(path, 100, "normal", 5.0)
-    try:
-        checkpointer.committed()
-        assert wait_for(lambda: checkpointer.rounds == 1)
+    with written(str(tmp_path / "db.sqlite"), 100) as (writer, checkpointer):
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        first_round(checkpointer)
         assert checkpointer.checkpoints == 1 and checkpointer._every == 1
-    finally:
-        checkpointer.close()
-        writer.close()
 
 
 def test_a_database_switched_to_wal_after_the_thread_opened_it(
@@ -231,11 +228,8 @@ def test_a_database_switched_to_wal_after_the_thread_opened_it(
     """A new database is switched to WAL once its schema exists, after its first
     commit woke the thread: the thread's next round checkpoints it."""
     path = str(tmp_path / "db.sqlite")
-    writer = wal_database(path, journal="DELETE")
-    checkpointer = WalCheckpointer(path, 100, "normal", 5.0)
-    try:
-        checkpointer.committed()
-        assert wait_for(lambda: checkpointer.rounds == 1)
+    with written(path, 100, journal="DELETE") as (writer, checkpointer):
+        first_round(checkpointer)
         assert checkpointer.checkpoints == 0 and checkpointer._every == 1
         writer.execute("PRAGMA journal_mode = WAL")
         writer.execute("INSERT INTO t VALUES (1, ?)", (os.urandom(2000),))
@@ -243,9 +237,6 @@ def test_a_database_switched_to_wal_after_the_thread_opened_it(
         assert wait_for(lambda: checkpointer.rounds == 2)
         assert checkpointer.checkpoints == 1
         assert rows_in_file_alone(path) == 1
-    finally:
-        checkpointer.close()
-        writer.close()
 
 
 def test_a_file_the_thread_cannot_open_leaves_the_checkpoints_to_the_commits(
@@ -263,19 +254,12 @@ def test_a_file_the_thread_cannot_open_leaves_the_checkpoints_to_the_commits(
 
 
 def test_a_single_frame_counts_from_an_empty_log(tmp_path: pathlib.Path) -> None:
-    path = str(tmp_path / "db.sqlite")
-    writer = wal_database(path)
-    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    writer.execute("INSERT INTO t VALUES (1, x'00')")      # one page: one frame
-    checkpointer = WalCheckpointer(path, 2001, "normal", 5.0)
-    try:
-        checkpointer.committed()
-        assert wait_for(lambda: checkpointer.rounds == 1)
+    with written(str(tmp_path / "db.sqlite"), 2001) as (writer, checkpointer):
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        writer.execute("INSERT INTO t VALUES (1, x'00')")      # one page: one frame
+        first_round(checkpointer)
         # 1,000 frames at one a commit: 1,000 commits, within twice 1.
         assert checkpointer.checkpoints == 1 and checkpointer._every == 2
-    finally:
-        checkpointer.close()
-        writer.close()
 
 
 def test_frames_a_reader_keeps_from_the_file_still_count_as_written(
@@ -283,19 +267,12 @@ def test_frames_a_reader_keeps_from_the_file_still_count_as_written(
     """A reader whose snapshot is older than the log's frames keeps them out of the
     database file (nothing is copied), and they count as written all the same."""
     path = str(tmp_path / "db.sqlite")
-    writer = wal_database(path)
-    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    reader = sqlite3.connect(path, isolation_level=None)
-    reader.execute("BEGIN")
-    assert reader.execute("SELECT count(*) FROM t").fetchone()[0] == 0
-    writer.execute("INSERT INTO t VALUES (1, ?)", (os.urandom(2000),))
-    checkpointer = WalCheckpointer(path, 2001, "normal", 5.0)
-    try:
-        checkpointer.committed()
-        assert wait_for(lambda: checkpointer.rounds == 1)
-        assert checkpointer.checkpoints == 1 and checkpointer._every == 2
-        assert rows_in_file_alone(path) == 0
-    finally:
-        checkpointer.close()
-        reader.close()
-        writer.close()
+    with written(path, 2001) as (writer, checkpointer):
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as reader:
+            reader.execute("BEGIN")
+            assert reader.execute("SELECT count(*) FROM t").fetchone()[0] == 0
+            writer.execute("INSERT INTO t VALUES (1, ?)", (os.urandom(2000),))
+            first_round(checkpointer)
+            assert checkpointer.checkpoints == 1 and checkpointer._every == 2
+            assert rows_in_file_alone(path) == 0

@@ -9,8 +9,9 @@ objects of 1.5 KB at a time paid 27 to 42 ms for it at one commit in six or seve
 So a storage that writes runs a thread that checkpoints by itself (PASSIVE: it waits
 for no reader or writer, and none waits for it), each time about half the threshold's
 pages were written, and the sync happens while the process goes on with its next
-transaction (the same commits: ``COMMIT`` 3.6 to 3.9 ms on average, never above 6.2;
-the whole commit 32.5 to 32.9 ms against 37.1 to 38.1).  A checkpoint that copied the
+transaction (the same commits, ``scripts/commit_times.py``: ``COMMIT`` 4.2 ms on
+average, never above 6.6; the whole commit's mean 30.5 to 37.1 ms against 34.9 to
+37.3, its median unchanged).  A checkpoint that copied the
 whole log lets the next commit start the log over, so the commits' own checkpoint,
 still set at the threshold, is reached only when the thread falls behind (or ended on
 an error): the log stays bounded either way.
