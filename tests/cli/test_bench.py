@@ -625,6 +625,69 @@ def test_the_baseline_is_named_or_the_first(tmp_path: pathlib.Path,
     assert not (tmp_path / "no").exists()
 
 
+def test_the_time_beyond_the_floor_is_paired_by_repetition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each contender's microseconds per object (per transaction for a test that counts
+    those) beyond the floor's, one over its figure less one over the floor's within a
+    repetition: the median, range and count of them; the warm-up and a test whose
+    figure is seconds (pack) left out, a faster contender below zero."""
+    found = _three_contenders()
+    _FiguresRound.FIGURES = {"m": [1.0, 1e6, 5e5, 2.5e5],     # 1, 2, 4 us
+                             "a": [1.0, 5e5, 2.5e5, 1e5],     # 2, 4, 10 us
+                             "b": [1.0, 2e6, 1e6, 5e5]}       # 0.5, 1, 2 us
+    monkeypatch.setattr(runner, "Round", lambda *a: _FiguresRound(*a, fails={}))
+    runs = session.execute(session.Plan(tests=["cold", "empty", "pack"], repetitions=3,
+                                        warmup=1), found, lambda run: None)
+    spent = {(s["contender"], s["test"]): s for s in session.beyond_floor(runs, "m")}
+    assert set(spent) == {("a", "cold"), ("b", "cold"), ("a", "empty"), ("b", "empty")}
+    assert spent["a", "cold"] == {"floor": "m", "contender": "a", "test": "cold",
+                                  "concurrency": 2, "objects_per_txn": 1000,
+                                  "per": "object", "median_us": pytest.approx(2.0),
+                                  "lowest_us": pytest.approx(1.0),
+                                  "highest_us": pytest.approx(6.0), "pairs": 3}
+    assert spent["a", "empty"]["per"] == "transaction"
+    assert [spent["b", "cold"][key] for key in ("median_us", "lowest_us", "highest_us")
+            ] == pytest.approx([-1.0, -2.0, -0.5])
+    table = display.floor_table(session.beyond_floor(runs, "m"), ["a", "b", "m"])
+    assert table is not None
+    assert [column.header for column in table.columns] == ["test", "per", "a", "b"]
+    assert list(table.columns[1].cells) == ["object", "txn"]
+    assert list(table.columns[2].cells) == ["2.0 (1.0 to 6.0)"] * 2
+    assert list(table.columns[3].cells) == ["-1.0 (-2.0 to -0.5)"] * 2
+    assert display.floor_table([], ["a"]) is None
+
+
+def test_the_floor_is_mappingstorage_or_named(tmp_path: pathlib.Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --floor, MappingStorage is the floor when it runs (and there is none
+    when it does not); --floor names another; a name that is not a contender is refused
+    before anything runs."""
+    _FiguresRound.FIGURES = {"mappingstorage": [1.0, 1e6, 5e5], "sqlite": [1.0, 2.5e5, 2e5],
+                             "filestorage": [1.0, 5e5, 5e5]}
+    monkeypatch.setattr(runner, "Round", lambda *a: _FiguresRound(*a, fails={}))
+    common = ["bench", "--tests", "cold", *TINY, "-r", "2", "--warmup", "1", "--no-charts"]
+    for extra, floor, median in [
+            (["--contender", "mappingstorage,sqlite"], "mappingstorage", 3.0),  # 4-1, 5-2
+            (["--contender", "mappingstorage,sqlite", "--floor", "sqlite"], "sqlite", -3.0)]:
+        out = tmp_path / floor
+        assert main([*common, *extra, "--output", str(out)]) == 0
+        (row,) = json.loads((out / "results.json").read_text())["beyond_floor"]
+        assert (row["floor"], row["per"], row["pairs"]) == (floor, "object", 2)
+        assert row["median_us"] == pytest.approx(median)
+        # The table's title, wrapped to the table's width.
+        assert f"beyond {floor}'s" in " ".join(capsys.readouterr().out.split())
+    out = tmp_path / "none"
+    assert main([*common, "--contender", "sqlite,filestorage", "--output", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["beyond_floor"] == []
+    assert "beyond" not in capsys.readouterr().out
+    assert main([*common, "--contender", "sqlite,filestorage", "--floor", "zeo",
+                 "--output", str(tmp_path / "no")]) == 2
+    assert ("--floor zeo is not one of the contenders (sqlite, filestorage)"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "no").exists()
+
+
 def test_results_are_written_when_a_run_is_interrupted(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
 

@@ -115,6 +115,21 @@ def build_table(summary: list[dict[str, Any]], contenders: list[str], title: str
     return table
 
 
+def _by_test(rows: list[dict[str, Any]], contenders: list[str]
+             ) -> tuple[list[str], list[tuple[str, list[dict[str, Any] | None]]]]:
+    """The contenders ``rows`` (paired figures) name, in ``contenders``' order, and a
+    line per test, concurrency and size: its label and each contender's row there."""
+    others = [c for c in contenders if any(r["contender"] == c for r in rows)]
+    combos = list(dict.fromkeys((r["test"], r["concurrency"], r["objects_per_txn"])
+                                for r in rows))
+    several = len({(c, n) for _, c, n in combos}) > 1
+    keyed = {(r["test"], r["concurrency"], r["objects_per_txn"], r["contender"]): r
+             for r in rows}
+    return others, [(test + (f" c={c} n={n}" if several else ""),
+                     [keyed.get((test, c, n, other)) for other in others])
+                    for test, c, n in combos]
+
+
 def paired_table(pairs: list[dict[str, Any]], contenders: list[str]) -> Table | None:
     """``session.paired_ratios`` as a table: a line per test, a column per contender
     compared with the baseline, each cell the median ratio and its range (None:
@@ -122,24 +137,39 @@ def paired_table(pairs: list[dict[str, Any]], contenders: list[str]) -> Table | 
     if not pairs:
         return None
     baseline = pairs[0]["baseline"]
-    others = [c for c in contenders if any(p["contender"] == c for p in pairs)]
-    combos = list(dict.fromkeys((p["test"], p["concurrency"], p["objects_per_txn"])
-                                for p in pairs))
-    several = len({(c, n) for _, c, n in combos}) > 1
-    keyed = {(p["test"], p["concurrency"], p["objects_per_txn"], p["contender"]): p
-             for p in pairs}
+    others, lines = _by_test(pairs, contenders)
     table = Table(title=f"{baseline} / each, figures of one repetition: median"
                   " (lowest-highest)", title_justify="left")
     table.add_column("test", no_wrap=True)
     for other in others:
         table.add_column(f"{baseline} / {other}", justify="right", no_wrap=True)
-    for test, c, n in combos:
-        cells = []
-        for other in others:
-            pair = keyed.get((test, c, n, other))
-            cells.append("" if pair is None else
-                         f"{pair['median']:.2f} ({pair['lowest']:.2f}-{pair['highest']:.2f})")
-        table.add_row(test + (f" c={c} n={n}" if several else ""), *cells)
+    for label, found in lines:
+        table.add_row(label, *("" if pair is None else
+                               f"{pair['median']:.2f} ({pair['lowest']:.2f}-{pair['highest']:.2f})"
+                               for pair in found))
+    return table
+
+
+def floor_table(spent: list[dict[str, Any]], contenders: list[str]) -> Table | None:
+    """``session.beyond_floor`` as a table: a line per test, a column per contender,
+    each cell the median microseconds per object (or transaction) beyond the floor and
+    their range (None: nothing paired up with the floor)."""
+    if not spent:
+        return None
+    others, lines = _by_test(spent, contenders)
+    table = Table(title=f"µs of wall time an object (txn: a transaction) beyond"
+                  f" {spent[0]['floor']}'s, figures of one repetition: median (lowest to"
+                  " highest)", title_justify="left")
+    table.add_column("test", no_wrap=True)
+    table.add_column("per", style="dim", no_wrap=True)
+    for other in others:
+        table.add_column(other, justify="right", no_wrap=True)
+    for label, found in lines:
+        per = next(row["per"] for row in found if row is not None)
+        table.add_row(label, "txn" if per == "transaction" else per,
+                      *("" if row is None else f"{row['median_us']:.1f}"
+                        f" ({row['lowest_us']:.1f} to {row['highest_us']:.1f})"
+                        for row in found))
     return table
 
 

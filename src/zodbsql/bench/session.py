@@ -199,23 +199,51 @@ def paired_ratios(runs: list[dict[str, Any]], baseline: str) -> list[dict[str, A
     better), for every test, concurrency and size both measured: the median, the
     lowest and the highest of those ratios, and how many repetitions paired up.
     Warm-ups and failed runs are left out."""
+    pairs = _paired(runs, baseline, lambda test, mine, value: (
+        value / mine if TESTS[test].lower_is_better else mine / value))
+    return [{"baseline": baseline, "contender": contender, "test": test, "concurrency": c,
+             "objects_per_txn": n, "median": statistics.median(ratios),
+             "lowest": min(ratios), "highest": max(ratios), "pairs": len(ratios)}
+            for (contender, test, c, n), ratios in pairs.items()]
+
+
+def beyond_floor(runs: list[dict[str, Any]], floor: str) -> list[dict[str, Any]]:
+    """The microseconds of wall time each contender spent per object (per transaction
+    where the test counts those) more than ``floor``, repetition by repetition: one over
+    its figure less one over the floor's.  With MappingStorage as the floor (a dict in
+    memory: its loads and stores cost next to nothing) that is what the storage itself
+    costs, ZODB's own work (pickling, the pickle cache), the same for every storage,
+    taken out: a ratio of two storages says how far apart they are, this says how
+    much time each one's own part has.  The median, lowest and highest, and how many
+    repetitions paired up; tests whose figure is seconds (pack) are left out."""
+    pairs = _paired(runs, floor, lambda test, mine, value: 1e6 / value - 1e6 / mine)
+    return [{"floor": floor, "contender": contender, "test": test, "concurrency": c,
+             "objects_per_txn": n, "per": TESTS[test].unit.split("/")[0].rstrip("s"),
+             "median_us": statistics.median(spent), "lowest_us": min(spent),
+             "highest_us": max(spent), "pairs": len(spent)}
+            for (contender, test, c, n), spent in pairs.items()
+            if not TESTS[test].lower_is_better]
+
+
+def _paired(runs: list[dict[str, Any]], reference: str,
+            compare: Callable[[str, float, float], float]
+            ) -> dict[tuple[Any, ...], list[float]]:
+    """``compare(test, reference's figure, other's figure)`` for every other contender's
+    measured figure whose repetition ``reference`` measured too, by contender, test,
+    concurrency and size (warm-ups and failed runs left out)."""
     figures: dict[tuple[Any, ...], float] = {}
     for run in runs:
         if run["warmup"] or run.get("failed") or not run.get("value"):
             continue
         figures[(run["contender"], run["test"], run["concurrency"], run["objects_per_txn"],
                  run["repetition"])] = run["value"]
-    pairs: dict[tuple[Any, ...], list[float]] = {}
+    paired: dict[tuple[Any, ...], list[float]] = {}
     for (contender, test, c, n, rep), value in figures.items():
-        mine = figures.get((baseline, test, c, n, rep))
-        if contender == baseline or mine is None:
+        mine = figures.get((reference, test, c, n, rep))
+        if contender == reference or mine is None:
             continue
-        ratio = value / mine if TESTS[test].lower_is_better else mine / value
-        pairs.setdefault((contender, test, c, n), []).append(ratio)
-    return [{"baseline": baseline, "contender": contender, "test": test, "concurrency": c,
-             "objects_per_txn": n, "median": statistics.median(ratios),
-             "lowest": min(ratios), "highest": max(ratios), "pairs": len(ratios)}
-            for (contender, test, c, n), ratios in pairs.items()]
+        paired.setdefault((contender, test, c, n), []).append(compare(test, mine, value))
+    return paired
 
 
 def failure(reason: str, *parts: dict[str, Any], **fields: Any) -> dict[str, Any]:

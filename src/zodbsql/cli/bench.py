@@ -57,7 +57,9 @@ number of SQL statements sent during the test divided by its transactions; with
 --server-statements, "server sql/txn" is the same counted on the wire, for every
 PostgreSQL contender the bench creates (RelStorage's too).  A storage
 that only one process can open (FileStorage, MappingStorage) runs its workers as
-threads of one process.
+threads of one process.  With mappingstorage among the contenders (or --floor NAME),
+a last table gives each other contender's microseconds per object beyond it: ZODB's
+own work, the same for every storage, taken out.
 """
 from __future__ import annotations
 
@@ -70,6 +72,8 @@ from typing import Any
 from zodbsql.errors import ConfigurationError
 from zodbsql.masking import mask_config, mask_secrets
 
+#: The default --floor, when it runs: a dict in memory, the least a storage can cost.
+FLOOR = "mappingstorage"
 HELP = "the storage shoot-out: zodbsql vs FileStorage, ZEO, RelStorage ... (charts, JSON)"
 EXAMPLE = """examples:
   zodbsql bench                                 # zodbsql SQLite vs FileStorage, ~2 minutes
@@ -171,6 +175,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", metavar="NAME",
                         help="the contender every other one is compared with, figure by"
                              " figure within a repetition (default: the first)")
+    parser.add_argument("--floor", metavar="NAME",
+                        help="the contender whose time per object is taken from each other"
+                             " one's, repetition by repetition: what each storage itself"
+                             " costs beyond it (default: mappingstorage when it runs)")
     parser.add_argument("--output", metavar="DIR",
                         help="results folder (default: ./bench-results/<timestamp>/)")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
@@ -226,6 +234,10 @@ def run(args: argparse.Namespace) -> int:
         if baseline not in names:
             raise ConfigurationError(f"--baseline {baseline} is not one of the contenders"
                                      f" ({', '.join(names)})")
+        floor = args.floor or (FLOOR if FLOOR in names else None)
+        if floor is not None and floor not in names:
+            raise ConfigurationError(f"--floor {floor} is not one of the contenders"
+                                     f" ({', '.join(names)})")
         for c in found:
             print(f"{c.name}: {c.description}" + (" (workers are threads of one process)"
                                                   if c.single_process else ""))
@@ -252,10 +264,11 @@ def run(args: argparse.Namespace) -> int:
         finally:
             sizes = {c.name: contenders.database_size(c) for c in found}
             pairs = session.paired_ratios(runs, baseline)
-            _write_results(args, output, plan, found, runs, status, sizes, pairs)
-        table = display.paired_table(pairs, names)
-        if table is not None:
-            view.console.print(table)
+            spent = session.beyond_floor(runs, floor) if floor is not None else []
+            _write_results(args, output, plan, found, runs, status, sizes, pairs, spent)
+        for table in (display.paired_table(pairs, names), display.floor_table(spent, names)):
+            if table is not None:
+                view.console.print(table)
         print("database size after the run: " + ", ".join(
             f"{name} {size / 1e6:.1f} MB" if size else f"{name} unknown"
             for name, size in sizes.items()))
@@ -272,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list[Any],
                    runs: list[dict[str, Any]], status: str,
-                   sizes: dict[str, int | None], pairs: list[dict[str, Any]]) -> None:
+                   sizes: dict[str, int | None], pairs: list[dict[str, Any]],
+                   spent: list[dict[str, Any]]) -> None:
     """results.json, results.csv and the charts of what was measured (all of it, or
     what there was when the run was interrupted)."""
     from zodbsql.bench import charts, results, session
@@ -291,6 +305,8 @@ def _write_results(args: argparse.Namespace, output: str, plan: Any, found: list
         "summary": summary,
         # The baseline against each, repetition by repetition (they take turns).
         "paired": pairs,
+        # Each contender's time per object beyond the floor's (--floor), likewise.
+        "beyond_floor": spent,
         "runs": [{**run, "failed": mask_secrets(run["failed"])} if run.get("failed")
                  else run for run in runs],
     }
