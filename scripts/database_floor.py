@@ -1,6 +1,8 @@
-"""The least SQLite itself takes for what the bench's add and read do, without zodbsql.
+"""The least the databases themselves take for what the bench's add and read do,
+without zodbsql.
 
-    .venv/bin/python scripts/sqlite_floor.py [--objects 1000] [--trials 60] [--size 180]
+    .venv/bin/python scripts/database_floor.py [--objects 1000] [--trials 60] [--size 180]
+        [--postgresql "host=127.0.0.1 dbname=scratch user=postgres"]
 
 In a temporary database (WAL, as zodbsql opens it), with plain ``sqlite3`` calls:
 
@@ -10,6 +12,10 @@ In a temporary database (WAL, as zodbsql opens it), with plain ``sqlite3`` calls
 - a read of as many states by oid in one statement, in a read transaction;
 - a 64-bit BLAKE2b checksum of each state, as zodbsql checks every state it reads and
   stores (a hasher copied from one made once, ``records.checksummer``).
+
+With --postgresql (a libpq connection string of a scratch database: a table is created
+in it and dropped), also a read of as many states by oid in one prepared ``= ANY``
+select through psycopg, as zodbsql's batches are read.
 
 Printed: microseconds an object (the median trial, the first ten left out).  Set them
 beside the bench's table of each storage's own time beyond MappingStorage (``zodbsql
@@ -63,6 +69,31 @@ def reads(db: sqlite3.Connection, objects: int, trials: int) -> list[float]:
     return taken
 
 
+def server_reads(dsn: str, objects: int, trials: int, state: bytes) -> list[float]:
+    import psycopg
+    table = "zodbsql_floor"
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f"CREATE TABLE {table} (zoid BIGINT, tid BIGINT, state BYTEA,"
+                   " PRIMARY KEY (zoid, tid))")
+        try:
+            with db.cursor() as cursor, cursor.copy(
+                    f"COPY {table} (zoid, tid, state) FROM STDIN") as copy:
+                for oid in range(objects * trials):
+                    copy.write_row((oid, 1, state))
+            db.execute(f"ANALYZE {table}")
+            taken = []
+            for trial in range(trials):
+                oids = list(range(trial * objects, (trial + 1) * objects))
+                start = time.perf_counter()
+                rows = db.execute(f"SELECT zoid, tid, state FROM {table}"
+                                  " WHERE zoid = ANY(%s)", (oids,), prepare=True).fetchall()
+                taken.append(time.perf_counter() - start)
+                assert len(rows) == objects
+            return taken
+        finally:
+            db.execute(f"DROP TABLE {table}")
+
+
 def checksums(objects: int, trials: int, state: bytes) -> list[float]:
     digest = checksummer()
     states = [state + i.to_bytes(4, "big") for i in range(objects)]
@@ -81,6 +112,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--size", type=int, default=180,
                         help="bytes a state (the bench's items pickle to about 180)")
+    parser.add_argument("--postgresql", metavar="DSN",
+                        help="a scratch PostgreSQL database to time a read of states in")
     args = parser.parse_args()
     n, trials, state = args.objects, max(args.trials, WARM_UP + 1), b"x" * args.size
     with tempfile.TemporaryDirectory() as directory:
@@ -95,12 +128,16 @@ def main() -> None:
         db.execute("PRAGMA synchronous = NORMAL")
         normal = commits(db, trials * n, n, trials, state)
         db.close()
+    timed = [("SQLite commit, synchronous full", full),
+             ("SQLite commit, synchronous normal", normal),
+             ("SQLite read by oid, one statement", read),
+             ("checksum (BLAKE2b, 8 bytes)", checksums(n, trials, state))]
+    if args.postgresql:
+        timed.append(("PostgreSQL read by oid, one select",
+                      server_reads(args.postgresql, n, trials, state)))
     print(f"µs an object, {n} objects of {args.size} bytes, median of {trials - WARM_UP}")
-    for label, seconds in (("commit, synchronous full", full),
-                           ("commit, synchronous normal", normal),
-                           ("read by oid, one statement", read),
-                           ("checksum (BLAKE2b, 8 bytes)", checksums(n, trials, state))):
-        print(f"  {label:30} {median_us(seconds, n):6.2f}")
+    for label, seconds in timed:
+        print(f"  {label:36} {median_us(seconds, n):6.2f}")
 
 
 if __name__ == "__main__":
