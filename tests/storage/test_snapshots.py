@@ -15,6 +15,7 @@ import transaction
 import ZODB
 from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
+from ZODB.POSException import ReadConflictError
 from ZODB.utils import u64
 
 
@@ -390,3 +391,39 @@ def test_each_poll_moves_the_snapshot_though_loads_came_between(storage_factory:
             instance.release()
     finally:
         db.close()
+
+
+def test_with_the_cache_off_a_load_is_one_statement_as_of_the_snapshot(
+        storage_factory: Any) -> None:
+    """cache-size-mb 0: a load looks in no cache and fills none, one statement each,
+    and it answers as of the snapshot: where history is kept, the revision the snapshot
+    sees after another process changed the object; history-free, once the read
+    transaction ended, a read conflict (never the newer state)."""
+    storage = storage_factory.open(cache_size_mb=0)
+    writer_db = ZODB.DB(storage_factory.open())
+    try:
+        with writer_db.transaction() as conn:
+            conn.root()["a"] = PersistentMapping({"v": 1})
+            conn.root()["b"] = PersistentMapping({"v": 1})
+        with writer_db.transaction() as conn:
+            oids = [conn.root()[key]._p_oid for key in "ab"]
+            old = [conn._storage.load(oid) for oid in oids]
+        instance = storage.new_instance()
+        instance.poll_invalidations()
+        assert instance.load(oids[0]) == old[0]
+        before = storage.statement_count()
+        assert [instance.load(oid) for oid in oids] == old
+        assert storage.statement_count() - before == 2
+        assert len(storage.shared.cache) == 0
+        instance.afterCompletion()
+        with writer_db.transaction() as conn:
+            conn.root()["b"]["v"] = 2
+        if storage_factory.param.keep_history:
+            assert instance.load(oids[1]) == old[1]
+        else:
+            with pytest.raises(ReadConflictError):
+                instance.load(oids[1])
+        instance.release()
+    finally:
+        writer_db.close()
+        storage.close()

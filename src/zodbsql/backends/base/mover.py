@@ -294,6 +294,9 @@ def state_row(row: tuple[Any, ...] | None, oid: int, codec: CodecRole) -> StateR
     if row is None:
         return None
     tid, stored_checksum, state = row
+    if tid.__class__ is int and (state is None or (
+            state.__class__ is bytes and not state.startswith(codec.sealed_prefix))):
+        return StateRow(tid, stored_checksum, state)    # as stored (``loaded_states``)
     return StateRow(int(tid), stored_checksum, opened(codec, oid, int(tid), state))
 
 

