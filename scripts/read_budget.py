@@ -13,6 +13,8 @@ ZODB makes for a ghost, and prints the median and lowest microseconds per object
 - zodbsql's cold ``load`` of them all, and the part of it spent in the misses that go
   to the database (``_load_at``: the statements, and what the prefetch around them
   decides and caches);
+- the same with the state cache off (``cache-size-mb 0``: a statement a load, nothing
+  cached or prefetched);
 - the pieces of a miss's batch on their own, for all the objects at once: the
   statement (``load_many_at``), the checksums, what the instance holds
   (``Brought.add``), the shared cache's entry (``put_loaded_many``), then the loads
@@ -93,6 +95,14 @@ def measure(url: str, fs_path: str, oids: list[bytes], trials: int) -> dict[str,
         instance._load_at = timed_miss  # type: ignore[method-assign]
         record("zodbsql cold load", timed(lambda: [instance.load(oid) for oid in oids])[1])
         record("  of which misses", in_misses[0])
+        instance.release()
+        storage.close()
+
+        storage = zodbsql.open_storage(url, cache_size_mb=0)
+        instance = storage.new_instance()
+        instance.poll_invalidations()
+        record("zodbsql load, cache off", timed(
+            lambda: [instance.load(oid) for oid in oids])[1])
         instance.release()
         storage.close()
 
