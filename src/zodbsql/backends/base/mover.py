@@ -438,9 +438,8 @@ class Mover:
 
     def load_at(self, conn: ConnectionRole, oid: int, snapshot_tid: int) -> StateRow | None:
         """The revision current as of ``snapshot_tid`` (HP); the current one (HF)."""
-        if self.keep_history:
-            return self._row(conn.fetchone(self.sql.load_at, (oid, snapshot_tid)), oid)
-        return self._row(conn.fetchone(self.sql.load_at, (oid,)), oid)
+        params = (oid, snapshot_tid) if self.keep_history else (oid,)
+        return state_row(conn.fetchone(self.sql.load_at, params), oid, self.backend.codec)
 
     def load_serial(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
         if self.keep_history:
