@@ -17,6 +17,7 @@ from ZODB.utils import u64
 
 from zodbsql.atrest.codec import MAGIC, PLAIN, RecordCodec
 from zodbsql.atrest.keys import KeyRing
+from zodbsql.backends.base.mover import state_row
 from zodbsql.errors import ConfigurationError, CorruptRecordError, RecordKeyError
 from zodbsql.storage.verify import verify
 
@@ -73,6 +74,21 @@ def test_codec_round_trips_and_leaves_plain_states_alone() -> None:
         assert codec.decode(7, 1, state) == state
     assert RecordCodec(compress=True).encode(7, state).startswith(MAGIC)
     assert len(RecordCodec(compress=True).encode(7, state)) < len(state) // 10
+
+
+def test_a_loaded_row_is_opened_only_where_it_must_be() -> None:
+    """``state_row``: a row as it is stored (an int tid, plain bytes) is taken as it
+    is; a sealed state is opened, a driver's other buffer made bytes, and both keep
+    their tid and checksum; a deletion stays None."""
+    state = b"\x80\x03" + b"abc" * 400
+    codec = RecordCodec(compress=True)
+    sealed = codec.encode(7, state)
+    plain = state_row((5, 99, state), 7, codec)
+    assert plain == (5, 99, state) and plain is not None and plain.state is state
+    assert state_row((5, 99, sealed), 7, codec) == (5, 99, state)
+    assert state_row((5, 99, memoryview(state)), 7, codec) == (5, 99, state)
+    assert state_row((5, 99, None), 7, codec) == (5, 99, None)
+    assert state_row(None, 7, codec) is None
 
 
 def test_small_or_incompressible_states_are_stored_as_they_are() -> None:
