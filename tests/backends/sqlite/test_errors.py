@@ -13,6 +13,7 @@ from typing import Iterator
 import pytest
 
 from tests.backends.sqlite.test_writer_queue import _hold_file
+from zodbsql.backends.base.connections import StatementTally
 from zodbsql.backends.sqlite.connections import SQLiteConnection, result_code
 from zodbsql.backends.sqlite.writers import queue_for
 from zodbsql.errors import CommitLockTimeout, DatabaseError
@@ -119,6 +120,26 @@ def test_a_statement_sqlite_refuses_names_the_file_the_reason_and_the_statement(
         f'sqlite3 error on {database}: near "SELEC": syntax error\n'
         f"  statement: {statement}")
     assert info.value.statement == statement
+    conn.close()
+
+
+def test_fetchone_counts_one_statement_and_names_the_one_that_failed(
+        database: pathlib.Path) -> None:
+    """The connection's own ``fetchone`` (the load by oid's): one statement counted a
+    call, on the connection and in its storage's tally, and a refused statement named
+    as ``fetchall``'s is."""
+    conn = _connection(database)
+    conn.tally = StatementTally()
+    conn.execute(INSERT, (b"x",))
+    before, counted = conn.statements, conn.tally.total
+    assert conn.fetchone("SELECT data FROM filler WHERE data = %s", (b"x",)) == (b"x",)
+    assert conn.fetchone("SELECT data FROM filler WHERE data = %s", (b"y",)) is None
+    assert (conn.statements - before, conn.tally.total - counted) == (2, 2)
+    statement = "SELEC data FROM filler"
+    with pytest.raises(DatabaseError) as info:
+        conn.fetchone(statement)
+    assert info.value.statement == statement
+    assert str(info.value).endswith(f"  statement: {statement}")
     conn.close()
 
 
