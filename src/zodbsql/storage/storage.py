@@ -501,7 +501,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             snapshot = self._snapshot
             if snapshot is None:
                 row = shared.backend.mover.load_current(self._conn(), oid_int)
-            elif shared.cache.limit <= 0 and shared.second_level is None:
+            elif not shared.cache.enabled and shared.second_level is None:
                 # No cache to look in or to fill (cache-size-mb 0): the row, straight
                 # (the steps below cost 5.6 us a load on SQLite, the row 3.4).
                 row = shared.backend.mover.load_at(self._snapshot_conn(), oid_int, snapshot)
@@ -533,10 +533,10 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             verified_by(shared.matches, oid_int, tid, row.checksum, state)
             if shared.metrics is not None:
                 shared.metrics.loaded("database", len(state))
-            if snapshot is not None and shared.cache.limit > 0:
+            if snapshot is not None:
                 shared.cache.put_loaded(oid_int, tid, state, snapshot)
-            if snapshot is not None and shared.second_level is not None:
-                shared.second_level.store([(oid_int, tid, state)], snapshot)
+                if shared.second_level is not None:
+                    shared.second_level.store([(oid_int, tid, state)], snapshot)
             return state, p64(tid)
 
     def _read_conflict(self, oid: bytes, tid: int, snapshot: int) -> NoReturn:

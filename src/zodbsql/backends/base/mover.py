@@ -439,7 +439,7 @@ class Mover:
     def load_at(self, conn: ConnectionRole, oid: int, snapshot_tid: int) -> StateRow | None:
         """The revision current as of ``snapshot_tid`` (HP); the current one (HF)."""
         params = (oid, snapshot_tid) if self.keep_history else (oid,)
-        return state_row(conn.fetchone(self.sql.load_at, params), oid, self.backend.codec)
+        return self._row(conn.fetchone(self.sql.load_at, params), oid)
 
     def load_serial(self, conn: ConnectionRole, oid: int, tid: int) -> StateRow | None:
         if self.keep_history:
