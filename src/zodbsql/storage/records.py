@@ -21,6 +21,9 @@ PERSID = pickle.PERSID
 BINPERSID = pickle.BINPERSID
 #: The first byte of a pickle of protocol 2 and later.
 PROTO = pickle.PROTO[0]
+#: BINPERSID's byte as an int: ``int in bytes`` is a byte search, where ``bytes in
+#: bytes`` first takes the needle's buffer (~0.35 us of a leaf state's 0.45 here).
+BINPERSID_BYTE = BINPERSID[0]
 
 
 def checksum(state: bytes | None, key: bytes | None = None) -> int | None:
@@ -148,7 +151,7 @@ def refers_to_nothing(state: bytes | None) -> bool:
     record's pickles with one pickler) marks every reference with BINPERSID: without
     that byte anywhere, one scan in C, there is none.
     """
-    return not state or (state[0] == PROTO and BINPERSID not in state)
+    return not state or (state[0] == PROTO and BINPERSID_BYTE not in state)
 
 
 def references_text(oids: set[int]) -> str | None:
