@@ -1211,6 +1211,12 @@ def test_a_commits_batch_fills_the_revisions_share_exactly() -> None:
     cache.put_revisions(40, [(201, bytes(95))])
     assert len(cache._revisions) == 200 and cache.get_revision(1, 20) is None
     assert_counts_add_up(cache)
+    # A batch larger than the share keeps its newest that fill it exactly, no fewer.
+    cache = polled_cache(limit=int(400 * per / (2 * REVISIONS_SHARE)))
+    cache.put_revisions(50, [(oid, bytes(95)) for oid in range(1, 202)])
+    assert len(cache._revisions) == 200
+    assert cache.get_revision(1, 50) is None and cache.get_revision(2, 50) == bytes(95)
+    assert_counts_add_up(cache)
 
 
 def test_a_window_over_the_bound_gives_up_its_oldest_states() -> None:

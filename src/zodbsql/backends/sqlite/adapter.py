@@ -15,6 +15,7 @@ from zodbsql.backends.sqlite.features import SQLiteFeatures
 from zodbsql.backends.sqlite.inspector import SQLiteInspector
 from zodbsql.backends.sqlite.locker import SQLiteLocker
 from zodbsql.backends.sqlite.mover import SQLiteMover
+from zodbsql.backends.sqlite.oidalloc import SQLiteOidAllocator
 from zodbsql.backends.sqlite.options import SQLiteOptions
 from zodbsql.backends.sqlite.packer import SQLitePacker
 from zodbsql.backends.sqlite.poller import SQLitePoller
@@ -41,6 +42,7 @@ class SQLiteBackend(Backend[SQLiteOptions]):
     features_class = SQLiteFeatures
     schema_class = SQLiteSchema
     mover_class = SQLiteMover
+    oids_class = SQLiteOidAllocator
     packer_class = SQLitePacker
     inspector_class = SQLiteInspector
     locker_class = SQLiteLocker
@@ -116,7 +118,8 @@ class SQLiteBackend(Backend[SQLiteOptions]):
             # header); a new one is switched once its schema exists (SQLiteSchema).
             if not self.read_only and conn.fetchone(HAS_META) is not None:
                 use_wal(conn, self.lock_timeout)
-            conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
+            conn.synchronous = self.options.synchronous.upper()
+            conn.execute(f"PRAGMA synchronous = {conn.synchronous}")
             if not self.read_only:
                 conn.execute(f"PRAGMA wal_autocheckpoint = {int(self.options.wal_autocheckpoint)}")
                 if self.checkpointer is not None:
