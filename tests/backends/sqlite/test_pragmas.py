@@ -207,7 +207,7 @@ def test_the_oid_counter_advances_without_a_sync_of_its_own(tmp_path: pathlib.Pa
     def noting() -> None:
         at_commit.append(conn.raw.execute("PRAGMA synchronous").fetchone()[0])
         commit()
-    conn.commit = noting
+    setattr(conn, "commit", noting)       # this connection only
     oids = storage.backend.oids
     unsynced = min(SYNCHRONOUS[mode], SYNCHRONOUS["normal"])
     try:
