@@ -76,9 +76,11 @@ def test_by_runs_and_one_by_one_the_same_tids(stored: Any) -> None:
         "every fifth": oids[::5],                           # one by one: gaps of 5
         "unsorted, and one never stored": [*oids[::-2], missing],
         "a few runs and one apart": [*oids[:20], *oids[40:], missing],
+        "a run for each four": [*oids[:4], *oids[10:14]],  # just by runs: 2 runs, 8 oids
     }
     by_runs = {"every one": True, "every third": True, "every fifth": False,
-               "unsorted, and one never stored": True, "a few runs and one apart": True}
+               "unsorted, and one never stored": True, "a few runs and one apart": True,
+               "a run for each four": True}
     for name, asked in cases.items():
         found, sent = _current_tids(storage, asked)
         assert found == {oid: tids[oid] for oid in asked if oid in tids}, name

@@ -215,11 +215,11 @@ def test_the_oid_counter_advances_without_a_sync_of_its_own(tmp_path: pathlib.Pa
         assert at_commit == [unsynced]
         assert pragmas(conn)["synchronous"] == SYNCHRONOUS[mode]
         conn.begin_write()
-        second = oids.allocate(conn, 16)         # inside a transaction: not committed
+        second = oids.allocate(conn, 32)         # inside a transaction: not committed
         assert at_commit == [unsynced] and pragmas(conn)["synchronous"] == SYNCHRONOUS[mode]
         conn.commit()
         assert at_commit == [unsynced, SYNCHRONOUS[mode]]
-        assert second == list(range(first[-1] + 1, first[-1] + 17))
+        assert second == list(range(first[-1] + 1, first[-1] + 33))
         conn.raw.execute("DROP TABLE oid_counter")
         with pytest.raises(DatabaseError, match="oid_counter"):
             oids.allocate(conn, 16)
