@@ -13,10 +13,7 @@ from typing import Any
 import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
-from ZODB.Connection import TransactionMetaData
-from ZODB.tests.MinPO import MinPO
-from ZODB.tests.StorageTestBase import zodb_pickle
-from ZODB.utils import u64, z64
+from ZODB.utils import u64
 
 from tests.storage.test_verify import run_sql
 from zodbsql.errors import SchemaError, ZodbsqlError
@@ -65,7 +62,6 @@ def test_a_database_without_its_oid_counter_refuses_new_oids(storage_factory: An
     try:
         where = storage.backend.describe()
         remove_oid_counter(storage_factory, storage)
-        storage.shared.free_oids.clear()     # what the root's commit reserved ahead
         if storage_factory.param.backend == "postgresql":
             with pytest.raises(ZodbsqlError, match="zoid_seq") as raised:
                 storage.new_oid()
@@ -137,11 +133,9 @@ def test_after_a_pause_a_commit_asks_for_what_the_last_one_that_ran_out_took(
         storage_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process that commits 1,000 new objects now and then: the first such commit
     after a pause takes a block of 16, then one of 1,024; the next, after a pause too,
-    one block of what the first took (each a write transaction of its own).  Where the
-    vote holds the write lock (SQLite), each commit also reserves as many as it
-    created in its own transaction, for the next one, which then asks for none before
-    its vote.  After a block taken outside a commit, the next pause starts at 16
-    again."""
+    one block of what the first took (each ask on SQLite a write transaction and an
+    fsync of its own).  After a block taken outside a commit, the next pause starts at
+    16 again."""
     storage = storage_factory.open()
     db = ZODB.DB(storage)
     blocks: list[int] = []
@@ -164,15 +158,9 @@ def test_after_a_pause_a_commit_asks_for_what_the_last_one_that_ran_out_took(
         with db.transaction() as conn:
             conn.root()["x"] = 1                     # the root's first commit
         storage.shared.free_oids.clear()             # none left over from before
-        ahead = storage.shared.backend.features.writes_at_vote
-        if ahead:
-            assert commit_after_a_pause(1000) == [16, 1024, 1000]
-            assert commit_after_a_pause(1000) == [1000]
-            assert commit_after_a_pause(1000) == [1000]
-        else:
-            assert commit_after_a_pause(1000) == [16, 1024]
-            assert commit_after_a_pause(1000) == [16 + 1024]
-            assert commit_after_a_pause(1000) == [16 + 1024]
+        assert commit_after_a_pause(1000) == [16, 1024]
+        assert commit_after_a_pause(1000) == [16 + 1024]
+        assert commit_after_a_pause(1000) == [16 + 1024]
         # Oids asked for outside a commit after a pause: the same; the block they took
         # was no commit's, so a commit after the next pause starts at 16.
         storage.shared.free_oids.clear()
@@ -182,54 +170,5 @@ def test_after_a_pause_a_commit_asks_for_what_the_last_one_that_ran_out_took(
         assert blocks == [16 + 1024]
         storage.shared.free_oids.clear()
         assert commit_after_a_pause(3) == [16]
-    finally:
-        db.close()
-
-
-def test_oids_reserved_ahead_are_handed_out_only_once_their_commit_committed(
-        storage_factory: Any) -> None:
-    """A commit that created objects reserves as many oids for the next commits in its
-    own transaction (SQLite, where the vote holds the write lock): after its COMMIT
-    they are handed out next; voted and aborted, they were never reserved (the
-    counter went back) and are not handed out.  Elsewhere nothing is reserved."""
-    storage = storage_factory.open()
-    db = ZODB.DB(storage)
-    ahead = storage.shared.backend.features.writes_at_vote
-    try:
-        storage.shared.free_oids.clear()
-
-        def voted(count: int) -> tuple[TransactionMetaData, list[int]]:
-            txn = TransactionMetaData()
-            storage.tpc_begin(txn)
-            for _ in range(count):
-                storage.store(storage.new_oid(), z64, zodb_pickle(MinPO(1)), "", txn)
-            storage.shared.free_oids.clear()         # none left: the vote reserves
-            storage.tpc_vote(txn)
-            return txn, list(storage._pending.oids_ahead)
-        txn, reserved = voted(40)
-        storage.tpc_abort(txn)
-        if not ahead:
-            assert reserved == []
-            return
-        assert reserved == list(range(reserved[0], reserved[0] + 40))
-        assert storage.shared.free_oids == []
-        assert allocated(storage, 1) == [reserved[0]]   # the counter went back
-        txn, reserved = voted(20)
-        storage.tpc_finish(txn)
-        assert len(reserved) == 20
-        assert [u64(storage.new_oid()) for _ in range(20)] == reserved
-        # The counter gone: a commit with its oids in hand commits, reserving none.
-        in_hand = [storage.new_oid() for _ in range(5)]
-        remove_oid_counter(storage_factory, storage)
-        txn = TransactionMetaData()
-        storage.tpc_begin(txn)
-        for oid in in_hand:
-            storage.store(oid, z64, zodb_pickle(MinPO(5)), "", txn)
-        storage.shared.free_oids.clear()
-        storage.tpc_vote(txn)
-        assert storage._pending.oids_ahead == []
-        committed = storage.tpc_finish(txn)
-        assert storage.load(in_hand[0]) == (zodb_pickle(MinPO(5)), committed)
-        assert storage.shared.free_oids == []
     finally:
         db.close()

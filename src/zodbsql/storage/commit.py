@@ -27,9 +27,8 @@ from ZODB.utils import newTid, p64, u64
 from zodbsql.backends.base.contract import (STAGED_OID, STAGED_SIZE, STAGED_STATE, Conflict,
                                             ConnectionRole, ResolvedState,
                                             StagedState)
-from zodbsql.backends.base.oidalloc import BLOCK
 from zodbsql.errors import (CommitOutcomeUnknown, ConnectionLost, DatabaseConflict,
-                            DatabaseError, SchemaError, ServerChangedConflict, described)
+                            DatabaseError, ServerChangedConflict, described)
 from zodbsql.storage.blobs import file_chunks, file_hash, remove_quietly
 from zodbsql.storage.records import (checksum, checksummer, references, references_text,
                                       refers_to_nothing, verified)
@@ -81,11 +80,6 @@ class PendingCommit:
         self.blob_staged: dict[int, tuple[bytes, int, tuple[int, int] | None]] = {}
         # The tid of a commit that wrote its states at vote (``_write_at_vote``).
         self.written_tid: int | None = None
-        # Oids reserved in this commit's own transaction for the commits after it
-        # (``_reserve_oids_ahead``): handed out only once it committed; with the
-        # counter's state (generation, resets) they were read in.
-        self.oids_ahead: list[int] = []
-        self.oids_ahead_from: tuple[Any, int] | None = None
         # The last tid before this commit's, when finish told it (storage.py: the next
         # start need not poll when it is the committing instance's snapshot).
         self.previous_tid: int | None = None
@@ -183,7 +177,6 @@ class PendingCommit:
         shared = self.shared
         backend = shared.backend
         backend.locker.begin_commit(conn, shared.options.row_lock_wait)
-        self._reserve_oids_ahead(conn)
         checked = [row[STAGED_OID] for row in rows if row[STAGED_OID] not in self.unchecked]
         current = backend.locker.current_tids(
             conn, sorted(set(checked).union(self.read_current)))
@@ -201,29 +194,6 @@ class PendingCommit:
         self.written_tid = self._call_finish(u64(newTid(None)), False, commit=False,
                                              has_states=False)
         backend.mover.write_states(conn, self.written_tid, rows)
-
-    def _reserve_oids_ahead(self, conn: ConnectionRole) -> None:
-        """Where the vote holds the write lock (``_write_at_vote``): when this process
-        has fewer oids left than this commit created objects, reserve that many more
-        (``oidalloc.BLOCK`` at least) in this commit's own transaction, for the next
-        commits.  ZODB asks for a commit's new oids before its vote, so a run of
-        commits that create objects each took a block in a write transaction of its
-        own (on SQLite the write lock taken once more and the log written).  The block
-        is handed out only after the COMMIT (``Storage.tpc_finish``): rolled back with
-        the transaction, its oids were never reserved.  A counter gone (a damaged
-        schema) leaves this commit without a reservation; ``new_oid`` reports it."""
-        shared = self.shared
-        if self.unchecked:
-            return          # restored or undone: their oids are the copies' own
-        created = sum(1 for prev_tid, _ in self.states.values() if prev_tid == 0)
-        if created == 0 or len(shared.free_oids) >= created:
-            return
-        count = max(BLOCK, min(created, shared.backend.oids.largest_block))
-        try:
-            self.oids_ahead = shared.backend.oids.allocate(conn, count)
-        except SchemaError:
-            return
-        self.oids_ahead_from = (shared.generation, shared.resets)
 
     def _staged_rows(self) -> list[StagedState]:
         """The rows vote stages: one per state, with the oids it refers to.

@@ -958,18 +958,6 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             oid: bytes = shared.free_oids.pop().to_bytes(8, "big")
             return oid
 
-    def _keep_oids_ahead(self, pending: PendingCommit) -> None:
-        """The oids a commit reserved for the next ones (``_reserve_oids_ahead``), now
-        that it committed: handed out after those left, unless the database was reset
-        since (``_server_changed`` dropped what was left from before)."""
-        shared = self.shared
-        with shared.oid_lock:
-            if pending.oids_ahead_from != (shared.generation, shared.resets):
-                return
-            block = pending.oids_ahead
-            shared.highest_oid_seen = max(shared.highest_oid_seen, block[-1])
-            shared.free_oids = block[::-1] + shared.free_oids
-
     # -- two-phase commit -------------------------------------------------------------------------
     def tpc_begin(self, transaction: Any, tid: bytes | None = None, status: str = " ") -> None:
         if self._options.read_only:
@@ -1049,8 +1037,6 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
                 if self.shared.metrics is not None:
                     self.shared.metrics.conflict(metrics.conflict_kind(exc))
                 raise
-            if pending.oids_ahead:
-                self._keep_oids_ahead(pending)
             tid_bytes = as_bytes(tid)
             self._own_tids.add(tid)
             self._last_commit = tid
