@@ -21,8 +21,8 @@ PERSID = pickle.PERSID
 BINPERSID = pickle.BINPERSID
 #: The first byte of a pickle of protocol 2 and later.
 PROTO = pickle.PROTO[0]
-#: BINPERSID's byte as an int: ``int in bytes`` is a byte search, where ``bytes in
-#: bytes`` first takes the needle's buffer (~0.35 us of a leaf state's 0.45 here).
+#: BINPERSID's byte as an int: ``int in bytes`` took 0.07-0.09 us with its call here
+#: (states up to 2,400 bytes), ``bytes in bytes`` 0.43-0.52 us whatever their length.
 BINPERSID_BYTE = BINPERSID[0]
 
 

@@ -36,8 +36,7 @@ OIDS_PER_RUN = 4
 
 def oid_runs(oids: list[int]) -> list[tuple[int, int]]:
     """The ascending ``oids`` as runs ``(first, last)``: a run goes on while the next oid
-    is at most ``RUN_GAP`` above the one before it.  (The breaks found in one
-    comprehension: a step per oid in Python cost a commit of 1,000 most of the gain.)"""
+    is at most ``RUN_GAP`` above the one before it."""
     breaks = [at for at, step in enumerate(map(sub, oids[1:], oids), 1) if step > RUN_GAP]
     starts = [0, *breaks]
     ends = [at - 1 for at in breaks] + [len(oids) - 1]
