@@ -1,12 +1,14 @@
 """Where a warm read's time goes: zodbsql against FileStorage, as the bench's ``warm``.
 
     .venv/bin/python scripts/warm_budget.py [--objects 1000] [--trials 20]
-        [--url postgresql://postgres@127.0.0.1/scratch]
+        [--url postgresql://postgres@127.0.0.1/scratch] [--changed-container]
 
 Each trial, a writer adds a ``PersistentMapping`` of --objects bench items and changes
 every one (the bench's ``add`` and ``update``), then a reader that has been open all
 along (its caches hold the earlier trials' reads) begins a transaction and reads them
-all.  zodbsql's writer is another process, as in the bench, so the reader must poll;
+all (with --changed-container, one mapping the reader holds gains an item each trial,
+as a folder another process added to, and its items change).  zodbsql's writer is
+another process, as in the bench, so the reader must poll;
 FileStorage's is a thread of the reader's process sharing its storage, as in the bench
 (FileStorage locks its file), so the reader learns of the commit from it.
 
@@ -35,28 +37,36 @@ import zodbsql.cache.lookahead as lookahead
 from zodbsql.bench.workloads import Item
 
 
+#: The one mapping of --changed-container.
+CHANGED_KEY = "changed"
 ORDER = ["start (poll)", "load calls", "  statements", "  entry into the shared cache",
          "  lookahead: what to bring", "  lookahead: the walk onward", "whole read"]
 
 
-def write(db: Any, key: str, count: int) -> None:
+def write(db: Any, key: str, count: int, changed: bool = False) -> None:
+    """A new mapping at ``key`` (with ``changed``: one mapping at CHANGED_KEY, made
+    once, that gains an item named ``key``), then every item of it changed."""
     tm = transaction.TransactionManager()
     conn = db.open(transaction_manager=tm)
     tm.begin()
-    conn.root()[key] = items = PersistentMapping()
-    for number in range(count):
-        items[number] = Item(b"x" * 128)
+    root = conn.root()
+    if changed and CHANGED_KEY in root:
+        root[CHANGED_KEY][key] = Item(b"x" * 128)
+    else:
+        root[CHANGED_KEY if changed else key] = items = PersistentMapping()
+        for number in range(count):
+            items[number] = Item(b"x" * 128)
     tm.commit()
-    for item in conn.root()[key].values():
+    for item in root[CHANGED_KEY if changed else key].values():
         item._p_changed = True
     tm.commit()
     conn.close()
 
 
-def writer_process(url: str, count: int, keys: Any, done: Any) -> None:
+def writer_process(url: str, count: int, changed: bool, keys: Any, done: Any) -> None:
     db = zodbsql.open_db(url)
     while (key := keys.get()) is not None:
-        write(db, key, count)
+        write(db, key, count, changed)
         done.put(key)
     db.close()
 
@@ -96,8 +106,8 @@ def zodbsql_parts(timings: Timings, instance: Any) -> None:
     timings.wrap(instance, "_walked_on", "  lookahead: the walk onward")
 
 
-def measure(name: str, db: Any, write_one: Callable[[str], None], trials: int
-            ) -> dict[str, list[float]]:
+def measure(name: str, db: Any, write_one: Callable[[str], None], trials: int,
+            changed: bool = False) -> dict[str, list[float]]:
     tm = transaction.TransactionManager()
     conn = db.open(transaction_manager=tm)
     timings = Timings()
@@ -116,7 +126,7 @@ def measure(name: str, db: Any, write_one: Callable[[str], None], trials: int
         start = time.perf_counter()
         tm.begin()
         begun = time.perf_counter()
-        for item in conn.root()[key].values():
+        for item in conn.root()[CHANGED_KEY if changed else key].values():
             item.count
         tm.abort()
         end = time.perf_counter()
@@ -135,25 +145,30 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--url", action="append", default=[],
                         help="a server database to measure too (a scratch one)")
+    parser.add_argument("--changed-container", action="store_true",
+                        help="one mapping the reader holds, changed by each trial (it gains"
+                             " an item), instead of a new one a trial")
     args = parser.parse_args()
+    changed = args.changed_container
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as directory:
         db = ZODB.DB(FileStorage(f"{directory}/Data.fs"))
-        results["FileStorage"] = measure("fs", db, lambda key: write(db, key, args.objects),
-                                         args.trials)
+        results["FileStorage"] = measure(
+            "fs", db, lambda key: write(db, key, args.objects, changed), args.trials, changed)
         db.close()
         context = multiprocessing.get_context("spawn")
         for url in [f"sqlite://{directory}/Data.sqlite", *args.url]:
             db = zodbsql.open_db(url)       # the schema, before the writer opens it
             keys, done = context.Queue(), context.Queue()
             writer = context.Process(target=writer_process,
-                                     args=(url, args.objects, keys, done))
+                                     args=(url, args.objects, changed, keys, done))
             writer.start()
 
             def write_there(key: str) -> None:
                 keys.put(key)
                 done.get()
-            results[url.split(":")[0]] = measure("sql", db, write_there, args.trials)
+            results[url.split(":")[0]] = measure("sql", db, write_there, args.trials,
+                                                 changed)
             keys.put(None)
             writer.join()
             db.close()

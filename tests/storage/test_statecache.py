@@ -481,7 +481,8 @@ def test_random_histories_never_serve_a_stale_state(compress: str) -> None:
     snapshots and small caches (evictions, retired states, exact revisions), against
     the true history: ``get`` answers nothing or the revision current at the snapshot,
     ``has`` says exactly whether ``get`` would answer, ``get_revision`` nothing or the
-    exact revision, ``peek_many`` what ``get`` would, and ``current_states`` (what the
+    exact revision, ``peek_many`` what ``get`` would, ``missing`` the oids ``has`` says
+    no to, and ``current_states`` (what the
     persistent cache saves) the revisions current at ``polled``.  With compression the
     states of 40 and 300 zeros are kept packed, the short ones tagged as they are; with
     ``auto`` as they came until the cache is first full, then squeezed."""
@@ -513,6 +514,8 @@ def test_random_histories_never_serve_a_stale_state(compress: str) -> None:
                 snapshot = rng.choice(snapshots[-5:])
                 tid, state = [r for r in history[oid] if r[0] <= snapshot][-1]
                 would = cache.has(oid, snapshot)
+                assert cache.missing(list(oids), snapshot) == [
+                    each for each in oids if not cache.has(each, snapshot)], (run, snapshot)
                 found = cache.get(oid, snapshot)
                 assert would == (found is not None), (run, oid, snapshot)
                 if found is None:
@@ -1381,6 +1384,32 @@ def test_peek_many_answers_as_get_without_counting_or_marking() -> None:
         assert cache.has(oid, 13) == (cache.get(oid, 13) is not None)
     disabled = StateCache(0)
     assert disabled.peek_many([1, 2], 12) == [None, None]
+
+
+def test_missing_names_the_oids_get_would_not_answer_in_their_order() -> None:
+    cache = polled_cache()
+    cache.put_loaded(1, 10, STATE, snapshot=10)
+    cache.put_loaded(6, 10, STATE, snapshot=10)
+    cache.after_poll(10, 12, [(2, 11), (3, 12), (6, 12)])   # 6 changed while held
+    cache.put_revision(2, 11, b"two")
+    cache.put_revision(3, 12, b"three")
+    cache.put_revision(5, 13, b"five")          # a commit's own, not yet polled
+    hits, misses = cache.hits, cache.misses
+    assert cache.missing([4, 3, 2, 1, 5, 6], 12) == [4, 5, 6]
+    assert cache.missing([1, 2, 3, 6], 11) == [3, 6]      # 3 and 6 changed after 11
+    assert cache.missing(iter([2, 1]), 10) == [2]         # 2 changed after 10
+    assert cache.missing([1, 7], 9) == [1, 7]             # before the base
+    assert cache.missing([], 12) == []
+    cache.put_loaded(6, 12, b"six", snapshot=12)          # its new revision, read
+    assert cache.missing([6, 1], 12) == []
+    cache.after_poll(12, 13, [(1, 13)])                   # held, changed at 13
+    assert cache.missing([1, 6], 13) == [1] == cache.missing([1, 6], 12)
+    assert (cache.hits, cache.misses) == (hits, misses)
+    for oid in range(1, 8):
+        for snapshot in (12, 13):
+            assert cache.missing([oid], snapshot) == (
+                [] if cache.has(oid, snapshot) else [oid]), (oid, snapshot)
+    assert StateCache(0).missing([1, 2], 12) == [1, 2]
 
 
 def test_a_batch_is_roomy_up_to_exactly_its_counted_need() -> None:

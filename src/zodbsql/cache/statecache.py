@@ -873,6 +873,36 @@ class StateCache:
         with self._lock:
             return snapshot >= self.base and self._visible(oid, snapshot) is not None
 
+    def missing(self, oids: Iterable[int], snapshot: int) -> list[int]:
+        """Those of ``oids`` that ``has`` would say no to, in their order, under one
+        hold of the lock: the segments asked which they hold in C (``_held_of``), an
+        oid they do not hold answered by the poll's index and the exact revisions.
+        A load of a container another process changed asked ``has`` of each of its
+        1,000 children, a hold of the lock and three segments each."""
+        oids = list(oids)
+        if not self.enabled or not oids:
+            return oids
+        with self._lock:
+            if snapshot < self.base:
+                return oids
+            held = self._held_of(oids)
+            revisions = self._revisions.entries
+            changed_at = self._changed.get
+            found: list[int] = []
+            for oid in oids:
+                changed = changed_at(oid)
+                if oid in held:
+                    # Current at the snapshot unless a poll named a revision after it.
+                    if changed is not None and (changed > snapshot
+                                                or self._kept_tid(oid) != changed):
+                        found.append(oid)
+                    continue
+                # Not held as current: an exact revision the snapshot sees, or nothing.
+                if (changed is None or changed > snapshot
+                        or (oid << 64 | changed) not in revisions):
+                    found.append(oid)
+            return found
+
     def peek_many(self, oids: Iterable[int], snapshot: int) -> list[bytes | None]:
         """The state ``get`` would answer for each of ``oids``, under one hold of the
         lock, without counting a hit or a miss, marking or moving an entry (a prefetch

@@ -561,7 +561,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             return hit
         _, queued = prefetcher.plan(oid)
         found = second.load_many(
-            [oid, *(each for each in queued if not cache.has(each, snapshot))], snapshot)
+            [oid, *cache.missing(queued, snapshot)], snapshot)
         references: list[tuple[int, int]] = []
         for each, (state, tid) in found.items():
             cache.put_loaded(each, tid, state, snapshot)
@@ -586,7 +586,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if bound == 0:
             return mover.load_at(conn, oid, snapshot)
         cache = shared.cache
-        also = [each for each in queued if not cache.has(each, snapshot)]
+        also = cache.missing(queued, snapshot)
         before = cache.take_retired(oid)
         if before is not None:
             return self._load_changed(conn, oid, snapshot, before, bound, also)
@@ -620,8 +620,9 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
         if (row is not None and row.state is not None and row.tid <= snapshot
                 and (row.checksum is None or shared.matches(row.state, row.checksum))):
             had = records.references(oid, before)
-            added = [each for each in shared.references_of(oid, row.state)
-                     if each not in had and not shared.cache.has(each, snapshot)][:bound]
+            added = shared.cache.missing(
+                [each for each in shared.references_of(oid, row.state) if each not in had],
+                snapshot)[:bound]
         prefetcher = shared.prefetcher
         listed = set(added)
         wanted = (added + [each for each in also if each not in listed])[:bound]
@@ -652,8 +653,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             listed = set(also)
             if parent is None:
                 row, own = mover.load_and_references(conn, oid, snapshot, bound)
-                also += [each for each in own
-                         if each not in listed and not cache.has(each, snapshot)]
+                also += cache.missing([each for each in own if each not in listed], snapshot)
                 brought = mover.load_many_at(
                     conn, also[:bound], snapshot, prefetcher.max_bytes,
                     largest=self._largest_picked()) if also else []
@@ -825,8 +825,7 @@ class SQLStorage(ConflictResolvingStorage):  # type: ignore[misc]  # ZODB is unt
             snapshot = self._snapshot
             if snapshot is None or not shared.cache.enabled:
                 return
-            wanted = sorted({oid for oid in map(u64, oids)
-                             if not shared.cache.has(oid, snapshot)})
+            wanted = sorted(set(shared.cache.missing(map(u64, oids), snapshot)))
             if wanted:
                 rows = shared.backend.mover.load_many_at(self._snapshot_conn(), wanted, snapshot)
                 self._cache_rows(rows, snapshot)
