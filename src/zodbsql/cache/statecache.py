@@ -1204,6 +1204,12 @@ class StateCache:
         count = self._sketch.count
         packer = self._packer
         bar: int | None = None
+        # What ``_bytes`` counts besides the states and the window's table and keys:
+        # a newcomer passing through the window and turned away leaves it as it was
+        # (nothing enters probation, nothing is evicted), so it is read again only
+        # after an admission, a squeeze or a bar's choice (which may promote).  Read
+        # a state at a time, it took a quarter of a full cache's batch.
+        rest: int | None = None
         for oid, value in entering:
             cost = state_cost(value)
             window.push(oid, value)
@@ -1217,14 +1223,21 @@ class StateCache:
                 # Admission is judged on the state as it came, so that one turned away
                 # is never compressed for nothing.
                 room = entry_cost(value) + (1 if packer is not None else 0)
-                over = self._bytes() + room - self.limit if self._admission else 0
+                over = 0
+                if self._admission:
+                    moving = (self._current_bytes + window.table_bytes
+                              + len(window) * _OID_BYTES)
+                    if rest is None:
+                        rest = self._bytes() - moving
+                    over = moving + rest + room - self.limit
                 if over > 0 and self._squeezing:
                     self._squeeze(over, SQUEEZE_RUN)
-                    bar = None                  # the victim may have changed
+                    bar = rest = None           # the victim may have changed
                     over = self._bytes() + room - self.limit
                 if over > 0:
                     if bar is None:
                         bar = self._admission_bar()
+                        rest = None
                     if count(candidate) <= bar:
                         continue                # turned away
                 if packer is not None:
@@ -1232,7 +1245,7 @@ class StateCache:
                 self._current_bytes += entry_cost(value)
                 self._probation.push(candidate, value)
                 self._shrink(candidate)
-                bar = None
+                bar = rest = None
 
     def _squeeze(self, excess: int, most: int) -> None:
         """The cache is full: in ``auto``, compression starts, and raw states at
