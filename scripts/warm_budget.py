@@ -50,14 +50,15 @@ def write(db: Any, key: str, count: int, changed: bool = False) -> None:
     conn = db.open(transaction_manager=tm)
     tm.begin()
     root = conn.root()
-    if changed and CHANGED_KEY in root:
-        root[CHANGED_KEY][key] = Item(b"x" * 128)
+    name = CHANGED_KEY if changed else key
+    if changed and name in root:
+        root[name][key] = Item(b"x" * 128)
     else:
-        root[CHANGED_KEY if changed else key] = items = PersistentMapping()
+        root[name] = items = PersistentMapping()
         for number in range(count):
             items[number] = Item(b"x" * 128)
     tm.commit()
-    for item in root[CHANGED_KEY if changed else key].values():
+    for item in root[name].values():
         item._p_changed = True
     tm.commit()
     conn.close()

@@ -890,14 +890,13 @@ class StateCache:
             changed_at = self._changed.get
             found: list[int] = []
             for oid in oids:
-                changed = changed_at(oid)
                 if oid in held:
-                    # Current at the snapshot unless a poll named a revision after it.
-                    if changed is not None and (changed > snapshot
-                                                or self._kept_tid(oid) != changed):
+                    # Held as current: ``_visible`` is True or None (as in ``peek_many``).
+                    if self._visible(oid, snapshot) is None:
                         found.append(oid)
                     continue
                 # Not held as current: an exact revision the snapshot sees, or nothing.
+                changed = changed_at(oid) if revisions else None
                 if (changed is None or changed > snapshot
                         or (oid << 64 | changed) not in revisions):
                     found.append(oid)
