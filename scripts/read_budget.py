@@ -16,9 +16,10 @@ ZODB makes for a ghost, and prints the median and lowest microseconds per object
 - the same with the state cache off (``cache-size-mb 0``: a statement a load, nothing
   cached or prefetched);
 - the pieces of a miss's batch on their own, for all the objects at once: the
-  statement (``load_many_at``), the checksums, what the instance holds
-  (``Brought.add``), the shared cache's entry (``put_loaded_many``), then the loads
-  that find them (hits).
+  statement (``load_many_at``, on the instance's new connection, then once more on
+  it), the checksums, what the instance holds (``Brought.add``), the shared cache's
+  entry (``put_loaded_many``), then the loads that find them (hits), and the same loads
+  once the instance holds nothing (hits in the shared cache, as a ``hot`` read's).
 
 ZODB's own share (unpickling, the pickle cache) is the same for every storage and is
 not counted here.  Give --url for an empty server database to measure instead of
@@ -116,6 +117,8 @@ def measure(url: str, fs_path: str, oids: list[bytes], trials: int) -> dict[str,
         rows, seconds = timed(lambda: mover.load_many_at(
             instance._snapshot_conn(), numbers, snapshot))
         record("batch: statement", seconds)
+        record("batch: statement again", timed(lambda: mover.load_many_at(
+            instance._snapshot_conn(), numbers, snapshot))[1])
         matches = instance.shared.matches
         record("batch: checksums", timed(
             lambda: [matches(row.state, row.checksum) for row in rows])[1])
@@ -124,6 +127,9 @@ def measure(url: str, fs_path: str, oids: list[bytes], trials: int) -> dict[str,
         record("batch: put_loaded_many", timed(
             lambda: instance.shared.cache.put_loaded_many(entering, snapshot))[1])
         record("batch: loads (hits)", timed(
+            lambda: [instance.load(p64(number)) for number in numbers])[1])
+        instance._brought.drop()
+        record("loads: shared cache hits", timed(
             lambda: [instance.load(p64(number)) for number in numbers])[1])
         instance.release()
         storage.close()
